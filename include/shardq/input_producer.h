@@ -1,0 +1,54 @@
+// A local, bounded proxy of a WorkQueue, kept filled by a background thread,
+// so that a reader finds its next item already leased when it finishes one.
+#ifndef SHARDQ_INPUT_PRODUCER_H_
+#define SHARDQ_INPUT_PRODUCER_H_
+
+#include <cstdint>
+#include <deque>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "shardq/item_source.h"
+#include "shardq/work_queue.h"
+
+namespace shardq {
+
+// Thread-safe. The background thread takes an item whenever fewer than
+// `capacity` items are buffered or being read and not yet done (never more
+// than the queue's num_clients leases).
+class InputProducer final : public ItemSource {
+ public:
+  // `queue` must outlive the producer. Starts the background thread.
+  InputProducer(WorkQueue* queue, int64_t capacity);
+  // Stops the thread and releases the items still buffered.
+  ~InputProducer() override;
+
+  // The next buffered item; blocks until one arrives. OUT_OF_RANGE once the
+  // queue is at its end and the buffer is drained; the queue's error if
+  // taking failed.
+  absl::StatusOr<WorkItem> NextItem() override;
+  // Completes the item in the queue and frees its slot.
+  absl::Status ItemDone(const WorkItem& item) override;
+
+  int64_t size() const;
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  void Fill();
+
+  WorkQueue* const queue_;
+  const int64_t capacity_;
+  mutable absl::Mutex mu_;
+  std::deque<WorkItem> buffer_ ABSL_GUARDED_BY(mu_);
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // handed out, not done
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status end_ ABSL_GUARDED_BY(mu_);  // set when the thread stopped
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_INPUT_PRODUCER_H_

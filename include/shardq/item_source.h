@@ -1,0 +1,45 @@
+// Where readers get their work items from: a WorkQueue, the local proxy
+// queue of an input producer, or a fixed list (tests, `shardq cat`).
+#ifndef SHARDQ_ITEM_SOURCE_H_
+#define SHARDQ_ITEM_SOURCE_H_
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "shardq/work_item.h"
+
+namespace shardq {
+
+// Implementations say whether they are thread-safe.
+class ItemSource {
+ public:
+  virtual ~ItemSource() = default;
+
+  // The next item to read. Blocks while none is available yet; OUT_OF_RANGE
+  // at end of input; any other error is the source's failure.
+  virtual absl::StatusOr<WorkItem> NextItem() = 0;
+
+  // Called by a reader once every record of `item` has been read out, so the
+  // source can complete it (a crash before this re-reads the item: records
+  // are delivered at least once, never skipped).
+  virtual absl::Status ItemDone(const WorkItem& item) = 0;
+};
+
+// Hands out a fixed list of item strings once, in order. ItemDone is a
+// no-op. Not thread-safe.
+class ListItemSource final : public ItemSource {
+ public:
+  explicit ListItemSource(std::vector<std::string> items);
+  absl::StatusOr<WorkItem> NextItem() override;
+  absl::Status ItemDone(const WorkItem& item) override;
+
+ private:
+  std::deque<std::string> items_;
+  int64_t next_index_ = 0;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_ITEM_SOURCE_H_

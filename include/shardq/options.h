@@ -1,0 +1,65 @@
+// Options of a shardq WorkQueue. Plain struct: defaults live here, and each
+// field says what it trades off.
+#ifndef SHARDQ_OPTIONS_H_
+#define SHARDQ_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace shardq {
+
+struct WorkQueueOptions {
+  // Work names: file paths (text lines, TFRecord) or table URIs. Must not be
+  // empty. Each is prefixed with `prefix` before use.
+  std::vector<std::string> works;
+
+  // How many times every item is handed out. Must be >= 1.
+  int64_t num_epochs = 1;
+
+  // Re-shuffle the item order at every epoch. The order of epoch e is a pure
+  // function of (seed, e, slice plan): identical on every run and machine.
+  bool shuffle = true;
+
+  // Seed of the shuffle. Unset: the queue draws one when it is created and
+  // reports it in stats, so that a run can be repeated exactly.
+  std::optional<uint64_t> seed;
+
+  // String put before every work name (e.g. a data directory with a
+  // trailing '/'). Item strings contain the prefixed name.
+  std::string prefix;
+
+  // Total number of slices to cut the works into, by size, never crossing a
+  // work. Unset: one item per work. More slices balance better (10x the
+  // number of workers or more) at the cost of more coordinator requests.
+  std::optional<int64_t> num_slices;
+
+  // How many items one worker may hold (lease) at the same time. More lets a
+  // worker interleave reads across items; each held item is one more item a
+  // dead worker delays.
+  int64_t num_clients = 1;
+
+  // Queue name; every worker naming the same queue shares it.
+  std::string name = "work_queue";
+
+  // How long a taken item stays leased without a heartbeat. The client
+  // renews held leases in the background, so this bounds only how long the
+  // item of a dead worker waits before someone else gets it.
+  absl::Duration lease_timeout = absl::Seconds(30);
+
+  // Coordinator address ("host:port"). Empty: the queue lives inside this
+  // process (the embedded default); workers are the threads that create
+  // WorkQueue objects with the same name.
+  std::string address;
+
+  // Name of this worker in stats and leases. Empty: a unique name is made
+  // from the host, the process id and a counter.
+  std::string worker_id;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_OPTIONS_H_

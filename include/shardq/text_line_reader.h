@@ -1,0 +1,60 @@
+// Reads text lines from the items of an ItemSource (a WorkQueue, an input
+// producer, a list). Each item is a file or a byte range of one
+// ("path?start=S&end=E"); a line belongs to the item in which its first byte
+// lies, so the items of a plan yield every line exactly once.
+#ifndef SHARDQ_TEXT_LINE_READER_H_
+#define SHARDQ_TEXT_LINE_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "shardq/item_source.h"
+
+namespace shardq {
+
+class TextSliceReader;
+
+// One record: key "<item>:<byte offset of the line>", value the line
+// without its "\n" or "\r\n".
+struct Record {
+  std::string key;
+  std::string value;
+};
+
+// Not thread-safe: one reader per consuming thread.
+class TextLineReader {
+ public:
+  TextLineReader();
+  ~TextLineReader();
+  TextLineReader(const TextLineReader&) = delete;
+  TextLineReader& operator=(const TextLineReader&) = delete;
+
+  // Returns up to `n` (>= 1) records, taking new items from `source` as the
+  // current one runs out. Calls source.ItemDone(item) once every line of an
+  // item has been returned. Fewer than n records only at end of input;
+  // OUT_OF_RANGE when the source is exhausted and nothing was read. Errors
+  // (NOT_FOUND for a missing file, ...) name the item.
+  absl::StatusOr<std::vector<Record>> ReadUpTo(ItemSource& source, int64_t n);
+
+  int64_t records_read() const { return records_read_; }
+  int64_t items_done() const { return items_done_; }
+
+ private:
+  std::optional<WorkItem> item_;
+  std::unique_ptr<TextSliceReader> slice_;
+  absl::Status deferred_error_;
+  int64_t records_read_ = 0;
+  int64_t items_done_ = 0;
+};
+
+// Opens the lines of one item string (a path, or path?start=S&end=E).
+absl::StatusOr<std::unique_ptr<TextSliceReader>> OpenTextItem(
+    const std::string& item);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_TEXT_LINE_READER_H_

@@ -1,0 +1,53 @@
+// A leased work item and the queue counters reported by stats.
+#ifndef SHARDQ_WORK_ITEM_H_
+#define SHARDQ_WORK_ITEM_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace shardq {
+
+// One item handed out by a WorkQueue. Valid until completed or released.
+struct WorkItem {
+  std::string item;       // e.g. "data/part-3.txt?start=1048576&end=2097152"
+  int64_t epoch = 0;      // 0-based epoch this hand-out belongs to
+  int64_t index = 0;      // position of the item in the slice plan
+  uint64_t lease_id = 0;  // identifies this hand-out; pass it to Complete
+};
+
+struct EpochStats {
+  int64_t pending = 0;    // not handed out, or returned by expiry/release
+  int64_t leased = 0;     // held by a worker right now
+  int64_t completed = 0;  // completed exactly once
+};
+
+struct WorkerStats {
+  int64_t taken = 0;
+  int64_t completed = 0;  // first completions only
+  int64_t held = 0;       // leases held right now
+  double items_per_second = 0;  // completed / seconds since first take
+};
+
+// A consistent snapshot of one queue.
+struct QueueStats {
+  std::string name;
+  uint64_t seed = 0;
+  int64_t num_items = 0;   // items per epoch (the slice plan's size)
+  int64_t num_epochs = 0;
+  int64_t pending = 0;     // summed over epochs
+  int64_t leased = 0;
+  int64_t completed = 0;
+  int64_t taken = 0;       // hand-outs, including repeats after expiry
+  int64_t expired = 0;     // leases that timed out
+  int64_t released = 0;    // leases given back by their worker
+  int64_t duplicates = 0;  // completions of an item already completed
+  bool finished = false;   // every item of every epoch is completed
+  std::vector<EpochStats> epochs;
+  std::map<std::string, WorkerStats> workers;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_WORK_ITEM_H_

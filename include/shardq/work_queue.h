@@ -1,0 +1,140 @@
+// shardq's WorkQueue: one global queue of work items shared by every worker
+// that names it. Fast workers take more items, slow ones fewer, so an epoch
+// ends for everyone at nearly the same moment.
+//
+//   shardq::WorkQueueOptions options;
+//   options.works = {"data/a.txt", "data/b.txt"};
+//   options.num_slices = 80;
+//   auto queue = shardq::WorkQueue::Create(options);   // StatusOr
+//   while (true) {
+//     absl::StatusOr<shardq::WorkItem> item = (*queue)->Take();
+//     if (absl::IsOutOfRange(item.status())) break;      // all completed
+//     ... read item->item ...
+//     (*queue)->Complete(*item);
+//   }
+//
+// A WorkQueue object is one worker. It is thread-safe; several threads may
+// share it (they then share its num_clients limit), or each thread may make
+// its own WorkQueue with the same name to be a worker of its own.
+#ifndef SHARDQ_WORK_QUEUE_H_
+#define SHARDQ_WORK_QUEUE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "shardq/item_source.h"
+#include "shardq/options.h"
+#include "shardq/work_item.h"
+
+namespace shardq {
+
+class QueueBackend;
+class InputProducer;
+class ItemStream;
+
+class WorkQueue final : public ItemSource {
+ public:
+  // Plans the slices (the files must exist: NOT_FOUND names a missing one),
+  // then creates the queue or attaches to the queue of the same name.
+  // INVALID_ARGUMENT names a bad option (empty works, num_epochs < 1,
+  // num_slices < 1, num_clients < 1); FAILED_PRECONDITION when a queue of
+  // that name exists with a different config (the message lists the fields).
+  // With options.address empty the queue lives in this process.
+  static absl::StatusOr<std::unique_ptr<WorkQueue>> Create(
+      const WorkQueueOptions& options);
+
+  // As Create, over a given backend (the remote client, tests).
+  static absl::StatusOr<std::unique_ptr<WorkQueue>> Create(
+      const WorkQueueOptions& options, std::shared_ptr<QueueBackend> backend);
+
+  // Stops heartbeats and releases every item still held, so that they go
+  // back to the front of the queue at once instead of waiting for expiry.
+  ~WorkQueue() override;
+
+  // Leases the next item. Blocks while every remaining item is held by other
+  // workers (one of them may die and its item come back). OUT_OF_RANGE when
+  // every item of every epoch is completed; DEADLINE_EXCEEDED after
+  // `timeout`; FAILED_PRECONDITION when this worker already holds
+  // num_clients items.
+  absl::StatusOr<WorkItem> Take(absl::Duration timeout = absl::InfiniteDuration());
+
+  // Marks the item done. A completion of an item someone else completed
+  // first (after this worker's lease expired) is OK and counted as a
+  // duplicate. NOT_FOUND / PERMISSION_DENIED for a lease this worker never
+  // held.
+  absl::Status Complete(const WorkItem& item);
+
+  // Gives the item back unfinished: it goes to the front of the queue.
+  absl::Status Release(const WorkItem& item);
+
+  absl::StatusOr<QueueStats> Stats();
+
+  // The `input_dataset` shape: items one after another, each completed when
+  // the next is requested.
+  std::unique_ptr<ItemStream> InputDataset();
+
+  // The `input_producer` shape: a local bounded proxy queue of `capacity`
+  // items (0: num_clients), kept filled by a background thread.
+  std::unique_ptr<InputProducer> MakeInputProducer(int64_t capacity = 0);
+
+  // ItemSource: NextItem() is Take(), ItemDone() is Complete().
+  absl::StatusOr<WorkItem> NextItem() override { return Take(); }
+  absl::Status ItemDone(const WorkItem& item) override { return Complete(item); }
+
+  const std::string& name() const { return name_; }
+  const std::string& worker_id() const { return worker_id_; }
+  uint64_t seed() const { return seed_; }
+  int64_t num_items() const { return num_items_; }
+  int64_t num_epochs() const { return num_epochs_; }
+  int64_t num_clients() const { return num_clients_; }
+  // Leases held by this worker right now.
+  int64_t held() const;
+
+ private:
+  WorkQueue(std::shared_ptr<QueueBackend> backend, std::string name,
+            std::string worker_id);
+  void HeartbeatLoop();
+  void StartHeartbeatsIfNeeded();
+
+  const std::shared_ptr<QueueBackend> backend_;
+  const std::string name_;
+  const std::string worker_id_;
+  uint64_t seed_ = 0;
+  int64_t num_items_ = 0;
+  int64_t num_epochs_ = 0;
+  int64_t num_clients_ = 1;
+  absl::Duration lease_timeout_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_thread_;
+};
+
+// Items of a WorkQueue one after another; see WorkQueue::InputDataset.
+// Not thread-safe.
+class ItemStream {
+ public:
+  explicit ItemStream(WorkQueue* queue) : queue_(queue) {}
+  // Releases an item still held (it was not finished).
+  ~ItemStream();
+  // Completes the previous item, then takes the next. OUT_OF_RANGE at end.
+  absl::StatusOr<WorkItem> Next();
+
+ private:
+  WorkQueue* const queue_;
+  std::optional<WorkItem> current_;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_WORK_QUEUE_H_

@@ -1,0 +1,58 @@
+// The interface between a WorkQueue and wherever its queue lives: in this
+// process (EmbeddedBackend) or in a coordinator reached over the network
+// (the remote backend). Callers of WorkQueue never see which.
+//
+// Implementations are thread-safe.
+#ifndef SHARDQ_CLIENT_BACKEND_H_
+#define SHARDQ_CLIENT_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "src/core/queue_state.h"
+#include "src/server/coordinator_impl.h"
+#include "shardq/work_item.h"
+
+namespace shardq {
+
+class QueueBackend {
+ public:
+  virtual ~QueueBackend() = default;
+
+  // Creates the queue or attaches to it (see CoordinatorImpl::CreateQueue).
+  virtual absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) = 0;
+
+  // Leases up to max_items items; blocks at most until `deadline`, then
+  // returns an empty vector. OUT_OF_RANGE at end of input.
+  virtual absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue,
+                                                     absl::string_view worker,
+                                                     int64_t max_items,
+                                                     absl::Time deadline) = 0;
+  virtual absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
+                                                   absl::string_view worker,
+                                                   uint64_t lease_id) = 0;
+  virtual absl::Status Release(absl::string_view queue,
+                               absl::string_view worker, uint64_t lease_id) = 0;
+  // Returns the leases the worker no longer holds.
+  virtual absl::StatusOr<std::vector<uint64_t>> Heartbeat(
+      absl::string_view queue, absl::string_view worker,
+      const std::vector<uint64_t>& lease_ids) = 0;
+  virtual absl::StatusOr<QueueStats> Stats(absl::string_view queue) = 0;
+};
+
+// The in-process backend over a process-wide CoordinatorImpl: every
+// WorkQueue of this process without an address shares it, so worker threads
+// naming the same queue share one queue.
+std::shared_ptr<QueueBackend> EmbeddedBackend();
+
+// A backend over a given coordinator (tests; the coordinator must outlive it).
+std::shared_ptr<QueueBackend> BackendForCoordinator(CoordinatorImpl* coordinator);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_CLIENT_BACKEND_H_

@@ -1,0 +1,58 @@
+#include "src/client/backend.h"
+
+namespace shardq {
+namespace {
+
+class CoordinatorBackend final : public QueueBackend {
+ public:
+  explicit CoordinatorBackend(CoordinatorImpl* coordinator)
+      : coordinator_(coordinator) {}
+
+  absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
+    return coordinator_->CreateQueue(config);
+  }
+  absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue,
+                                             absl::string_view worker,
+                                             int64_t max_items,
+                                             absl::Time deadline) override {
+    return coordinator_->Take(queue, worker, max_items, deadline);
+  }
+  absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
+                                           absl::string_view worker,
+                                           uint64_t lease_id) override {
+    return coordinator_->Complete(queue, worker, lease_id);
+  }
+  absl::Status Release(absl::string_view queue, absl::string_view worker,
+                       uint64_t lease_id) override {
+    return coordinator_->Release(queue, worker, lease_id);
+  }
+  absl::StatusOr<std::vector<uint64_t>> Heartbeat(
+      absl::string_view queue, absl::string_view worker,
+      const std::vector<uint64_t>& lease_ids) override {
+    return coordinator_->Heartbeat(queue, worker, lease_ids);
+  }
+  absl::StatusOr<QueueStats> Stats(absl::string_view queue) override {
+    return coordinator_->Stats(queue);
+  }
+
+ private:
+  CoordinatorImpl* const coordinator_;
+};
+
+}  // namespace
+
+std::shared_ptr<QueueBackend> EmbeddedBackend() {
+  // Process-wide by design (the embedded default); never destroyed so that
+  // worker threads outliving main() cannot touch a dead coordinator.
+  static CoordinatorImpl* coordinator = new CoordinatorImpl();
+  static std::shared_ptr<QueueBackend>* backend =
+      new std::shared_ptr<QueueBackend>(
+          std::make_shared<CoordinatorBackend>(coordinator));
+  return *backend;
+}
+
+std::shared_ptr<QueueBackend> BackendForCoordinator(CoordinatorImpl* coordinator) {
+  return std::make_shared<CoordinatorBackend>(coordinator);
+}
+
+}  // namespace shardq

@@ -1,0 +1,93 @@
+#include "shardq/input_producer.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace shardq {
+namespace {
+
+// The filling thread checks for shutdown at least this often while it waits
+// for an item held elsewhere.
+constexpr absl::Duration kTakeSlice = absl::Milliseconds(200);
+
+}  // namespace
+
+InputProducer::InputProducer(WorkQueue* queue, int64_t capacity)
+    : queue_(queue),
+      capacity_(std::max<int64_t>(1, std::min(capacity, queue->num_clients()))) {
+  thread_ = std::thread([this] { Fill(); });
+}
+
+InputProducer::~InputProducer() {
+  std::deque<WorkItem> unread;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    unread.swap(buffer_);
+  }
+  for (const WorkItem& item : unread) queue_->Release(item).IgnoreError();
+}
+
+void InputProducer::Fill() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ ||
+               static_cast<int64_t>(buffer_.size()) + outstanding_ < capacity_;
+      };
+      mu_.Await(absl::Condition(&has_room));
+      if (stopping_) break;
+    }
+    absl::StatusOr<WorkItem> item = queue_->Take(kTakeSlice);
+    absl::MutexLock lock(&mu_);
+    if (item.ok()) {
+      buffer_.push_back(*std::move(item));
+      continue;
+    }
+    if (absl::IsDeadlineExceeded(item.status())) continue;
+    end_ = item.status();  // OUT_OF_RANGE at the end, or the failure
+    break;
+  }
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+}
+
+absl::StatusOr<WorkItem> InputProducer::NextItem() {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !buffer_.empty() || ended_;
+  };
+  mu_.Await(absl::Condition(&ready));
+  if (!buffer_.empty()) {
+    WorkItem item = std::move(buffer_.front());
+    buffer_.pop_front();
+    ++outstanding_;
+    return item;
+  }
+  if (end_.ok()) {
+    return absl::CancelledError(
+        absl::StrCat("input producer of queue '", queue_->name(), "' was stopped"));
+  }
+  return end_;
+}
+
+absl::Status InputProducer::ItemDone(const WorkItem& item) {
+  absl::Status s = queue_->Complete(item);
+  absl::MutexLock lock(&mu_);
+  if (outstanding_ > 0) --outstanding_;
+  return s;
+}
+
+int64_t InputProducer::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(buffer_.size());
+}
+
+}  // namespace shardq

@@ -1,0 +1,26 @@
+// Turns the works a user names into the slice plan of a queue: prefixes the
+// names, measures each work (bytes of a file) and cuts slices. This is the
+// I/O half of planning; the arithmetic is PlanSlices in src/core.
+#ifndef SHARDQ_CLIENT_PLANNER_H_
+#define SHARDQ_CLIENT_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shardq {
+
+// Every work must exist and be readable (NOT_FOUND / PERMISSION_DENIED name
+// the path). INVALID_ARGUMENT for empty works or num_slices < 1. When every
+// work is empty and slices were asked for, INVALID_ARGUMENT says so (a queue
+// with nothing to hand out is a mistake, not an empty epoch).
+absl::StatusOr<std::vector<std::string>> PlanWorks(
+    const std::vector<std::string>& works, const std::string& prefix,
+    std::optional<int64_t> num_slices);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_CLIENT_PLANNER_H_

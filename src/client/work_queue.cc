@@ -1,0 +1,198 @@
+#include "shardq/work_queue.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "shardq/input_producer.h"
+#include "src/client/backend.h"
+#include "src/client/planner.h"
+
+namespace shardq {
+namespace {
+
+// A remote take is re-issued at least this often, so a dead connection is
+// noticed; the embedded backend simply waits.
+constexpr absl::Duration kTakePollSlice = absl::Seconds(10);
+
+std::string DefaultWorkerId() {
+  static std::atomic<int64_t> counter{0};
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return absl::StrCat(host[0] ? host : "host", "-", ::getpid(), "-",
+                      counter.fetch_add(1));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
+    const WorkQueueOptions& options) {
+  if (!options.address.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "coordinator address '", options.address,
+        "': the remote client is not part of this build"));
+  }
+  return Create(options, EmbeddedBackend());
+}
+
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
+    const WorkQueueOptions& options, std::shared_ptr<QueueBackend> backend) {
+  if (options.num_epochs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_epochs must be >= 1, got ", options.num_epochs));
+  }
+  if (options.num_clients < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_clients must be >= 1, got ", options.num_clients));
+  }
+  absl::StatusOr<std::vector<std::string>> items =
+      PlanWorks(options.works, options.prefix, options.num_slices);
+  if (!items.ok()) return items.status();
+  QueueConfig config;
+  config.name = options.name;
+  config.items = *std::move(items);
+  config.num_epochs = options.num_epochs;
+  config.shuffle = options.shuffle;
+  config.seed = options.seed;
+  config.num_clients = options.num_clients;
+  config.lease_timeout = options.lease_timeout;
+  absl::StatusOr<QueueInfo> info = backend->CreateQueue(config);
+  if (!info.ok()) return info.status();
+  std::string worker =
+      options.worker_id.empty() ? DefaultWorkerId() : options.worker_id;
+  std::unique_ptr<WorkQueue> queue(
+      new WorkQueue(std::move(backend), options.name, std::move(worker)));
+  queue->seed_ = info->seed;
+  queue->num_items_ = info->num_items;
+  queue->num_epochs_ = info->num_epochs;
+  queue->num_clients_ = info->num_clients;
+  queue->lease_timeout_ = info->lease_timeout;
+  return queue;
+}
+
+WorkQueue::WorkQueue(std::shared_ptr<QueueBackend> backend, std::string name,
+                     std::string worker_id)
+    : backend_(std::move(backend)),
+      name_(std::move(name)),
+      worker_id_(std::move(worker_id)) {}
+
+WorkQueue::~WorkQueue() {
+  std::vector<uint64_t> leases;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (const auto& [id, item] : held_) leases.push_back(id);
+    held_.clear();
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  for (uint64_t id : leases) {
+    // Best effort: if the coordinator is gone the lease expires instead.
+    backend_->Release(name_, worker_id_, id).IgnoreError();
+  }
+}
+
+int64_t WorkQueue::held() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(held_.size());
+}
+
+absl::StatusOr<WorkItem> WorkQueue::Take(absl::Duration timeout) {
+  const absl::Time deadline = timeout == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + timeout;
+  while (true) {
+    const absl::Time slice_deadline = std::min(deadline, absl::Now() + kTakePollSlice);
+    absl::StatusOr<std::vector<WorkItem>> items =
+        backend_->Take(name_, worker_id_, 1, slice_deadline);
+    if (!items.ok()) return items.status();
+    if (!items->empty()) {
+      WorkItem item = std::move(items->front());
+      {
+        absl::MutexLock lock(&mu_);
+        held_[item.lease_id] = item;
+      }
+      StartHeartbeatsIfNeeded();
+      return item;
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "queue '", name_, "': no item within ", absl::FormatDuration(timeout),
+          " (remaining items are held by other workers)"));
+    }
+  }
+}
+
+absl::Status WorkQueue::Complete(const WorkItem& item) {
+  absl::StatusOr<CompleteOutcome> outcome =
+      backend_->Complete(name_, worker_id_, item.lease_id);
+  if (outcome.ok()) {
+    absl::MutexLock lock(&mu_);
+    held_.erase(item.lease_id);
+  }
+  return outcome.status();
+}
+
+absl::Status WorkQueue::Release(const WorkItem& item) {
+  absl::Status s = backend_->Release(name_, worker_id_, item.lease_id);
+  absl::MutexLock lock(&mu_);
+  // Gone from the coordinator either way: released now, or lost earlier.
+  if (s.ok() || absl::IsNotFound(s)) held_.erase(item.lease_id);
+  return s;
+}
+
+absl::StatusOr<QueueStats> WorkQueue::Stats() { return backend_->Stats(name_); }
+
+void WorkQueue::StartHeartbeatsIfNeeded() {
+  absl::MutexLock lock(&mu_);
+  if (heartbeat_started_ || stopping_) return;
+  heartbeat_started_ = true;
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void WorkQueue::HeartbeatLoop() {
+  // Renew three times per lease period: one lost heartbeat never expires a
+  // lease of a live worker.
+  const absl::Duration interval = lease_timeout_ / 3;
+  auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+  while (true) {
+    std::vector<uint64_t> leases;
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), interval)) return;
+      for (const auto& [id, item] : held_) leases.push_back(id);
+    }
+    if (leases.empty()) continue;
+    // Lost leases stay in held_: completing one later may still count (a
+    // late first completion) and is otherwise recorded as a duplicate.
+    backend_->Heartbeat(name_, worker_id_, leases).IgnoreError();
+  }
+}
+
+std::unique_ptr<ItemStream> WorkQueue::InputDataset() {
+  return std::make_unique<ItemStream>(this);
+}
+
+std::unique_ptr<InputProducer> WorkQueue::MakeInputProducer(int64_t capacity) {
+  return std::make_unique<InputProducer>(this, capacity > 0 ? capacity : num_clients_);
+}
+
+ItemStream::~ItemStream() {
+  if (current_.has_value()) queue_->Release(*current_).IgnoreError();
+}
+
+absl::StatusOr<WorkItem> ItemStream::Next() {
+  if (current_.has_value()) {
+    absl::Status s = queue_->Complete(*current_);
+    current_.reset();
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<WorkItem> item = queue_->Take();
+  if (item.ok()) current_ = *item;
+  return item;
+}
+
+}  // namespace shardq

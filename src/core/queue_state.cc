@@ -1,0 +1,360 @@
+#include "src/core/queue_state.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "src/core/rng.h"
+
+namespace shardq {
+namespace {
+
+constexpr int kLeaseSequenceBits = 20;
+constexpr uint64_t kLeaseSequenceMask = (uint64_t{1} << kLeaseSequenceBits) - 1;
+// (epoch * num_items + index) must fit in the bits left above the sequence.
+constexpr int64_t kMaxTotalWork = int64_t{1} << (63 - kLeaseSequenceBits);
+// Expired-lease records kept for late completions before pruning.
+constexpr size_t kExpiredRecordsSoftLimit = 1 << 16;
+// Longest queue name accepted (names travel in every request).
+constexpr size_t kMaxNameBytes = 256;
+
+}  // namespace
+
+std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
+                                           const QueueConfig& requested) {
+  std::vector<std::string> diffs;
+  if (existing.items != requested.items) {
+    diffs.push_back(absl::StrCat("items (existing ", existing.items.size(),
+                                 " items, requested ", requested.items.size(),
+                                 existing.items.size() == requested.items.size()
+                                     ? " items with different names)"
+                                     : " items)"));
+  }
+  if (existing.num_epochs != requested.num_epochs) {
+    diffs.push_back(absl::StrCat("num_epochs (existing ", existing.num_epochs,
+                                 ", requested ", requested.num_epochs, ")"));
+  }
+  if (existing.shuffle != requested.shuffle) {
+    diffs.push_back(absl::StrCat("shuffle (existing ", existing.shuffle,
+                                 ", requested ", requested.shuffle, ")"));
+  }
+  if (requested.seed.has_value() && existing.seed != requested.seed) {
+    diffs.push_back(absl::StrCat("seed (existing ", existing.seed.value_or(0),
+                                 ", requested ", *requested.seed, ")"));
+  }
+  if (existing.num_clients != requested.num_clients) {
+    diffs.push_back(absl::StrCat("num_clients (existing ", existing.num_clients,
+                                 ", requested ", requested.num_clients, ")"));
+  }
+  if (existing.lease_timeout != requested.lease_timeout) {
+    diffs.push_back(absl::StrCat(
+        "lease_timeout (existing ", absl::FormatDuration(existing.lease_timeout),
+        ", requested ", absl::FormatDuration(requested.lease_timeout), ")"));
+  }
+  return diffs;
+}
+
+absl::Status ValidateConfig(const QueueConfig& config) {
+  if (config.name.empty() || config.name.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue name must have 1 to ", kMaxNameBytes, " bytes, got ",
+        config.name.size()));
+  }
+  if (config.items.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config.name, "': the plan has no items (are all works empty?)"));
+  }
+  if (config.num_epochs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config.name, "': num_epochs must be >= 1, got ",
+        config.num_epochs));
+  }
+  if (config.num_clients < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config.name, "': num_clients must be >= 1, got ",
+        config.num_clients));
+  }
+  if (config.lease_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config.name, "': lease_timeout must be positive, got ",
+        absl::FormatDuration(config.lease_timeout)));
+  }
+  const int64_t items = static_cast<int64_t>(config.items.size());
+  if (config.num_epochs > kMaxTotalWork / items) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config.name, "': ", items, " items x ", config.num_epochs,
+        " epochs exceeds the limit of ", kMaxTotalWork, " hand-outs"));
+  }
+  for (const std::string& item : config.items) {
+    if (item.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("queue '", config.name, "': the plan has an empty item"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<QueueState>> QueueState::Create(
+    QueueConfig config) {
+  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  if (!config.seed.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue '", config.name, "': seed must be resolved"));
+  }
+  return std::unique_ptr<QueueState>(new QueueState(std::move(config)));
+}
+
+QueueState::QueueState(QueueConfig config)
+    : config_(std::move(config)),
+      completed_bits_(static_cast<size_t>(config_.num_epochs)),
+      completed_per_epoch_(static_cast<size_t>(config_.num_epochs), 0),
+      leased_per_epoch_(static_cast<size_t>(config_.num_epochs), 0) {}
+
+uint64_t QueueState::MakeLeaseId(Ref ref) {
+  const uint64_t slot = static_cast<uint64_t>(ref.epoch * num_items() + ref.index);
+  // Sequence in [1, 2^20 - 1] so that no lease id is 0.
+  const uint64_t seq = 1 + (lease_sequence_++ % kLeaseSequenceMask);
+  return (slot << kLeaseSequenceBits) | seq;
+}
+
+std::optional<QueueState::Ref> QueueState::DecodeLeaseId(uint64_t lease_id) const {
+  if ((lease_id & kLeaseSequenceMask) == 0) return std::nullopt;
+  const uint64_t slot = lease_id >> kLeaseSequenceBits;
+  if (slot >= static_cast<uint64_t>(total_work())) return std::nullopt;
+  const int64_t s = static_cast<int64_t>(slot);
+  return Ref{s / num_items(), s % num_items()};
+}
+
+bool QueueState::IsCompleted(Ref ref) const {
+  const size_t e = static_cast<size_t>(ref.epoch);
+  if (completed_per_epoch_[e] == num_items()) return true;
+  const std::vector<bool>& bits = completed_bits_[e];
+  return !bits.empty() && bits[static_cast<size_t>(ref.index)];
+}
+
+void QueueState::MarkCompleted(Ref ref, const std::string& worker,
+                               absl::Time now) {
+  const size_t e = static_cast<size_t>(ref.epoch);
+  std::vector<bool>& bits = completed_bits_[e];
+  if (bits.empty()) bits.assign(static_cast<size_t>(num_items()), false);
+  bits[static_cast<size_t>(ref.index)] = true;
+  ++completed_per_epoch_[e];
+  ++total_completed_;
+  if (completed_per_epoch_[e] == num_items()) {
+    std::vector<bool>().swap(bits);  // the count alone now says "all done"
+  }
+  WorkerRecord& w = Worker(worker);
+  ++w.completed;
+  w.last_completion = now;
+}
+
+bool QueueState::MaterializeNextEpoch() {
+  if (next_epoch_ >= config_.num_epochs) return false;
+  const int64_t epoch = next_epoch_++;
+  for (int64_t index :
+       EpochOrder(*config_.seed, epoch, num_items(), config_.shuffle)) {
+    pending_.push_back(Ref{epoch, index});
+  }
+  return true;
+}
+
+QueueState::WorkerRecord& QueueState::Worker(absl::string_view worker) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) {
+    it = workers_.emplace(std::string(worker), WorkerRecord{}).first;
+  }
+  return it->second;
+}
+
+void QueueState::DropLease(uint64_t lease_id, const Lease& lease) {
+  deadlines_.erase({lease.deadline, lease_id});
+  --leased_per_epoch_[static_cast<size_t>(lease.ref.epoch)];
+  --Worker(lease.worker).held;
+}
+
+absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
+                                            absl::Time now) {
+  if (worker.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue '", config_.name, "': take with an empty worker name"));
+  }
+  ExpireLeases(now);
+  WorkerRecord& w = Worker(worker);
+  if (w.held >= config_.num_clients) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "queue '", config_.name, "': worker '", worker, "' already holds ",
+        w.held, " item(s), the limit (num_clients=", config_.num_clients,
+        "); complete or release one first"));
+  }
+  TakeResult result;
+  while (true) {
+    if (pending_.empty() && !MaterializeNextEpoch()) break;
+    Ref ref = pending_.front();
+    pending_.pop_front();
+    // A late completion may have finished an item while it sat in pending.
+    if (IsCompleted(ref)) continue;
+    const uint64_t lease_id = MakeLeaseId(ref);
+    const absl::Time deadline = now + config_.lease_timeout;
+    leases_[lease_id] = Lease{ref, std::string(worker), deadline};
+    deadlines_.insert({deadline, lease_id});
+    ++leased_per_epoch_[static_cast<size_t>(ref.epoch)];
+    ++w.held;
+    ++w.taken;
+    if (w.first_take == absl::InfinitePast()) w.first_take = now;
+    ++taken_;
+    result.outcome = TakeOutcome::kItem;
+    result.item.item = config_.items[static_cast<size_t>(ref.index)];
+    result.item.epoch = ref.epoch;
+    result.item.index = ref.index;
+    result.item.lease_id = lease_id;
+    return result;
+  }
+  result.outcome = Finished() ? TakeOutcome::kEndOfInput : TakeOutcome::kWait;
+  return result;
+}
+
+absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
+                                                     uint64_t lease_id,
+                                                     absl::Time now) {
+  if (auto it = leases_.find(lease_id); it != leases_.end()) {
+    if (it->second.worker != worker) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
+          it->second.worker, "', not '", worker, "'"));
+    }
+    Lease lease = std::move(it->second);
+    leases_.erase(it);
+    DropLease(lease_id, lease);
+    if (IsCompleted(lease.ref)) {
+      ++duplicates_;
+      return CompleteOutcome::kDuplicate;
+    }
+    MarkCompleted(lease.ref, lease.worker, now);
+    return CompleteOutcome::kCompleted;
+  }
+  std::optional<Ref> ref = DecodeLeaseId(lease_id);
+  if (ref.has_value() && IsCompleted(*ref)) {
+    expired_.erase(lease_id);
+    ++duplicates_;
+    return CompleteOutcome::kDuplicate;
+  }
+  if (auto it = expired_.find(lease_id); it != expired_.end()) {
+    // Late, but first: it counts. If the item was handed out again, that
+    // holder's completion will be the duplicate.
+    expired_.erase(it);
+    MarkCompleted(*ref, std::string(worker), now);
+    return CompleteOutcome::kCompleted;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "queue '", config_.name, "': lease ", lease_id,
+      " is unknown (never handed out by this queue)"));
+}
+
+absl::Status QueueState::Release(absl::string_view worker, uint64_t lease_id,
+                                 absl::Time now) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "queue '", config_.name, "': lease ", lease_id,
+        " is not held (expired, completed or unknown)"));
+  }
+  if (it->second.worker != worker) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
+        it->second.worker, "', not '", worker, "'"));
+  }
+  Lease lease = std::move(it->second);
+  leases_.erase(it);
+  DropLease(lease_id, lease);
+  pending_.push_front(lease.ref);
+  ++released_;
+  return absl::OkStatus();
+}
+
+std::vector<uint64_t> QueueState::Heartbeat(absl::string_view worker,
+                                            const std::vector<uint64_t>& lease_ids,
+                                            absl::Time now) {
+  std::vector<uint64_t> lost;
+  for (uint64_t id : lease_ids) {
+    auto it = leases_.find(id);
+    if (it == leases_.end() || it->second.worker != worker) {
+      lost.push_back(id);
+      continue;
+    }
+    deadlines_.erase({it->second.deadline, id});
+    it->second.deadline = now + config_.lease_timeout;
+    deadlines_.insert({it->second.deadline, id});
+  }
+  return lost;
+}
+
+int64_t QueueState::ExpireLeases(absl::Time now) {
+  int64_t count = 0;
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const uint64_t id = deadlines_.begin()->second;
+    auto it = leases_.find(id);
+    Lease lease = std::move(it->second);
+    leases_.erase(it);
+    DropLease(id, lease);
+    expired_[id] = lease.ref;
+    pending_.push_front(lease.ref);
+    ++expired_count_;
+    ++count;
+  }
+  if (expired_.size() > kExpiredRecordsSoftLimit) PruneExpiredRecords();
+  return count;
+}
+
+void QueueState::PruneExpiredRecords() {
+  // Records of items completed since are no longer needed: a late
+  // completion of those is a duplicate, which the lease id alone tells.
+  for (auto it = expired_.begin(); it != expired_.end();) {
+    if (IsCompleted(it->second)) {
+      expired_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::Time QueueState::NextDeadline() const {
+  return deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
+}
+
+QueueStats QueueState::Stats(absl::Time now) const {
+  QueueStats stats;
+  stats.name = config_.name;
+  stats.seed = *config_.seed;
+  stats.num_items = num_items();
+  stats.num_epochs = config_.num_epochs;
+  stats.taken = taken_;
+  stats.expired = expired_count_;
+  stats.released = released_;
+  stats.duplicates = duplicates_;
+  stats.finished = Finished();
+  for (int64_t e = 0; e < config_.num_epochs; ++e) {
+    EpochStats es;
+    es.completed = completed_per_epoch_[static_cast<size_t>(e)];
+    es.leased = leased_per_epoch_[static_cast<size_t>(e)];
+    es.pending = num_items() - es.completed - es.leased;
+    stats.pending += es.pending;
+    stats.leased += es.leased;
+    stats.completed += es.completed;
+    stats.epochs.push_back(es);
+  }
+  for (const auto& [name, w] : workers_) {
+    WorkerStats ws;
+    ws.taken = w.taken;
+    ws.completed = w.completed;
+    ws.held = w.held;
+    const absl::Time end = w.last_completion == absl::InfinitePast() ? now : w.last_completion;
+    const double seconds = absl::ToDoubleSeconds(end - w.first_take);
+    if (w.first_take != absl::InfinitePast() && seconds > 0) {
+      ws.items_per_second = static_cast<double>(w.completed) / seconds;
+    }
+    stats.workers[name] = ws;
+  }
+  return stats;
+}
+
+}  // namespace shardq

@@ -1,0 +1,170 @@
+// The state of one work queue: pending items per epoch, leases with
+// deadlines, completions, expiries and counters. Pure logic: no I/O, no
+// clock, no threads — every call takes the current time `now`, so tests
+// drive it with a fake clock and the simulator with a virtual one.
+//
+// Rules enforced here (SPEC.md "Leases, failures, accounting"):
+//  * an expired or released item goes back to the FRONT of the queue;
+//  * each (epoch, item) is completed once; a later completion of it is
+//    counted as a duplicate and changes nothing else;
+//  * a late completion from an expired lease counts if the item is not yet
+//    completed (the first completion counts);
+//  * Take reports end of input only when every item of every epoch is
+//    completed; while items are only leased elsewhere it says "wait";
+//  * a worker holds at most num_clients leases.
+//
+// Epochs are materialised lazily: the order of epoch e+1 is generated when
+// the pending items of epoch e run out, so memory holds at most two epochs'
+// orders and items of the next epoch flow while stragglers finish the last.
+//
+// Thread-compatible: callers serialise access (the backends hold a mutex).
+#ifndef SHARDQ_CORE_QUEUE_STATE_H_
+#define SHARDQ_CORE_QUEUE_STATE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "shardq/work_item.h"
+
+namespace shardq {
+
+// Everything that defines a queue. Two clients naming the same queue must
+// agree on it (see ConfigDifferences).
+struct QueueConfig {
+  std::string name;
+  std::vector<std::string> items;  // the slice plan, one epoch
+  int64_t num_epochs = 1;
+  bool shuffle = true;
+  std::optional<uint64_t> seed;    // unset only in requests; resolved state always has one
+  int64_t num_clients = 1;
+  absl::Duration lease_timeout = absl::Seconds(30);
+};
+
+// Field names on which `requested` disagrees with `existing`, e.g.
+// {"num_epochs (existing 2, requested 3)"}. An unset requested seed matches
+// any seed. Empty when the configs are compatible.
+std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
+                                           const QueueConfig& requested);
+
+// INVALID_ARGUMENT naming the field when the config cannot make a queue.
+absl::Status ValidateConfig(const QueueConfig& config);
+
+enum class TakeOutcome { kItem, kWait, kEndOfInput };
+struct TakeResult {
+  TakeOutcome outcome = TakeOutcome::kWait;
+  WorkItem item;  // set when outcome == kItem
+};
+
+enum class CompleteOutcome { kCompleted, kDuplicate };
+
+class QueueState {
+ public:
+  // `config.seed` must be set. INVALID_ARGUMENT on a bad config.
+  static absl::StatusOr<std::unique_ptr<QueueState>> Create(QueueConfig config);
+
+  // Expires overdue leases, then leases the next pending item to `worker`.
+  // FAILED_PRECONDITION when the worker already holds num_clients items.
+  // INVALID_ARGUMENT for an empty worker name.
+  absl::StatusOr<TakeResult> Take(absl::string_view worker, absl::Time now);
+
+  // Completes the item of `lease_id`. kDuplicate (and no other change) when
+  // the item was already completed. NOT_FOUND for a lease that was never
+  // handed out (or whose item is neither held nor completed);
+  // PERMISSION_DENIED when the lease is held by another worker.
+  absl::StatusOr<CompleteOutcome> Complete(absl::string_view worker,
+                                           uint64_t lease_id, absl::Time now);
+
+  // Gives the item back at once: it goes to the front of the queue.
+  // NOT_FOUND / PERMISSION_DENIED as for Complete.
+  absl::Status Release(absl::string_view worker, uint64_t lease_id,
+                       absl::Time now);
+
+  // Renews `worker`'s leases to now + lease_timeout. Returns the lease ids
+  // of `lease_ids` that the worker no longer holds (expired, completed,
+  // unknown or someone else's), which the worker should stop reading.
+  std::vector<uint64_t> Heartbeat(absl::string_view worker,
+                                  const std::vector<uint64_t>& lease_ids,
+                                  absl::Time now);
+
+  // Returns every lease whose deadline is <= now to the front of the queue.
+  // Returns how many expired.
+  int64_t ExpireLeases(absl::Time now);
+
+  // Earliest lease deadline; InfiniteFuture when nothing is leased.
+  absl::Time NextDeadline() const;
+
+  // True when every item of every epoch is completed.
+  bool Finished() const { return total_completed_ == total_work(); }
+
+  QueueStats Stats(absl::Time now) const;
+  const QueueConfig& config() const { return config_; }
+  uint64_t seed() const { return *config_.seed; }
+
+ private:
+  struct Ref {
+    int64_t epoch = 0;
+    int64_t index = 0;
+  };
+  struct Lease {
+    Ref ref;
+    std::string worker;
+    absl::Time deadline;
+  };
+  struct WorkerRecord {
+    int64_t taken = 0;
+    int64_t completed = 0;
+    int64_t held = 0;
+    absl::Time first_take = absl::InfinitePast();
+    absl::Time last_completion = absl::InfinitePast();
+  };
+
+  explicit QueueState(QueueConfig config);
+
+  int64_t num_items() const { return static_cast<int64_t>(config_.items.size()); }
+  int64_t total_work() const { return num_items() * config_.num_epochs; }
+  // Lease ids encode the (epoch, item) they lease, so that a completion of
+  // an already completed item is recognised without remembering every
+  // lease ever issued: id = ((epoch * num_items + index) << 20) | sequence.
+  uint64_t MakeLeaseId(Ref ref);
+  std::optional<Ref> DecodeLeaseId(uint64_t lease_id) const;
+  bool IsCompleted(Ref ref) const;
+  void MarkCompleted(Ref ref, const std::string& worker, absl::Time now);
+  // Generates the next epoch's order into pending_; false when none is left.
+  bool MaterializeNextEpoch();
+  void DropLease(uint64_t lease_id, const Lease& lease);
+  void PruneExpiredRecords();
+  WorkerRecord& Worker(absl::string_view worker);
+
+  QueueConfig config_;
+  std::deque<Ref> pending_;  // front is handed out next
+  int64_t next_epoch_ = 0;   // first epoch not yet materialised
+  std::vector<std::vector<bool>> completed_bits_;  // per epoch, freed when full
+  std::vector<int64_t> completed_per_epoch_;
+  std::vector<int64_t> leased_per_epoch_;
+  absl::flat_hash_map<uint64_t, Lease> leases_;
+  std::set<std::pair<absl::Time, uint64_t>> deadlines_;
+  // Leases that expired, kept so that a late completion can still count.
+  absl::flat_hash_map<uint64_t, Ref> expired_;
+  std::map<std::string, WorkerRecord, std::less<>> workers_;
+  uint64_t lease_sequence_ = 0;
+  int64_t total_completed_ = 0;
+  int64_t taken_ = 0;
+  int64_t expired_count_ = 0;
+  int64_t released_ = 0;
+  int64_t duplicates_ = 0;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_CORE_QUEUE_STATE_H_

@@ -1,0 +1,121 @@
+#include "src/core/slice_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "shardq/slice.h"
+
+namespace shardq {
+namespace {
+
+using u128 = unsigned __int128;
+
+int64_t MulDiv(int64_t a, int64_t b, int64_t c) {
+  return static_cast<int64_t>(static_cast<u128>(a) * static_cast<u128>(b) /
+                              static_cast<u128>(c));
+}
+
+}  // namespace
+
+std::vector<int64_t> AllocateSlices(const std::vector<SizedWork>& works,
+                                    int64_t num_slices) {
+  std::vector<int64_t> count(works.size(), 0);
+  int64_t total = 0;
+  for (const SizedWork& w : works) total += w.size;
+  if (total == 0) return count;
+  // Largest-remainder apportionment of num_slices by size, with a floor of
+  // one slice per non-empty work and a ceiling of one slice per byte/row.
+  std::vector<std::pair<int64_t, size_t>> remainders;  // (remainder, index)
+  int64_t assigned = 0;
+  for (size_t i = 0; i < works.size(); ++i) {
+    if (works[i].size == 0) continue;
+    u128 scaled = static_cast<u128>(num_slices) * works[i].size;
+    int64_t quota = static_cast<int64_t>(scaled / total);
+    int64_t remainder = static_cast<int64_t>(scaled % total);
+    count[i] = std::min(std::max<int64_t>(quota, 1), works[i].size);
+    assigned += count[i];
+    if (quota >= 1) remainders.emplace_back(remainder, i);
+  }
+  // Stable: ties go to the earlier work, so the plan is deterministic.
+  std::stable_sort(remainders.begin(), remainders.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [remainder, i] : remainders) {
+    if (assigned >= num_slices) break;
+    if (count[i] < works[i].size) {
+      ++count[i];
+      ++assigned;
+    }
+  }
+  // The one-slice floor of small works may overshoot: take slices back from
+  // the works whose slices are smallest, so the total stays num_slices
+  // (or the number of non-empty works, if that is larger).
+  auto smaller_slices = [&](size_t a, size_t b) {  // heap top: smallest slices
+    return static_cast<u128>(works[a].size) * count[b] >
+           static_cast<u128>(works[b].size) * count[a];
+  };
+  std::vector<size_t> heap;
+  for (size_t i = 0; i < works.size(); ++i) {
+    if (count[i] > 1) heap.push_back(i);
+  }
+  std::make_heap(heap.begin(), heap.end(), smaller_slices);
+  while (assigned > num_slices && !heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), smaller_slices);
+    const size_t i = heap.back();
+    heap.pop_back();
+    --count[i];
+    --assigned;
+    if (count[i] > 1) {
+      heap.push_back(i);
+      std::push_heap(heap.begin(), heap.end(), smaller_slices);
+    }
+  }
+  return count;
+}
+
+absl::StatusOr<std::vector<std::string>> PlanSlices(
+    const std::vector<SizedWork>& works, std::optional<int64_t> num_slices) {
+  if (works.empty()) {
+    return absl::InvalidArgumentError("works is empty: give at least one work");
+  }
+  for (const SizedWork& w : works) {
+    if (w.name.empty()) {
+      return absl::InvalidArgumentError("works contains an empty work name");
+    }
+    if (w.size < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("work '", w.name, "' has negative size ", w.size));
+    }
+  }
+  std::vector<std::string> items;
+  if (!num_slices.has_value()) {
+    for (const SizedWork& w : works) items.push_back(w.name);
+    return items;
+  }
+  if (*num_slices < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_slices must be >= 1, got ", *num_slices));
+  }
+  std::vector<int64_t> count = AllocateSlices(works, *num_slices);
+  for (size_t i = 0; i < works.size(); ++i) {
+    const int64_t size = works[i].size;
+    if (count[i] == 0) continue;
+    // A work may carry parameters of its own (sqlite:db?table=t).
+    absl::StatusOr<SliceSpec> base = ParseItem(works[i].name);
+    if (!base.ok()) return base.status();
+    if (!base->whole()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "work '", works[i].name, "' already has a range; give whole works"));
+    }
+    for (int64_t k = 0; k < count[i]; ++k) {
+      SliceSpec spec = *base;
+      spec.start = MulDiv(size, k, count[i]);
+      spec.end = MulDiv(size, k + 1, count[i]);
+      items.push_back(FormatItem(spec));
+    }
+  }
+  return items;
+}
+
+}  // namespace shardq

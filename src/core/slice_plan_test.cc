@@ -1,0 +1,102 @@
+#include "src/core/slice_plan.h"
+
+#include <map>
+#include <numeric>
+
+#include "gtest/gtest.h"
+#include "shardq/slice.h"
+#include "src/core/rng.h"
+
+namespace shardq {
+namespace {
+
+TEST(PlanSlices, NoSliceCountGivesOneItemPerWork) {
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanSlices({{"a", 10}, {"b", 0}, {"c", 5}}, std::nullopt);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(*plan, (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(PlanSlices, CutsNearEqualRangesWithinEachWork) {
+  absl::StatusOr<std::vector<std::string>> plan = PlanSlices({{"f", 10}}, 3);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(*plan, (std::vector<std::string>{"f?start=0&end=3", "f?start=3&end=6",
+                                             "f?start=6&end=10"}));
+}
+
+TEST(PlanSlices, EmptyWorksGetNoSliceAndNonEmptyAtLeastOne) {
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanSlices({{"big", 1000000}, {"empty", 0}, {"tiny", 1}}, 4);
+  ASSERT_TRUE(plan.ok());
+  int tiny = 0;
+  for (const std::string& item : *plan) {
+    EXPECT_EQ(item.find("empty"), std::string::npos);
+    if (item.rfind("tiny", 0) == 0) ++tiny;
+  }
+  EXPECT_EQ(tiny, 1);
+}
+
+TEST(PlanSlices, RangesTileEveryWorkExactly) {
+  SplitMix64 rng(99);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<SizedWork> works;
+    const int n = 1 + static_cast<int>(rng.UniformBelow(20));
+    for (int i = 0; i < n; ++i) {
+      works.push_back({"w" + std::to_string(i),
+                       static_cast<int64_t>(rng.UniformBelow(5) == 0 ? 0 : rng.UniformBelow(100000))});
+    }
+    int64_t total = 0;
+    for (auto& w : works) total += w.size;
+    if (total == 0) continue;
+    const int64_t slices = 1 + static_cast<int64_t>(rng.UniformBelow(300));
+    absl::StatusOr<std::vector<std::string>> plan = PlanSlices(works, slices);
+    ASSERT_TRUE(plan.ok());
+    std::map<std::string, int64_t> covered_to;
+    for (const std::string& item : *plan) {
+      absl::StatusOr<SliceSpec> spec = ParseItem(item);
+      ASSERT_TRUE(spec.ok());
+      EXPECT_EQ(*spec->start, covered_to[spec->work]) << item;  // contiguous
+      EXPECT_LT(*spec->start, *spec->end) << item;              // never empty
+      covered_to[spec->work] = *spec->end;
+    }
+    int64_t non_empty = 0;
+    for (auto& w : works) {
+      if (w.size == 0) continue;
+      ++non_empty;
+      EXPECT_EQ(covered_to[w.name], w.size);
+    }
+    // About num_slices in total: exactly, unless the one-per-work floor or
+    // the one-byte ceiling forces otherwise.
+    EXPECT_EQ(static_cast<int64_t>(plan->size()), std::max(slices, non_empty));
+  }
+}
+
+TEST(PlanSlices, SliceSizesAreNearEqualAcrossWorks) {
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanSlices({{"a", 300000}, {"b", 100000}, {"c", 600000}}, 10);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 10u);
+  for (const std::string& item : *plan) {
+    absl::StatusOr<SliceSpec> spec = ParseItem(item);
+    EXPECT_EQ(*spec->end - *spec->start, 100000) << item;
+  }
+}
+
+TEST(PlanSlices, BadInputNamesTheCulprit) {
+  EXPECT_EQ(PlanSlices({}, 3).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::Status s = PlanSlices({{"a", 1}}, 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("num_slices"), std::string::npos);
+  s = PlanSlices({{"a", -1}}, 2).status();
+  EXPECT_NE(s.message().find("'a'"), std::string::npos);
+}
+
+TEST(PlanSlices, TableWorksKeepTheirParameters) {
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanSlices({{"sqlite:t.db?table=clicks", 200}}, 2);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ((*plan)[1], "sqlite:t.db?table=clicks&start=100&end=200");
+}
+
+}  // namespace
+}  // namespace shardq

@@ -1,0 +1,145 @@
+#include "shardq/text_line_reader.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "shardq/slice.h"
+#include "src/core/rng.h"
+#include "src/core/slice_plan.h"
+#include "src/io/text_slice_reader.h"
+
+namespace shardq {
+namespace {
+
+std::string WriteFile(const std::string& name, const std::string& contents) {
+  std::string path = testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << contents;
+  return path;
+}
+
+// The records a plain reading of the file gives: split at '\n', drop a '\r'
+// before it, a final line without newline counts, nothing after a final '\n'.
+std::vector<std::string> Oracle(const std::string& contents) {
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  while (pos < contents.size()) {
+    size_t nl = contents.find('\n', pos);
+    if (nl == std::string::npos) {
+      lines.push_back(contents.substr(pos));
+      break;
+    }
+    std::string line = contents.substr(pos, nl - pos);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+    pos = nl + 1;
+  }
+  return lines;
+}
+
+std::vector<std::string> ReadItems(const std::vector<std::string>& items) {
+  ListItemSource source(items);
+  TextLineReader reader;
+  std::vector<std::string> lines;
+  while (true) {
+    absl::StatusOr<std::vector<Record>> batch = reader.ReadUpTo(source, 7);
+    if (absl::IsOutOfRange(batch.status())) break;
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    if (!batch.ok()) break;
+    for (Record& r : *batch) lines.push_back(r.value);
+  }
+  return lines;
+}
+
+std::string RandomContents(SplitMix64& rng) {
+  std::string s;
+  const int kind = static_cast<int>(rng.UniformBelow(6));
+  if (kind == 0) return "";                                  // empty file
+  if (kind == 1) return std::string(300000 + rng.UniformBelow(100000), 'L');  // one huge line
+  const int lines = static_cast<int>(rng.UniformBelow(400));
+  for (int i = 0; i < lines; ++i) {
+    const int len = rng.UniformBelow(4) == 0 ? 0 : static_cast<int>(rng.UniformBelow(120));
+    for (int j = 0; j < len; ++j) s.push_back(static_cast<char>('a' + rng.UniformBelow(26)));
+    if (kind == 2) s += "\r\n";  // CRLF
+    else s += "\n";
+  }
+  if (kind == 3 && !s.empty()) s.pop_back();  // no trailing newline
+  if (kind == 4) s += "\n\n\n";               // empty lines at the end
+  return s;
+}
+
+TEST(TextLineReader, SlicesTogetherYieldEveryLineExactlyOnce) {
+  SplitMix64 rng(2026);
+  for (int trial = 0; trial < 120; ++trial) {
+    const std::string contents = RandomContents(rng);
+    const std::string path = WriteFile("lines-" + std::to_string(trial), contents);
+    const int64_t slices = 1 + static_cast<int64_t>(rng.UniformBelow(40));
+    absl::StatusOr<std::vector<std::string>> plan =
+        PlanSlices({{path, static_cast<int64_t>(contents.size())}}, slices);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(ReadItems(*plan), Oracle(contents))
+        << "trial " << trial << ", " << slices << " slices, " << contents.size() << " bytes";
+  }
+}
+
+TEST(TextLineReader, EverySplitPointOfASmallFileCoversExactly) {
+  const std::string contents = "a\n\nbc\r\nlonger line\nx";
+  const std::string path = WriteFile("small", contents);
+  const int64_t n = static_cast<int64_t>(contents.size());
+  for (int64_t cut = 0; cut <= n; ++cut) {
+    std::vector<std::string> items = {
+        FormatItem({path, 0, cut, {}}), FormatItem({path, cut, n, {}})};
+    EXPECT_EQ(ReadItems(items), Oracle(contents)) << "cut at " << cut;
+  }
+}
+
+TEST(TextLineReader, KeysNameItemAndByteOffset) {
+  const std::string path = WriteFile("keys", "ab\ncd\n");
+  ListItemSource source({path});
+  TextLineReader reader;
+  absl::StatusOr<std::vector<Record>> batch = reader.ReadUpTo(source, 10);
+  ASSERT_TRUE(batch.ok());
+  ASSERT_EQ(batch->size(), 2u);
+  EXPECT_EQ((*batch)[0].key, path + ":0");
+  EXPECT_EQ((*batch)[1].key, path + ":3");
+  EXPECT_EQ((*batch)[1].value, "cd");
+}
+
+TEST(TextLineReader, MissingFileIsNotFoundWithItsPath) {
+  ListItemSource source({"/nonexistent/shardq/file.txt?start=0&end=10"});
+  TextLineReader reader;
+  absl::Status s = reader.ReadUpTo(source, 1).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("/nonexistent/shardq/file.txt"), std::string::npos);
+}
+
+TEST(TextLineReader, CompletesAnItemOnlyAfterItsLastLine) {
+  class Recorder : public ItemSource {
+   public:
+    explicit Recorder(std::string item) : item_(std::move(item)) {}
+    absl::StatusOr<WorkItem> NextItem() override {
+      if (given_) return absl::OutOfRangeError("end");
+      given_ = true;
+      return WorkItem{item_, 0, 0, 1};
+    }
+    absl::Status ItemDone(const WorkItem&) override {
+      ++done;
+      return absl::OkStatus();
+    }
+    int done = 0;
+
+   private:
+    std::string item_;
+    bool given_ = false;
+  };
+  Recorder source(WriteFile("three", "1\n2\n3\n"));
+  TextLineReader reader;
+  ASSERT_EQ(reader.ReadUpTo(source, 2)->size(), 2u);
+  EXPECT_EQ(source.done, 0);
+  ASSERT_EQ(reader.ReadUpTo(source, 2)->size(), 1u);
+  EXPECT_EQ(source.done, 1);
+  EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 2).status()));
+}
+
+}  // namespace
+}  // namespace shardq

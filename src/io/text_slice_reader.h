@@ -1,0 +1,52 @@
+// Reads the lines of one byte range of a text file. A line belongs to the
+// range in which its first byte lies, so the ranges of a plan together
+// yield every line of the file exactly once. Lines end at '\n'; a '\r'
+// before it is dropped; the last line may lack a newline; lines may be
+// longer than any buffer. Not thread-safe.
+#ifndef SHARDQ_IO_TEXT_SLICE_READER_H_
+#define SHARDQ_IO_TEXT_SLICE_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shardq {
+
+class TextSliceReader {
+ public:
+  // Opens `path` to read the lines starting in [start, end); end < 0 means
+  // the end of the file. NOT_FOUND names a missing file.
+  static absl::StatusOr<std::unique_ptr<TextSliceReader>> Open(
+      const std::string& path, int64_t start, int64_t end);
+  ~TextSliceReader();
+
+  // Reads the next line into *line and its starting byte offset into
+  // *offset. Returns false at the end of the range.
+  absl::StatusOr<bool> Next(std::string* line, int64_t* offset);
+
+  // Byte offset of the next line (the consumed position).
+  int64_t position() const { return position_; }
+
+ private:
+  TextSliceReader(std::string path, int fd, int64_t file_size, int64_t end);
+  // Makes buffer hold the byte at `offset`; false at end of file.
+  absl::StatusOr<bool> Fill(int64_t offset);
+  // Advances position_ past the next '\n' (or to the end of the file).
+  absl::Status SkipPastNewline();
+
+  const std::string path_;
+  const int fd_;
+  const int64_t file_size_;
+  const int64_t end_;
+  int64_t position_ = 0;
+  std::vector<char> buffer_;
+  int64_t buffer_offset_ = 0;  // file offset of buffer_[0]
+  int64_t buffer_size_ = 0;    // valid bytes in buffer_
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_IO_TEXT_SLICE_READER_H_
