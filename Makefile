@@ -19,8 +19,15 @@ $(BUILD_DIR)/build.ninja:
 build: $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: deps build
+test: deps build test-cc test-py
+
+test-cc:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# Multi-process CLI tests and the Python package; /usr/bin/python3 has the
+# Debian numpy/torch/grpcio (the python3 first on PATH may not).
+test-py:
+	SHARDQ_BIN=$(CURDIR)/$(BUILD_DIR)/bin $(PYTHON) -m pytest tests -q -p no:cacheprovider
 
 demo: deps build
 	$(BUILD_DIR)/bin/shardq demo
@@ -36,7 +43,9 @@ test-tsan: deps
 	cd $(TSAN_DIR) && ctest --output-on-failure -j $(JOBS) -L concurrency
 
 bench: deps build
-	@for b in bench/*/run; do echo "== $$b"; $$b || exit 1; done
+	@found=0; for b in bench/*/run; do [ -x "$$b" ] || continue; found=1; \
+	  echo "== $$b"; $$b || exit 1; done; \
+	  [ $$found = 1 ] || echo "no benchmarks under bench/ yet"
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)

@@ -50,13 +50,23 @@ struct WorkQueueOptions {
   // item of a dead worker waits before someone else gets it.
   absl::Duration lease_timeout = absl::Seconds(30);
 
-  // Coordinator address ("host:port"). Empty: the queue lives inside this
-  // process (the embedded default); workers are the threads that create
-  // WorkQueue objects with the same name.
+  // Coordinator address ("host:port"). Empty: taken from the environment
+  // (SHARDQ_ADDRESS, TF_CONFIG's "shardq" job, torchrun's MASTER_ADDR with
+  // SHARDQ_PORT); if none is set the queue lives inside this process (the
+  // embedded default) and workers are the threads that create WorkQueue
+  // objects with the same name.
   std::string address;
 
-  // Name of this worker in stats and leases. Empty: a unique name is made
-  // from the host, the process id and a counter.
+  // Token for a coordinator started with --token-file. Empty: SHARDQ_TOKEN.
+  std::string token;
+
+  // PEM file of the CA that signed the coordinator's TLS certificate.
+  // Non-empty: connect with TLS. Empty: SHARDQ_TLS_CA, else plaintext.
+  std::string tls_ca_file;
+
+  // Name of this worker in stats and leases. Empty: from the environment
+  // (TF_CONFIG task "worker-3", torchrun "rank-3"), else made unique from
+  // the host, the process id and a counter.
   std::string worker_id;
 };
 

@@ -37,6 +37,7 @@
 namespace shardq {
 
 class QueueBackend;
+struct QueueInfo;
 class InputProducer;
 class ItemStream;
 
@@ -50,6 +51,17 @@ class WorkQueue final : public ItemSource {
   // With options.address empty the queue lives in this process.
   static absl::StatusOr<std::unique_ptr<WorkQueue>> Create(
       const WorkQueueOptions& options);
+
+  // Attaches to an existing queue by options.name without planning (works
+  // are ignored): for workers that did not create the queue. NOT_FOUND when
+  // there is no such queue.
+  static absl::StatusOr<std::unique_ptr<WorkQueue>> Attach(
+      const WorkQueueOptions& options);
+
+  // As Attach, over a given backend; empty worker_id: a unique name.
+  static absl::StatusOr<std::unique_ptr<WorkQueue>> Attach(
+      const std::string& name, std::shared_ptr<QueueBackend> backend,
+      const std::string& worker_id);
 
   // As Create, over a given backend (the remote client, tests).
   static absl::StatusOr<std::unique_ptr<WorkQueue>> Create(
@@ -101,6 +113,9 @@ class WorkQueue final : public ItemSource {
  private:
   WorkQueue(std::shared_ptr<QueueBackend> backend, std::string name,
             std::string worker_id);
+  static std::unique_ptr<WorkQueue> FromInfo(std::shared_ptr<QueueBackend> backend,
+                                             const std::string& worker_id,
+                                             const QueueInfo& info);
   void HeartbeatLoop();
   void StartHeartbeatsIfNeeded();
 

@@ -26,6 +26,8 @@ class QueueBackend {
 
   // Creates the queue or attaches to it (see CoordinatorImpl::CreateQueue).
   virtual absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) = 0;
+  // Describes an existing queue; NOT_FOUND when there is none.
+  virtual absl::StatusOr<QueueInfo> GetQueue(absl::string_view queue) = 0;
 
   // Leases up to max_items items; blocks at most until `deadline`, then
   // returns an empty vector. OUT_OF_RANGE at end of input.
@@ -43,6 +45,8 @@ class QueueBackend {
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids) = 0;
   virtual absl::StatusOr<QueueStats> Stats(absl::string_view queue) = 0;
+  // Every queue of the coordinator, sorted by name.
+  virtual absl::StatusOr<std::vector<QueueStats>> AllStats() = 0;
 };
 
 // The in-process backend over a process-wide CoordinatorImpl: every
@@ -52,6 +56,19 @@ std::shared_ptr<QueueBackend> EmbeddedBackend();
 
 // A backend over a given coordinator (tests; the coordinator must outlive it).
 std::shared_ptr<QueueBackend> BackendForCoordinator(CoordinatorImpl* coordinator);
+
+// The backend that an address (or, when empty, the environment: see
+// discovery.h) selects, and the worker name to use: `worker_id` if set,
+// else the one the environment gives (possibly empty).
+struct ConnectedBackend {
+  std::shared_ptr<QueueBackend> backend;
+  std::string worker_id;
+  std::string address;  // empty: embedded
+};
+absl::StatusOr<ConnectedBackend> ConnectBackend(const std::string& address,
+                                                const std::string& token,
+                                                const std::string& tls_ca_file,
+                                                const std::string& worker_id);
 
 }  // namespace shardq
 

@@ -11,6 +11,9 @@ class CoordinatorBackend final : public QueueBackend {
   absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
     return coordinator_->CreateQueue(config);
   }
+  absl::StatusOr<QueueInfo> GetQueue(absl::string_view queue) override {
+    return coordinator_->GetQueue(queue);
+  }
   absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue,
                                              absl::string_view worker,
                                              int64_t max_items,
@@ -33,6 +36,9 @@ class CoordinatorBackend final : public QueueBackend {
   }
   absl::StatusOr<QueueStats> Stats(absl::string_view queue) override {
     return coordinator_->Stats(queue);
+  }
+  absl::StatusOr<std::vector<QueueStats>> AllStats() override {
+    return coordinator_->AllStats();
   }
 
  private:

@@ -31,12 +31,41 @@ std::string DefaultWorkerId() {
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
     const WorkQueueOptions& options) {
-  if (!options.address.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "coordinator address '", options.address,
-        "': the remote client is not part of this build"));
-  }
-  return Create(options, EmbeddedBackend());
+  absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
+      options.address, options.token, options.tls_ca_file, options.worker_id);
+  if (!connected.ok()) return connected.status();
+  WorkQueueOptions named = options;
+  named.worker_id = connected->worker_id;
+  return Create(named, std::move(connected->backend));
+}
+
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
+    const WorkQueueOptions& options) {
+  absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
+      options.address, options.token, options.tls_ca_file, options.worker_id);
+  if (!connected.ok()) return connected.status();
+  return Attach(options.name, std::move(connected->backend), connected->worker_id);
+}
+
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
+    const std::string& name, std::shared_ptr<QueueBackend> backend,
+    const std::string& worker_id) {
+  absl::StatusOr<QueueInfo> info = backend->GetQueue(name);
+  if (!info.ok()) return info.status();
+  return FromInfo(std::move(backend), worker_id, *info);
+}
+
+std::unique_ptr<WorkQueue> WorkQueue::FromInfo(std::shared_ptr<QueueBackend> backend,
+                                               const std::string& worker_id,
+                                               const QueueInfo& info) {
+  std::unique_ptr<WorkQueue> queue(new WorkQueue(
+      std::move(backend), info.name, worker_id.empty() ? DefaultWorkerId() : worker_id));
+  queue->seed_ = info.seed;
+  queue->num_items_ = info.num_items;
+  queue->num_epochs_ = info.num_epochs;
+  queue->num_clients_ = info.num_clients;
+  queue->lease_timeout_ = info.lease_timeout;
+  return queue;
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
@@ -62,16 +91,7 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
   config.lease_timeout = options.lease_timeout;
   absl::StatusOr<QueueInfo> info = backend->CreateQueue(config);
   if (!info.ok()) return info.status();
-  std::string worker =
-      options.worker_id.empty() ? DefaultWorkerId() : options.worker_id;
-  std::unique_ptr<WorkQueue> queue(
-      new WorkQueue(std::move(backend), options.name, std::move(worker)));
-  queue->seed_ = info->seed;
-  queue->num_items_ = info->num_items;
-  queue->num_epochs_ = info->num_epochs;
-  queue->num_clients_ = info->num_clients;
-  queue->lease_timeout_ = info->lease_timeout;
-  return queue;
+  return FromInfo(std::move(backend), options.worker_id, *info);
 }
 
 WorkQueue::WorkQueue(std::shared_ptr<QueueBackend> backend, std::string name,

@@ -13,6 +13,29 @@ namespace {
 // A blocked Take re-checks at least this often, so that expiries are noticed
 // even when nothing else signals.
 constexpr absl::Duration kMaxWaitSlice = absl::Seconds(1);
+// Request limits: names travel in every request and are kept per worker.
+constexpr size_t kMaxNameBytes = 256;
+constexpr int64_t kMaxItemsPerTake = 1024;
+constexpr size_t kMaxLeasesPerHeartbeat = 1 << 16;
+
+absl::Status ValidateName(absl::string_view kind, absl::string_view name) {
+  if (name.empty() || name.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kind, " name must have 1 to ", kMaxNameBytes, " bytes, got ", name.size()));
+  }
+  for (char c : name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kind, " name contains a control character"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateNames(absl::string_view queue, absl::string_view worker) {
+  if (absl::Status s = ValidateName("queue", queue); !s.ok()) return s;
+  return ValidateName("worker", worker);
+}
 
 }  // namespace
 
@@ -59,15 +82,26 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::CreateQueue(QueueConfig config) {
                        absl::StrJoin(diffs, "; ")));
     }
   }
+  return Describe(existing, created);
+}
+
+QueueInfo CoordinatorImpl::Describe(const QueueConfig& config, bool created) {
   QueueInfo info;
-  info.name = existing.name;
-  info.seed = *existing.seed;
-  info.num_items = static_cast<int64_t>(existing.items.size());
-  info.num_epochs = existing.num_epochs;
-  info.num_clients = existing.num_clients;
-  info.lease_timeout = existing.lease_timeout;
+  info.name = config.name;
+  info.seed = config.seed.value_or(0);
+  info.num_items = static_cast<int64_t>(config.items.size());
+  info.num_epochs = config.num_epochs;
+  info.num_clients = config.num_clients;
+  info.lease_timeout = config.lease_timeout;
   info.created = created;
   return info;
+}
+
+absl::StatusOr<QueueInfo> CoordinatorImpl::GetQueue(absl::string_view queue) {
+  absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
+  if (!entry.ok()) return entry.status();
+  absl::MutexLock lock(&(*entry)->mu);
+  return Describe((*entry)->state->config(), false);
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::Find(
@@ -83,10 +117,11 @@ absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::Find(
 absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
     absl::string_view queue, absl::string_view worker, int64_t max_items,
     absl::Time deadline) {
-  if (max_items < 1) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  if (max_items < 1 || max_items > kMaxItemsPerTake) {
     return absl::InvalidArgumentError(
-        absl::StrCat("take from queue '", queue, "': max_items must be >= 1, got ",
-                     max_items));
+        absl::StrCat("take from queue '", queue, "': max_items must be in [1, ",
+                     kMaxItemsPerTake, "], got ", max_items));
   }
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
@@ -115,7 +150,7 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
       items.push_back(std::move(r->item));
     }
     if (!items.empty()) return items;
-    if (now >= deadline) return items;
+    if (now >= deadline || shutting_down_.load()) return items;
     // Wake at the earliest of: the caller's deadline, the next lease expiry,
     // a change signalled by another call, or a periodic re-check.
     absl::Time wake = std::min(deadline, e.state->NextDeadline());
@@ -126,6 +161,7 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
 
 absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
     absl::string_view queue, absl::string_view worker, uint64_t lease_id) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
@@ -139,6 +175,7 @@ absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
 absl::Status CoordinatorImpl::Release(absl::string_view queue,
                                       absl::string_view worker,
                                       uint64_t lease_id) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
@@ -151,6 +188,12 @@ absl::Status CoordinatorImpl::Release(absl::string_view queue,
 absl::StatusOr<std::vector<uint64_t>> CoordinatorImpl::Heartbeat(
     absl::string_view queue, absl::string_view worker,
     const std::vector<uint64_t>& lease_ids) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  if (lease_ids.size() > kMaxLeasesPerHeartbeat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat for queue '", queue, "' names ", lease_ids.size(),
+        " leases; the limit is ", kMaxLeasesPerHeartbeat));
+  }
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
@@ -168,6 +211,19 @@ absl::StatusOr<QueueStats> CoordinatorImpl::Stats(absl::string_view queue) {
   const absl::Time now = clock_->Now();
   if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
   return e.state->Stats(now);
+}
+
+void CoordinatorImpl::Shutdown() {
+  shutting_down_.store(true);
+  std::vector<std::shared_ptr<Entry>> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, entry] : queues_) entries.push_back(entry);
+  }
+  for (const auto& entry : entries) {
+    absl::MutexLock lock(&entry->mu);
+    entry->changed.SignalAll();
+  }
 }
 
 std::vector<QueueStats> CoordinatorImpl::AllStats() {

@@ -8,6 +8,7 @@
 #ifndef SHARDQ_SERVER_COORDINATOR_IMPL_H_
 #define SHARDQ_SERVER_COORDINATOR_IMPL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,6 +50,10 @@ class CoordinatorImpl {
   // config.
   absl::StatusOr<QueueInfo> CreateQueue(QueueConfig config);
 
+  // Describes an existing queue (NOT_FOUND otherwise), for workers that
+  // attach by name without knowing the config.
+  absl::StatusOr<QueueInfo> GetQueue(absl::string_view queue);
+
   // Leases up to `max_items` (>= 1) items to `worker`. Blocks until at least
   // one item is available, the queue is finished, or `deadline` passes.
   // Returns the items (empty at the deadline: "ask again"), or OUT_OF_RANGE
@@ -69,6 +74,10 @@ class CoordinatorImpl {
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids);
 
+  // Wakes every blocked Take (they return no items) and makes later Takes
+  // return at once; used before the server stops.
+  void Shutdown();
+
   // NOT_FOUND for an unknown queue.
   absl::StatusOr<QueueStats> Stats(absl::string_view queue);
   // Every queue, sorted by name.
@@ -82,8 +91,10 @@ class CoordinatorImpl {
   };
 
   absl::StatusOr<std::shared_ptr<Entry>> Find(absl::string_view queue);
+  static QueueInfo Describe(const QueueConfig& config, bool created);
 
   Clock* const clock_;
+  std::atomic<bool> shutting_down_{false};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> queues_
       ABSL_GUARDED_BY(mu_);

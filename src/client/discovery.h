@@ -1,0 +1,40 @@
+// Finds the coordinator a worker should use, from what the training job
+// already has. In this order:
+//   1. the explicit address (WorkQueueOptions::address, --address);
+//   2. SHARDQ_ADDRESS;
+//   3. TF_CONFIG: the first address of a "shardq" job in its cluster spec;
+//      the task ("worker", 3) names the worker "worker-3";
+//   4. torchrun: MASTER_ADDR with SHARDQ_PORT; RANK names the worker
+//      "rank-<RANK>";
+//   5. none: the embedded queue in this process.
+// Pure apart from the injected environment lookup; thread-safe.
+#ifndef SHARDQ_CLIENT_DISCOVERY_H_
+#define SHARDQ_CLIENT_DISCOVERY_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace shardq {
+
+struct Discovered {
+  std::string address;    // empty: embedded
+  std::string worker_id;  // empty: no name from the environment
+  std::string source;     // "explicit", "SHARDQ_ADDRESS", "TF_CONFIG", "torchrun", "embedded"
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// The process environment.
+EnvLookup ProcessEnv();
+
+// INVALID_ARGUMENT when TF_CONFIG is not valid JSON of the expected shape
+// or SHARDQ_PORT is not a port number (the message names the variable).
+absl::StatusOr<Discovered> DiscoverCoordinator(const std::string& explicit_address,
+                                               const EnvLookup& env);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_CLIENT_DISCOVERY_H_

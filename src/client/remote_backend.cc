@@ -1,0 +1,206 @@
+#include "src/client/remote_backend.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "proto/shardq/coordinator.grpc.pb.h"
+#include "src/rpc/convert.h"
+
+namespace shardq {
+namespace {
+
+// Deadline of a unary call that does not wait for items.
+constexpr absl::Duration kCallTimeout = absl::Seconds(30);
+// A Take waits server-side at most this long before the client re-issues it
+// (so a dead connection is noticed).
+constexpr absl::Duration kLongPoll = absl::Seconds(10);
+
+class RemoteBackend final : public QueueBackend {
+ public:
+  RemoteBackend(RemoteOptions options, std::shared_ptr<grpc::Channel> channel)
+      : options_(std::move(options)),
+        stub_(v1::Coordinator::NewStub(std::move(channel))) {}
+
+  absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
+    v1::CreateQueueRequest req;
+    ToProto(config, req.mutable_config());
+    v1::QueueInfo resp;
+    absl::Status s = Unary("CreateQueue", [&](grpc::ClientContext* ctx) {
+      return stub_->CreateQueue(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    return FromProto(resp);
+  }
+
+  absl::StatusOr<QueueInfo> GetQueue(absl::string_view queue) override {
+    v1::GetQueueRequest req;
+    req.set_queue(std::string(queue));
+    v1::QueueInfo resp;
+    absl::Status s = Unary("GetQueue", [&](grpc::ClientContext* ctx) {
+      return stub_->GetQueue(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    return FromProto(resp);
+  }
+
+  absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue,
+                                             absl::string_view worker,
+                                             int64_t max_items,
+                                             absl::Time deadline) override {
+    v1::TakeRequest req;
+    req.set_queue(std::string(queue));
+    req.set_worker(std::string(worker));
+    req.set_max_items(max_items);
+    const absl::Duration wait =
+        std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kLongPoll);
+    req.set_wait_ms(absl::ToInt64Milliseconds(wait));
+    v1::TakeResponse resp;
+    absl::Status s = Unary(
+        "Take",
+        [&](grpc::ClientContext* ctx) { return stub_->Take(ctx, req, &resp); },
+        wait + kCallTimeout);
+    if (!s.ok()) return s;
+    if (resp.end_of_input()) {
+      return absl::OutOfRangeError(absl::StrCat("queue '", queue, "': end of input"));
+    }
+    std::vector<WorkItem> items;
+    for (const v1::WorkItem& item : resp.items()) items.push_back(FromProto(item));
+    return items;
+  }
+
+  absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
+                                           absl::string_view worker,
+                                           uint64_t lease_id) override {
+    v1::CompleteRequest req;
+    req.set_queue(std::string(queue));
+    req.set_worker(std::string(worker));
+    req.set_lease_id(lease_id);
+    v1::CompleteResponse resp;
+    absl::Status s = Unary("Complete", [&](grpc::ClientContext* ctx) {
+      return stub_->Complete(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    return resp.duplicate() ? CompleteOutcome::kDuplicate : CompleteOutcome::kCompleted;
+  }
+
+  absl::Status Release(absl::string_view queue, absl::string_view worker,
+                       uint64_t lease_id) override {
+    v1::ReleaseRequest req;
+    req.set_queue(std::string(queue));
+    req.set_worker(std::string(worker));
+    req.set_lease_id(lease_id);
+    v1::ReleaseResponse resp;
+    return Unary("Release", [&](grpc::ClientContext* ctx) {
+      return stub_->Release(ctx, req, &resp);
+    });
+  }
+
+  absl::StatusOr<std::vector<uint64_t>> Heartbeat(
+      absl::string_view queue, absl::string_view worker,
+      const std::vector<uint64_t>& lease_ids) override {
+    v1::HeartbeatRequest req;
+    req.set_queue(std::string(queue));
+    req.set_worker(std::string(worker));
+    req.mutable_lease_ids()->Add(lease_ids.begin(), lease_ids.end());
+    v1::HeartbeatResponse resp;
+    absl::Status s = Unary("Heartbeat", [&](grpc::ClientContext* ctx) {
+      return stub_->Heartbeat(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    return std::vector<uint64_t>(resp.lost_lease_ids().begin(),
+                                 resp.lost_lease_ids().end());
+  }
+
+  absl::StatusOr<QueueStats> Stats(absl::string_view queue) override {
+    v1::StatusRequest req;
+    req.set_queue(std::string(queue));
+    v1::StatusResponse resp;
+    absl::Status s = Unary("Status", [&](grpc::ClientContext* ctx) {
+      return stub_->Status(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    if (resp.queues_size() != 1) {
+      return absl::InternalError(absl::StrCat("status of queue '", queue, "' returned ",
+                                              resp.queues_size(), " queues"));
+    }
+    return FromProto(resp.queues(0));
+  }
+
+  absl::StatusOr<std::vector<QueueStats>> AllStats() override {
+    v1::StatusRequest req;
+    v1::StatusResponse resp;
+    absl::Status s = Unary("Status", [&](grpc::ClientContext* ctx) {
+      return stub_->Status(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    std::vector<QueueStats> out;
+    for (const v1::QueueStatus& q : resp.queues()) out.push_back(FromProto(q));
+    return out;
+  }
+
+ private:
+  // Runs one RPC with a fresh context (deadline, token) per attempt,
+  // retrying UNAVAILABLE/ABORTED through the one retry helper.
+  template <typename Rpc>
+  absl::Status Unary(absl::string_view method, Rpc rpc,
+                     absl::Duration timeout = kCallTimeout) {
+    return CallWithRetry(
+        options_.retry, absl::StrCat(method, " on coordinator ", options_.address),
+        [&]() -> absl::Status {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+          if (!options_.token.empty()) {
+            ctx.AddMetadata("authorization", "Bearer " + options_.token);
+          }
+          absl::Status s = FromGrpcStatus(rpc(&ctx));
+          if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+            // A timed-out call is retried like a refused one: the
+            // coordinator may be restarting.
+            return absl::UnavailableError(absl::StrCat(
+                "coordinator ", options_.address, " unavailable: ", s.message()));
+          }
+          return s;
+        });
+  }
+
+  const RemoteOptions options_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions& options) {
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("coordinator address is empty");
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (!options.tls_ca_file.empty()) {
+    std::ifstream in(options.tls_ca_file, std::ios::binary);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read TLS CA file '", options.tls_ca_file, "'"));
+    }
+    std::ostringstream pem;
+    pem << in.rdbuf();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    credentials = grpc::SslCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect quickly after a coordinator restart.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  auto channel = grpc::CreateCustomChannel(options.address, credentials, args);
+  return std::shared_ptr<QueueBackend>(
+      std::make_shared<RemoteBackend>(options, std::move(channel)));
+}
+
+}  // namespace shardq

@@ -1,0 +1,151 @@
+#include "src/client/remote_backend.h"
+
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "shardq/text_line_reader.h"
+#include "shardq/work_queue.h"
+#include "src/client/retry.h"
+#include "src/server/grpc_service.h"
+
+namespace shardq {
+namespace {
+
+std::unique_ptr<CoordinatorServer> StartServer(const std::string& token = "") {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.token = token;
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return *std::move(server);
+}
+
+std::shared_ptr<QueueBackend> Connect(int port, const std::string& token = "") {
+  RemoteOptions options;
+  options.address = absl::StrCat("127.0.0.1:", port);
+  options.token = token;
+  options.retry.total_budget = absl::Seconds(2);
+  absl::StatusOr<std::shared_ptr<QueueBackend>> backend = ConnectRemote(options);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return *backend;
+}
+
+std::vector<std::string> MakeFiles(const std::string& tag, int files, int lines) {
+  std::vector<std::string> paths;
+  for (int f = 0; f < files; ++f) {
+    std::string path = absl::StrCat(testing::TempDir(), "/", tag, "-", f, ".txt");
+    std::ofstream out(path);
+    for (int l = 0; l < lines; ++l) out << tag << " " << f << " " << l << "\n";
+    paths.push_back(path);
+  }
+  return paths;
+}
+
+TEST(RemoteBackend, WorkQueuesInManyThreadsReadEveryLineOncePerEpochOverGrpc) {
+  std::unique_ptr<CoordinatorServer> server = StartServer();
+  std::vector<std::string> files = MakeFiles("remote", 4, 50);
+  std::mutex mu;
+  std::map<std::string, int> lines;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      WorkQueueOptions o;
+      o.works = files;
+      o.num_epochs = 2;
+      o.num_slices = 24;
+      o.seed = 1;
+      o.name = "remote";
+      o.worker_id = absl::StrCat("w", t);
+      absl::StatusOr<std::unique_ptr<WorkQueue>> q =
+          WorkQueue::Create(o, Connect(server->port()));
+      ASSERT_TRUE(q.ok()) << q.status();
+      TextLineReader reader;
+      while (true) {
+        absl::StatusOr<std::vector<Record>> batch = reader.ReadUpTo(**q, 10);
+        if (absl::IsOutOfRange(batch.status())) break;
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        std::lock_guard<std::mutex> lock(mu);
+        for (const Record& r : *batch) ++lines[r.value];
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(lines.size(), 200u);
+  for (const auto& [line, n] : lines) EXPECT_EQ(n, 2) << line;
+  absl::StatusOr<QueueStats> stats = server->coordinator()->Stats("remote");
+  EXPECT_EQ(stats->completed, 48);
+  EXPECT_EQ(stats->duplicates, 0);
+}
+
+TEST(RemoteBackend, ErrorsKeepTheirCodeAndMessageAcrossTheWire) {
+  std::unique_ptr<CoordinatorServer> server = StartServer();
+  std::shared_ptr<QueueBackend> backend = Connect(server->port());
+  absl::Status s = backend->Stats("missing-queue").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("missing-queue"), std::string::npos);
+}
+
+TEST(RemoteBackend, EndOfInputIsOutOfRange) {
+  std::unique_ptr<CoordinatorServer> server = StartServer();
+  std::shared_ptr<QueueBackend> backend = Connect(server->port());
+  QueueConfig config;
+  config.name = "eoi";
+  config.items = {"only"};
+  ASSERT_TRUE(backend->CreateQueue(config).ok());
+  absl::StatusOr<std::vector<WorkItem>> items = backend->Take("eoi", "w", 1, absl::Now());
+  ASSERT_EQ(items->size(), 1u);
+  ASSERT_TRUE(backend->Complete("eoi", "w", (*items)[0].lease_id).ok());
+  EXPECT_TRUE(absl::IsOutOfRange(backend->Take("eoi", "w", 1, absl::Now()).status()));
+}
+
+TEST(RemoteBackend, MissingOrWrongTokenIsUnauthenticated) {
+  std::unique_ptr<CoordinatorServer> server = StartServer("tok");
+  EXPECT_EQ(Connect(server->port())->AllStats().status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(Connect(server->port(), "nope")->AllStats().status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(Connect(server->port(), "tok")->AllStats().ok());
+}
+
+TEST(RemoteBackend, UnreachableCoordinatorIsUnavailableAfterTheRetryBudget) {
+  RemoteOptions options;
+  options.address = "127.0.0.1:1";  // nothing listens on port 1
+  options.retry.total_budget = absl::Milliseconds(300);
+  std::shared_ptr<QueueBackend> backend = *ConnectRemote(options);
+  absl::Status s = backend->AllStats().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("gave up"), std::string::npos);
+}
+
+TEST(CallWithRetry, RetriesOnlyUnavailableAndAborted) {
+  RetryPolicy policy;
+  policy.initial_backoff = absl::Milliseconds(1);
+  int calls = 0;
+  absl::Status s = CallWithRetry(policy, "flaky", [&] {
+    ++calls;
+    return calls < 3 ? absl::UnavailableError("down") : absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(calls, 3);
+  calls = 0;
+  s = CallWithRetry(policy, "bad", [&] {
+    ++calls;
+    return absl::InvalidArgumentError("no");
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  calls = 0;
+  absl::StatusOr<int> v = CallWithRetry(policy, "value", [&]() -> absl::StatusOr<int> {
+    if (++calls == 1) return absl::AbortedError("conflict");
+    return 7;
+  });
+  EXPECT_EQ(*v, 7);
+}
+
+}  // namespace
+}  // namespace shardq

@@ -1,0 +1,67 @@
+// The one retry helper of the client: repeats a call while it fails with
+// UNAVAILABLE (coordinator down or restarting) or ABORTED, with capped
+// exponential backoff and jitter, until the policy's total budget is spent.
+// Every other status is returned at once.
+#ifndef SHARDQ_CLIENT_RETRY_H_
+#define SHARDQ_CLIENT_RETRY_H_
+
+#include <algorithm>
+#include <random>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace shardq {
+
+struct RetryPolicy {
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // Give up after this long without success (the coordinator is gone).
+  absl::Duration total_budget = absl::Minutes(10);
+};
+
+inline bool IsRetryable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsAborted(status);
+}
+
+namespace retry_internal {
+inline const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) { return s.status(); }
+}  // namespace retry_internal
+
+// `call` returns absl::Status or absl::StatusOr<T>. `what` names the call in
+// the final error. Not thread-affine; safe to use from any thread.
+template <typename Call>
+auto CallWithRetry(const RetryPolicy& policy, absl::string_view what, Call call)
+    -> decltype(call()) {
+  const absl::Time give_up = absl::Now() + policy.total_budget;
+  absl::Duration backoff = policy.initial_backoff;
+  thread_local std::minstd_rand jitter(std::random_device{}());
+  while (true) {
+    auto result = call();
+    const absl::Status& status = retry_internal::StatusOf(result);
+    if (!IsRetryable(status)) return result;
+    const absl::Time now = absl::Now();
+    if (now >= give_up) {
+      return absl::Status(status.code(),
+                          absl::StrCat(what, ": gave up after ",
+                                       absl::FormatDuration(policy.total_budget),
+                                       " of retries: ", status.message()));
+    }
+    // Sleep a random 50-100% of the backoff so restarting coordinators are
+    // not hit by every client at once.
+    const double factor = 0.5 + 0.5 * (static_cast<double>(jitter() - jitter.min()) /
+                                       static_cast<double>(jitter.max() - jitter.min()));
+    absl::SleepFor(std::min(backoff * factor, give_up - now));
+    backoff = std::min(backoff * 2, policy.max_backoff);
+  }
+}
+
+}  // namespace shardq
+
+#endif  // SHARDQ_CLIENT_RETRY_H_

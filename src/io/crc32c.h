@@ -1,0 +1,54 @@
+// CRC32C (Castagnoli, polynomial 0x1EDC6F41, reflected 0x82F63B78), the
+// checksum of TFRecord files, and the TFRecord "masked" form of it.
+//
+// Crc32c()/Crc32cExtend() use the SSE4.2 crc32 instruction when the CPU has
+// it (checked once, at the first call) and a portable slicing-by-8 table
+// implementation otherwise. Both implementations are exposed so that tests
+// can check that they agree.
+//
+// All functions are pure and thread-safe.
+#ifndef SHARDQ_IO_CRC32C_H_
+#define SHARDQ_IO_CRC32C_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+
+namespace shardq {
+
+// Returns the CRC32C of data[0, n) appended to a message whose CRC32C is
+// `crc`: Crc32cExtend(Crc32c(a), b.data(), b.size()) == Crc32c(a + b), and
+// Crc32cExtend(0, p, n) == Crc32c(absl::string_view(p, n)).
+uint32_t Crc32cExtend(uint32_t crc, const char* data, size_t n);
+
+// Returns the CRC32C of `data`.
+inline uint32_t Crc32c(absl::string_view data) {
+  return Crc32cExtend(0, data.data(), data.size());
+}
+
+// Same contract as Crc32cExtend, always computed with the portable tables.
+uint32_t Crc32cPortable(uint32_t crc, const char* data, size_t n);
+
+// True when this CPU has the SSE4.2 crc32 instruction.
+bool HardwareCrc32cAvailable();
+
+// Same contract as Crc32cExtend, computed with the SSE4.2 instruction. When
+// HardwareCrc32cAvailable() is false it falls back to Crc32cPortable (it
+// never executes an instruction the CPU lacks).
+uint32_t Crc32cHardware(uint32_t crc, const char* data, size_t n);
+
+// TFRecord stores CRCs masked, because the CRC of a string that itself
+// contains embedded CRCs is weak. MaskCrc rotates right by 15 bits and adds
+// a constant; UnmaskCrc(MaskCrc(c)) == c for every c.
+inline uint32_t MaskCrc(uint32_t crc) {
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+inline uint32_t UnmaskCrc(uint32_t masked) {
+  const uint32_t rotated = masked - 0xa282ead8u;
+  return (rotated >> 17) | (rotated << 15);
+}
+
+}  // namespace shardq
+
+#endif  // SHARDQ_IO_CRC32C_H_

@@ -1,0 +1,125 @@
+#include "src/io/crc32c.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardq {
+namespace {
+
+using Crc32cFn = uint32_t (*)(uint32_t, const char*, size_t);
+
+struct Implementation {
+  const char* name;
+  Crc32cFn fn;
+};
+
+std::vector<Implementation> Implementations() {
+  return {{"dispatch", &Crc32cExtend},
+          {"portable", &Crc32cPortable},
+          {"hardware", &Crc32cHardware}};
+}
+
+uint32_t CrcOf(Crc32cFn fn, const std::string& s) {
+  return fn(0, s.data(), s.size());
+}
+
+// RFC 3720 (iSCSI), appendix B.4.
+TEST(Crc32c, MatchesRfc3720TestVectors) {
+  std::string zeros(32, '\0');
+  std::string ones(32, '\xff');
+  std::string ascending(32, '\0');
+  std::string descending(32, '\0');
+  for (int i = 0; i < 32; ++i) {
+    ascending[i] = static_cast<char>(i);
+    descending[i] = static_cast<char>(31 - i);
+  }
+  const unsigned char read_pdu[48] = {
+      0x01, 0xc0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00,
+      0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x18, 0x28, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  const std::string pdu(reinterpret_cast<const char*>(read_pdu),
+                        sizeof(read_pdu));
+  for (const Implementation& impl : Implementations()) {
+    SCOPED_TRACE(impl.name);
+    EXPECT_EQ(CrcOf(impl.fn, zeros), 0x8A9136AAu);
+    EXPECT_EQ(CrcOf(impl.fn, ones), 0x62A8AB43u);
+    EXPECT_EQ(CrcOf(impl.fn, ascending), 0x46DD794Eu);
+    EXPECT_EQ(CrcOf(impl.fn, descending), 0x113FDB5Cu);
+    EXPECT_EQ(CrcOf(impl.fn, pdu), 0xD9963A56u);
+  }
+}
+
+TEST(Crc32c, MatchesStandardCheckValue) {
+  for (const Implementation& impl : Implementations()) {
+    SCOPED_TRACE(impl.name);
+    EXPECT_EQ(CrcOf(impl.fn, "123456789"), 0xE3069283u);
+    EXPECT_EQ(CrcOf(impl.fn, ""), 0u);
+  }
+  EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
+}
+
+TEST(Crc32c, ExtendEqualsCrcOfConcatenation) {
+  const std::string a = "hello, ";
+  const std::string b = "world";
+  EXPECT_EQ(Crc32cExtend(Crc32c(a), b.data(), b.size()), Crc32c(a + b));
+  EXPECT_EQ(Crc32cPortable(Crc32c(a), b.data(), b.size()), Crc32c(a + b));
+  EXPECT_EQ(Crc32cHardware(Crc32c(a), b.data(), b.size()), Crc32c(a + b));
+}
+
+TEST(Crc32c, HardwareAndPortableAgreeOnRandomInputs) {
+  if (!HardwareCrc32cAvailable()) {
+    GTEST_SKIP() << "no SSE4.2 on this CPU; Crc32cHardware is the portable code";
+  }
+  std::mt19937_64 rng(20240605);
+  std::string buffer(3 * 1024 * 4 + 64, '\0');
+  for (char& c : buffer) c = static_cast<char>(rng());
+  std::uniform_int_distribution<size_t> offset_dist(0, 15);
+  // Lengths cross the 3 x 1 KiB blocks of the hardware path.
+  std::uniform_int_distribution<size_t> length_dist(0, 3 * 1024 * 4);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const size_t offset = offset_dist(rng);
+    const size_t length = length_dist(rng) % (buffer.size() - offset + 1);
+    const uint32_t seed_crc = trial % 2 == 0 ? 0 : static_cast<uint32_t>(rng());
+    ASSERT_EQ(Crc32cHardware(seed_crc, buffer.data() + offset, length),
+              Crc32cPortable(seed_crc, buffer.data() + offset, length))
+        << "offset " << offset << " length " << length;
+  }
+  std::string big(1 << 20 | 5, '\0');
+  for (char& c : big) c = static_cast<char>(rng());
+  EXPECT_EQ(Crc32cHardware(0, big.data(), big.size()),
+            Crc32cPortable(0, big.data(), big.size()));
+}
+
+TEST(Crc32c, ExtendingPieceByPieceEqualsOneShot) {
+  std::mt19937_64 rng(7);
+  std::string data(20000, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  uint32_t crc = 0;
+  size_t pos = 0;
+  while (pos < data.size()) {
+    const size_t n = std::min<size_t>(rng() % 5000, data.size() - pos);
+    crc = Crc32cExtend(crc, data.data() + pos, n);
+    pos += n;
+  }
+  EXPECT_EQ(crc, Crc32c(data));
+}
+
+TEST(Crc32c, UnmaskInvertsMask) {
+  EXPECT_EQ(MaskCrc(0), 0xa282ead8u);
+  std::mt19937 rng(1);
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t crc = rng();
+    EXPECT_EQ(UnmaskCrc(MaskCrc(crc)), crc);
+  }
+  const uint32_t crc = Crc32c("foo");
+  EXPECT_EQ(MaskCrc(crc), ((crc >> 15) | (crc << 17)) + 0xa282ead8u);
+}
+
+}  // namespace
+}  // namespace shardq

@@ -1,0 +1,532 @@
+#include "src/io/tfrecord.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/io/crc32c.h"
+
+namespace shardq {
+namespace {
+
+constexpr size_t kWriteBufferBytes = 256 << 10;
+constexpr size_t kMinReadBufferBytes = 64;
+constexpr int64_t kFramingBytes = kTFRecordHeaderBytes + kTFRecordFooterBytes;
+
+void AppendLittleEndian32(uint32_t value, std::string* out) {
+  char bytes[4];
+  for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(value >> (8 * i));
+  out->append(bytes, sizeof(bytes));
+}
+
+uint32_t DecodeLittleEndian32(const char* p) {
+  uint32_t value;
+  std::memcpy(&value, p, sizeof(value));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  value = __builtin_bswap32(value);
+#endif
+  return value;
+}
+
+uint64_t DecodeLittleEndian64(const char* p) {
+  uint64_t value;
+  std::memcpy(&value, p, sizeof(value));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  value = __builtin_bswap64(value);
+#endif
+  return value;
+}
+
+void AppendHeader(uint64_t length, std::string* out) {
+  char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(length >> (8 * i));
+  out->append(bytes, sizeof(bytes));
+  AppendLittleEndian32(MaskCrc(Crc32c(absl::string_view(bytes, sizeof(bytes)))),
+                       out);
+}
+
+// "op 'path' at byte offset N: strerror", with the code that errno implies.
+absl::Status IoError(int error, absl::string_view op, const std::string& path,
+                     int64_t offset) {
+  return absl::Status(absl::ErrnoToStatusCode(error),
+                      absl::StrCat(op, " '", path, "' at byte offset ", offset,
+                                   ": ", std::strerror(error)));
+}
+
+absl::Status OpenError(int error, absl::string_view op,
+                       const std::string& path) {
+  return absl::Status(absl::ErrnoToStatusCode(error),
+                      absl::StrCat(op, " '", path, "': ", std::strerror(error)));
+}
+
+}  // namespace
+
+std::string EncodeTFRecord(absl::string_view data) {
+  std::string out;
+  out.reserve(data.size() + kFramingBytes);
+  AppendHeader(data.size(), &out);
+  out.append(data.data(), data.size());
+  AppendLittleEndian32(MaskCrc(Crc32c(data)), &out);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// TFRecordWriter
+
+absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::Create(
+    const std::string& path) {
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return OpenError(errno, "create", path);
+  return std::unique_ptr<TFRecordWriter>(new TFRecordWriter(path, fd));
+}
+
+TFRecordWriter::TFRecordWriter(std::string path, int fd)
+    : path_(std::move(path)), fd_(fd) {
+  buffer_.reserve(kWriteBufferBytes + 4096);
+}
+
+TFRecordWriter::~TFRecordWriter() { Close().IgnoreError(); }
+
+absl::Status TFRecordWriter::Write(absl::string_view record) {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("write to '", path_, "' after Close()"));
+  }
+  if (!error_.ok()) return error_;
+  AppendHeader(record.size(), &buffer_);
+  if (record.size() >= kWriteBufferBytes) {
+    // Large records skip the buffer rather than being copied into it.
+    if (absl::Status s = Flush(); !s.ok()) return s;
+    if (absl::Status s = WriteToFile(record.data(), record.size()); !s.ok()) {
+      return s;
+    }
+  } else {
+    buffer_.append(record.data(), record.size());
+  }
+  AppendLittleEndian32(MaskCrc(Crc32c(record)), &buffer_);
+  if (buffer_.size() >= kWriteBufferBytes) return Flush();
+  return absl::OkStatus();
+}
+
+absl::Status TFRecordWriter::Flush() {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("flush of '", path_, "' after Close()"));
+  }
+  if (!error_.ok()) return error_;
+  absl::Status status = WriteToFile(buffer_.data(), buffer_.size());
+  buffer_.clear();
+  return status;
+}
+
+absl::Status TFRecordWriter::Close() {
+  if (fd_ < 0) return absl::OkStatus();
+  absl::Status status = Flush();
+  if (::close(fd_) != 0 && status.ok()) {
+    status = IoError(errno, "close", path_, flushed_);
+  }
+  fd_ = -1;
+  return status;
+}
+
+absl::Status TFRecordWriter::WriteToFile(const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t written = ::write(fd_, data, n);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      error_ = IoError(errno, "write", path_, flushed_);
+      return error_;
+    }
+    data += written;
+    n -= static_cast<size_t>(written);
+    flushed_ += written;
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// ReadBuffer: a window of the file, refilled with pread. Peeked views stay
+// valid until the next call on the buffer.
+
+namespace tfrecord_internal {
+
+class ReadBuffer {
+ public:
+  ReadBuffer(int fd, std::string path, int64_t file_size, size_t capacity)
+      : fd_(fd),
+        path_(std::move(path)),
+        file_size_(file_size),
+        capacity_(capacity),
+        data_(new char[capacity]) {}
+
+  size_t capacity() const { return capacity_; }
+
+  // Returns the min(n, file size - offset) bytes at `offset`; n <= capacity.
+  absl::StatusOr<absl::string_view> Peek(int64_t offset, size_t n) {
+    const size_t want =
+        static_cast<size_t>(std::min<int64_t>(n, file_size_ - offset));
+    if (Holds(offset) &&
+        offset + static_cast<int64_t>(want) <= offset_ + static_cast<int64_t>(size_)) {
+      return absl::string_view(data_.get() + (offset - offset_), want);
+    }
+    size_t keep = 0;
+    if (Holds(offset)) {
+      keep = size_ - static_cast<size_t>(offset - offset_);
+      std::memmove(data_.get(), data_.get() + (offset - offset_), keep);
+    }
+    const size_t fill = static_cast<size_t>(
+        std::min<int64_t>(capacity_, file_size_ - offset));
+    size_ = 0;
+    if (absl::Status s = ReadFromFile(offset + static_cast<int64_t>(keep),
+                                      fill - keep, data_.get() + keep);
+        !s.ok()) {
+      return s;
+    }
+    offset_ = offset;
+    size_ = fill;
+    return absl::string_view(data_.get(), want);
+  }
+
+  // Copies the n bytes at `offset`, all inside the file, to dst.
+  absl::Status Read(int64_t offset, size_t n, char* dst) {
+    while (n > 0) {
+      if (Holds(offset)) {
+        const size_t take =
+            std::min(n, size_ - static_cast<size_t>(offset - offset_));
+        std::memcpy(dst, data_.get() + (offset - offset_), take);
+        offset += static_cast<int64_t>(take);
+        dst += take;
+        n -= take;
+        continue;
+      }
+      // Big reads go straight to their destination.
+      if (n >= capacity_) return ReadFromFile(offset, n, dst);
+      absl::StatusOr<absl::string_view> bytes = Peek(offset, n);
+      if (!bytes.ok()) return bytes.status();
+      std::memcpy(dst, bytes->data(), bytes->size());
+      return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  // CRC32C of the n bytes at `offset`, all inside the file, read through
+  // the buffer (so a corrupt length costs no allocation).
+  absl::StatusOr<uint32_t> Crc(int64_t offset, uint64_t n) {
+    uint32_t crc = 0;
+    while (n > 0) {
+      absl::StatusOr<absl::string_view> chunk =
+          Peek(offset, static_cast<size_t>(std::min<uint64_t>(n, capacity_)));
+      if (!chunk.ok()) return chunk.status();
+      crc = Crc32cExtend(crc, chunk->data(), chunk->size());
+      offset += static_cast<int64_t>(chunk->size());
+      n -= chunk->size();
+    }
+    return crc;
+  }
+
+ private:
+  bool Holds(int64_t offset) const {
+    return offset >= offset_ && offset < offset_ + static_cast<int64_t>(size_);
+  }
+
+  absl::Status ReadFromFile(int64_t offset, size_t n, char* dst) {
+    while (n > 0) {
+      const ssize_t got = ::pread(fd_, dst, n, offset);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        return IoError(errno, "read", path_, offset);
+      }
+      if (got == 0) {
+        return absl::DataLossError(absl::StrCat(
+            "'", path_, "' ends at byte offset ", offset, " but had ",
+            file_size_, " bytes when opened (truncated while being read?)"));
+      }
+      dst += got;
+      n -= static_cast<size_t>(got);
+      offset += got;
+    }
+    return absl::OkStatus();
+  }
+
+  const int fd_;
+  const std::string path_;
+  const int64_t file_size_;
+  const size_t capacity_;
+  std::unique_ptr<char[]> data_;
+  int64_t offset_ = 0;  // file offset of data_[0]
+  size_t size_ = 0;     // valid bytes in data_
+};
+
+}  // namespace tfrecord_internal
+
+// ---------------------------------------------------------------------------
+// TFRecordSliceReader
+
+enum class TFRecordSliceReader::Check {
+  kValid,
+  kTruncatedHeader,
+  kBadLengthCrc,
+  kLengthPastEnd,
+  kBadDataCrc,
+};
+
+struct TFRecordSliceReader::Probe {
+  Check check = Check::kValid;
+  int64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t stored_crc = 0;  // unmasked
+  uint32_t computed_crc = 0;
+};
+
+absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> TFRecordSliceReader::Open(
+    const std::string& path, int64_t start, int64_t end,
+    TFRecordReadOptions options) {
+  if (start < 0 || end < -1 || (end >= 0 && start > end)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "': bad byte range [", start, ", ", end, ")"));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return OpenError(errno, "open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return OpenError(error, "stat", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a regular file"));
+  }
+  const int64_t size = static_cast<int64_t>(st.st_size);
+  if (end < 0 || end > size) end = size;
+  start = std::min(start, size);
+  options.buffer_bytes = std::max(options.buffer_bytes, kMinReadBufferBytes);
+  return std::unique_ptr<TFRecordSliceReader>(
+      new TFRecordSliceReader(path, fd, size, start, end, options));
+}
+
+TFRecordSliceReader::TFRecordSliceReader(std::string path, int fd,
+                                         int64_t file_size, int64_t start,
+                                         int64_t end,
+                                         TFRecordReadOptions options)
+    : path_(std::move(path)),
+      fd_(fd),
+      file_size_(file_size),
+      start_(start),
+      end_(end),
+      options_(options),
+      buffer_(std::make_unique<tfrecord_internal::ReadBuffer>(
+          fd, path_, file_size, options.buffer_bytes)) {}
+
+TFRecordSliceReader::~TFRecordSliceReader() { ::close(fd_); }
+
+absl::StatusOr<bool> TFRecordSliceReader::Next(std::string* record,
+                                               int64_t* offset) {
+  if (!error_.ok()) return error_;
+  absl::StatusOr<bool> more = NextImpl(record, offset);
+  if (!more.ok()) error_ = more.status();
+  return more;
+}
+
+absl::StatusOr<bool> TFRecordSliceReader::NextImpl(std::string* record,
+                                                   int64_t* offset) {
+  if (state_ == State::kDone) return false;
+  if (state_ == State::kUnpositioned) {
+    if (start_ >= end_) {
+      state_ = State::kDone;
+      return false;
+    }
+    state_ = State::kWalking;
+    position_ = start_;
+    if (start_ > 0) {
+      absl::StatusOr<int64_t> first = Scan(start_, end_);
+      if (!first.ok()) return first.status();
+      if (*first < 0) {
+        // The whole range lies inside a record that starts before it.
+        state_ = State::kDone;
+        return false;
+      }
+      position_ = *first;
+      position_validated_ = true;
+    }
+  }
+  while (position_ < end_) {
+    absl::StatusOr<Probe> probe = ProbeAt(position_, record);
+    if (!probe.ok()) return probe.status();
+    if (probe->check == Check::kValid) {
+      if (offset != nullptr) *offset = position_;
+      position_ += kFramingBytes + static_cast<int64_t>(probe->length);
+      position_validated_ = false;
+      ++stats_.records;
+      stats_.bytes += static_cast<int64_t>(probe->length);
+      return true;
+    }
+    if (absl::Status s = HandleCorrupt(*probe, /*after_slice=*/false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  state_ = State::kDone;
+  if (absl::Status s = CheckRecordAfterSlice(); !s.ok()) return s;
+  return false;
+}
+
+absl::Status TFRecordSliceReader::CheckRecordAfterSlice() {
+  // The next slice's scan would pass over a damaged record here without
+  // noticing it, so this reader, whose walk proves a record starts here,
+  // checks it.
+  if (position_ >= file_size_ || position_validated_) return absl::OkStatus();
+  absl::StatusOr<Probe> probe = ProbeAt(position_, nullptr);
+  if (!probe.ok()) return probe.status();
+  if (probe->check == Check::kValid) return absl::OkStatus();
+  return HandleCorrupt(*probe, /*after_slice=*/true);
+}
+
+absl::Status TFRecordSliceReader::HandleCorrupt(const Probe& probe,
+                                                bool after_slice) {
+  if (options_.on_corrupt == TFRecordReadOptions::kFail) {
+    std::string what;
+    switch (probe.check) {
+      case Check::kTruncatedHeader:
+        what = absl::StrCat("truncated record: the file ends ",
+                            file_size_ - probe.offset,
+                            " bytes after its start, inside its ",
+                            kTFRecordHeaderBytes, "-byte header");
+        break;
+      case Check::kBadLengthCrc:
+        what = absl::StrCat("bad length checksum (stored 0x",
+                            absl::Hex(probe.stored_crc), ", computed 0x",
+                            absl::Hex(probe.computed_crc), ")");
+        break;
+      case Check::kLengthPastEnd:
+        what = absl::StrCat(
+            "record length ", probe.length, " runs past the end of the file (",
+            file_size_ - probe.offset - kTFRecordHeaderBytes,
+            " bytes left after the header; truncated file or corrupt length)");
+        break;
+      case Check::kBadDataCrc:
+        what = absl::StrCat("bad data checksum for a record of ", probe.length,
+                            " bytes (stored 0x", absl::Hex(probe.stored_crc),
+                            ", computed 0x", absl::Hex(probe.computed_crc),
+                            ")");
+        break;
+      case Check::kValid:
+        break;
+    }
+    return absl::DataLossError(absl::StrCat(
+        "'", path_, "': corrupt TFRecord at byte offset ", probe.offset, ": ",
+        what,
+        after_slice ? absl::StrCat(" (the record after the slice [", start_,
+                                   ", ", end_, ")")
+                    : ""));
+  }
+  absl::StatusOr<int64_t> next = Scan(probe.offset + 1, file_size_);
+  if (!next.ok()) return next.status();
+  const int64_t resume = *next < 0 ? file_size_ : *next;
+  ++stats_.corrupt_regions;
+  stats_.skipped_bytes += resume - probe.offset;
+  position_ = resume;
+  position_validated_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TFRecordSliceReader::Probe> TFRecordSliceReader::ProbeAt(
+    int64_t offset, std::string* data) {
+  Probe probe;
+  probe.offset = offset;
+  absl::StatusOr<absl::string_view> header =
+      buffer_->Peek(offset, kTFRecordHeaderBytes);
+  if (!header.ok()) return header.status();
+  if (header->size() < static_cast<size_t>(kTFRecordHeaderBytes)) {
+    probe.check = Check::kTruncatedHeader;
+    return probe;
+  }
+  probe.length = DecodeLittleEndian64(header->data());
+  probe.stored_crc = UnmaskCrc(DecodeLittleEndian32(header->data() + 8));
+  probe.computed_crc = Crc32c(header->substr(0, 8));
+  if (probe.stored_crc != probe.computed_crc) {
+    probe.check = Check::kBadLengthCrc;
+    return probe;
+  }
+  // Trust the length only once it fits in the file: never allocate first.
+  const int64_t room = file_size_ - offset - kFramingBytes;
+  if (room < 0 || probe.length > static_cast<uint64_t>(room)) {
+    probe.check = Check::kLengthPastEnd;
+    return probe;
+  }
+  const int64_t data_offset = offset + kTFRecordHeaderBytes;
+  const size_t length = static_cast<size_t>(probe.length);
+  if (data != nullptr) {
+    data->resize(length);
+    if (absl::Status s = buffer_->Read(data_offset, length, data->data());
+        !s.ok()) {
+      return s;
+    }
+    probe.computed_crc = Crc32c(*data);
+  } else {
+    absl::StatusOr<uint32_t> crc = buffer_->Crc(data_offset, length);
+    if (!crc.ok()) return crc.status();
+    probe.computed_crc = *crc;
+  }
+  absl::StatusOr<absl::string_view> footer = buffer_->Peek(
+      data_offset + static_cast<int64_t>(length), kTFRecordFooterBytes);
+  if (!footer.ok()) return footer.status();
+  probe.stored_crc = UnmaskCrc(DecodeLittleEndian32(footer->data()));
+  probe.check = probe.stored_crc == probe.computed_crc ? Check::kValid
+                                                       : Check::kBadDataCrc;
+  return probe;
+}
+
+absl::StatusOr<int64_t> TFRecordSliceReader::Scan(int64_t from,
+                                                  int64_t limit) {
+  // An offset can start a record only if an empty record fits after it.
+  const int64_t last = std::min(limit, file_size_ - kFramingBytes + 1);
+  int64_t p = from;
+  while (p < last) {
+    absl::StatusOr<absl::string_view> chunk = buffer_->Peek(
+        p, static_cast<size_t>(std::min<int64_t>(
+               buffer_->capacity(), last - p + kTFRecordHeaderBytes - 1)));
+    if (!chunk.ok()) return chunk.status();
+    // At least kFramingBytes remain after p, so every offset in
+    // [p, p + positions) has a whole header inside chunk.
+    const int64_t positions =
+        std::min<int64_t>(static_cast<int64_t>(chunk->size()) -
+                              kTFRecordHeaderBytes + 1,
+                          last - p);
+    int64_t candidate = -1;
+    for (int64_t i = 0; i < positions; ++i) {
+      const char* header = chunk->data() + i;
+      // The cheap test first: random and text bytes make huge lengths.
+      const uint64_t length = DecodeLittleEndian64(header);
+      if (length > static_cast<uint64_t>(file_size_ - (p + i) - kFramingBytes)) {
+        continue;
+      }
+      if (Crc32c(absl::string_view(header, 8)) !=
+          UnmaskCrc(DecodeLittleEndian32(header + 8))) {
+        continue;
+      }
+      candidate = p + i;
+      break;
+    }
+    if (candidate < 0) {
+      p += positions;
+      continue;
+    }
+    // Checking the data moves the buffer, so chunk is stale after this.
+    absl::StatusOr<Probe> probe = ProbeAt(candidate, nullptr);
+    if (!probe.ok()) return probe.status();
+    if (probe->check == Check::kValid) return candidate;
+    p = candidate + 1;
+  }
+  return -1;
+}
+
+}  // namespace shardq

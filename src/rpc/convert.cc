@@ -1,0 +1,135 @@
+#include "src/rpc/convert.h"
+
+#include <string>
+
+namespace shardq {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+void ToProto(const QueueConfig& config, v1::QueueConfig* out) {
+  out->set_name(config.name);
+  out->mutable_items()->Reserve(static_cast<int>(config.items.size()));
+  for (const std::string& item : config.items) out->add_items(item);
+  out->set_num_epochs(config.num_epochs);
+  out->set_shuffle(config.shuffle);
+  if (config.seed.has_value()) {
+    out->set_seed(*config.seed);
+    out->set_seed_set(true);
+  }
+  out->set_num_clients(config.num_clients);
+  out->set_lease_timeout_ms(absl::ToInt64Milliseconds(config.lease_timeout));
+}
+
+QueueConfig FromProto(const v1::QueueConfig& config) {
+  QueueConfig out;
+  out.name = config.name();
+  out.items.assign(config.items().begin(), config.items().end());
+  out.num_epochs = config.num_epochs();
+  out.shuffle = config.shuffle();
+  if (config.seed_set()) out.seed = config.seed();
+  out.num_clients = config.num_clients();
+  out.lease_timeout = absl::Milliseconds(config.lease_timeout_ms());
+  return out;
+}
+
+void ToProto(const QueueInfo& info, v1::QueueInfo* out) {
+  out->set_name(info.name);
+  out->set_seed(info.seed);
+  out->set_num_items(info.num_items);
+  out->set_num_epochs(info.num_epochs);
+  out->set_num_clients(info.num_clients);
+  out->set_lease_timeout_ms(absl::ToInt64Milliseconds(info.lease_timeout));
+  out->set_created(info.created);
+}
+
+QueueInfo FromProto(const v1::QueueInfo& info) {
+  QueueInfo out;
+  out.name = info.name();
+  out.seed = info.seed();
+  out.num_items = info.num_items();
+  out.num_epochs = info.num_epochs();
+  out.num_clients = info.num_clients();
+  out.lease_timeout = absl::Milliseconds(info.lease_timeout_ms());
+  out.created = info.created();
+  return out;
+}
+
+void ToProto(const WorkItem& item, v1::WorkItem* out) {
+  out->set_item(item.item);
+  out->set_epoch(item.epoch);
+  out->set_index(item.index);
+  out->set_lease_id(item.lease_id);
+}
+
+WorkItem FromProto(const v1::WorkItem& item) {
+  return WorkItem{item.item(), item.epoch(), item.index(), item.lease_id()};
+}
+
+void ToProto(const QueueStats& stats, v1::QueueStatus* out) {
+  out->set_name(stats.name);
+  out->set_seed(stats.seed);
+  out->set_num_items(stats.num_items);
+  out->set_num_epochs(stats.num_epochs);
+  out->set_pending(stats.pending);
+  out->set_leased(stats.leased);
+  out->set_completed(stats.completed);
+  out->set_taken(stats.taken);
+  out->set_expired(stats.expired);
+  out->set_released(stats.released);
+  out->set_duplicates(stats.duplicates);
+  out->set_finished(stats.finished);
+  for (const EpochStats& e : stats.epochs) {
+    v1::EpochStatus* epoch = out->add_epochs();
+    epoch->set_pending(e.pending);
+    epoch->set_leased(e.leased);
+    epoch->set_completed(e.completed);
+  }
+  for (const auto& [name, w] : stats.workers) {
+    v1::WorkerStatus* worker = out->add_workers();
+    worker->set_worker(name);
+    worker->set_taken(w.taken);
+    worker->set_completed(w.completed);
+    worker->set_held(w.held);
+    worker->set_items_per_second(w.items_per_second);
+  }
+}
+
+QueueStats FromProto(const v1::QueueStatus& status) {
+  QueueStats out;
+  out.name = status.name();
+  out.seed = status.seed();
+  out.num_items = status.num_items();
+  out.num_epochs = status.num_epochs();
+  out.pending = status.pending();
+  out.leased = status.leased();
+  out.completed = status.completed();
+  out.taken = status.taken();
+  out.expired = status.expired();
+  out.released = status.released();
+  out.duplicates = status.duplicates();
+  out.finished = status.finished();
+  for (const v1::EpochStatus& e : status.epochs()) {
+    out.epochs.push_back(EpochStats{e.pending(), e.leased(), e.completed()});
+  }
+  for (const v1::WorkerStatus& w : status.workers()) {
+    WorkerStats ws;
+    ws.taken = w.taken();
+    ws.completed = w.completed();
+    ws.held = w.held();
+    ws.items_per_second = w.items_per_second();
+    out.workers[w.worker()] = ws;
+  }
+  return out;
+}
+
+}  // namespace shardq

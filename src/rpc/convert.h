@@ -1,0 +1,39 @@
+// The one place where shardq's C++ types meet the wire: absl::Status <->
+// grpc::Status, and core structs <-> proto messages. Used by the gRPC
+// adapter (server side) and the remote backend (client side). Pure
+// functions, thread-safe.
+#ifndef SHARDQ_RPC_CONVERT_H_
+#define SHARDQ_RPC_CONVERT_H_
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+#include "proto/shardq/coordinator.pb.h"
+#include "src/core/queue_state.h"
+#include "src/server/coordinator_impl.h"
+#include "shardq/work_item.h"
+
+namespace shardq {
+
+// Largest message either side accepts: a queue's plan travels in one
+// CreateQueue request (1,000,000 slices of ~100 bytes fit).
+inline constexpr int kMaxMessageBytes = 256 << 20;
+
+// Codes map one to one (both follow google.rpc.Code); the message is kept.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+void ToProto(const QueueConfig& config, v1::QueueConfig* out);
+QueueConfig FromProto(const v1::QueueConfig& config);
+
+void ToProto(const QueueInfo& info, v1::QueueInfo* out);
+QueueInfo FromProto(const v1::QueueInfo& info);
+
+void ToProto(const WorkItem& item, v1::WorkItem* out);
+WorkItem FromProto(const v1::WorkItem& item);
+
+void ToProto(const QueueStats& stats, v1::QueueStatus* out);
+QueueStats FromProto(const v1::QueueStatus& status);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_RPC_CONVERT_H_

@@ -1,0 +1,188 @@
+#include "src/server/grpc_service.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "src/rpc/convert.h"
+
+namespace shardq {
+namespace {
+
+// Longest a single Take waits server-side; clients re-issue.
+constexpr int64_t kMaxWaitMs = 60'000;
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
+                                          absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", what, " file '", path, "'"));
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::vector<uint64_t> ToVector(const google::protobuf::RepeatedField<uint64_t>& ids) {
+  return std::vector<uint64_t>(ids.begin(), ids.end());
+}
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(CoordinatorImpl* coordinator, std::string token)
+    : coordinator_(coordinator), token_(std::move(token)) {}
+
+absl::Status CoordinatorService::Authorize(const grpc::ServerContext& ctx) const {
+  if (token_.empty()) return absl::OkStatus();
+  auto it = ctx.client_metadata().find("authorization");
+  if (it == ctx.client_metadata().end()) {
+    return absl::UnauthenticatedError("missing 'authorization' metadata (a token is required)");
+  }
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::ConsumePrefix(&value, "Bearer ") || !ConstantTimeEquals(value, token_)) {
+    return absl::UnauthenticatedError("invalid token");
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status CoordinatorService::CreateQueue(grpc::ServerContext* ctx,
+                                             const v1::CreateQueueRequest* req,
+                                             v1::QueueInfo* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<QueueInfo> info = coordinator_->CreateQueue(FromProto(req->config()));
+  if (info.ok()) ToProto(*info, resp);
+  return ToGrpcStatus(info.status());
+}
+
+grpc::Status CoordinatorService::GetQueue(grpc::ServerContext* ctx,
+                                          const v1::GetQueueRequest* req,
+                                          v1::QueueInfo* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<QueueInfo> info = coordinator_->GetQueue(req->queue());
+  if (info.ok()) ToProto(*info, resp);
+  return ToGrpcStatus(info.status());
+}
+
+grpc::Status CoordinatorService::Take(grpc::ServerContext* ctx,
+                                      const v1::TakeRequest* req,
+                                      v1::TakeResponse* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  const int64_t wait_ms = std::clamp<int64_t>(req->wait_ms(), 0, kMaxWaitMs);
+  // Answer a little before the caller's own deadline, so it gets "ask
+  // again" rather than DEADLINE_EXCEEDED.
+  absl::Time deadline = absl::Now() + absl::Milliseconds(wait_ms);
+  const absl::Time call_deadline = absl::FromChrono(ctx->deadline());
+  deadline = std::min(deadline, call_deadline - absl::Milliseconds(100));
+  absl::StatusOr<std::vector<WorkItem>> items =
+      coordinator_->Take(req->queue(), req->worker(), req->max_items(), deadline);
+  if (absl::IsOutOfRange(items.status())) {
+    resp->set_end_of_input(true);
+    return grpc::Status::OK;
+  }
+  if (items.ok()) {
+    for (const WorkItem& item : *items) ToProto(item, resp->add_items());
+  }
+  return ToGrpcStatus(items.status());
+}
+
+grpc::Status CoordinatorService::Complete(grpc::ServerContext* ctx,
+                                          const v1::CompleteRequest* req,
+                                          v1::CompleteResponse* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<CompleteOutcome> outcome =
+      coordinator_->Complete(req->queue(), req->worker(), req->lease_id());
+  if (outcome.ok()) resp->set_duplicate(*outcome == CompleteOutcome::kDuplicate);
+  return ToGrpcStatus(outcome.status());
+}
+
+grpc::Status CoordinatorService::Release(grpc::ServerContext* ctx,
+                                         const v1::ReleaseRequest* req,
+                                         v1::ReleaseResponse*) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  return ToGrpcStatus(coordinator_->Release(req->queue(), req->worker(), req->lease_id()));
+}
+
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
+                                           const v1::HeartbeatRequest* req,
+                                           v1::HeartbeatResponse* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<std::vector<uint64_t>> lost =
+      coordinator_->Heartbeat(req->queue(), req->worker(), ToVector(req->lease_ids()));
+  if (lost.ok()) resp->mutable_lost_lease_ids()->Add(lost->begin(), lost->end());
+  return ToGrpcStatus(lost.status());
+}
+
+grpc::Status CoordinatorService::Status(grpc::ServerContext* ctx,
+                                        const v1::StatusRequest* req,
+                                        v1::StatusResponse* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  if (req->queue().empty()) {
+    for (const QueueStats& stats : coordinator_->AllStats()) {
+      ToProto(stats, resp->add_queues());
+    }
+    return grpc::Status::OK;
+  }
+  absl::StatusOr<QueueStats> stats = coordinator_->Stats(req->queue());
+  if (stats.ok()) ToProto(*stats, resp->add_queues());
+  return ToGrpcStatus(stats.status());
+}
+
+CoordinatorServer::CoordinatorServer(const ServerOptions& options)
+    : service_(&coordinator_, options.token) {}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const ServerOptions& options) {
+  if (options.listen.empty() || options.listen.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen '", options.listen, "' is not HOST:PORT"));
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+    }
+    absl::StatusOr<std::string> cert = ReadWholeFile(options.tls_cert_file, "TLS certificate");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadWholeFile(options.tls_key_file, "TLS key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(options));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, credentials, &server->port_);
+  builder.RegisterService(&server->service_);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", options.listen, "' (address in use or not local?)"));
+  }
+  return server;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+void CoordinatorServer::Wait() { server_->Wait(); }
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  coordinator_.Shutdown();
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+}  // namespace shardq

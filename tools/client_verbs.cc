@@ -1,0 +1,175 @@
+// `shardq create`, `shardq take`, `shardq status`.
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "shardq/work_queue.h"
+#include "src/client/planner.h"
+#include "tools/client_flags.h"
+#include "tools/verbs.h"
+
+namespace shardq {
+
+CLI::App* AddCreate(CLI::App& app, CreateOptions* o) {
+  CLI::App* cmd = app.add_subcommand(
+      "create", "Create a queue (or attach to an identical one); prints its item count and seed");
+  AddClientFlags(cmd, &o->client, /*with_worker=*/false);
+  cmd->add_option("--epochs", o->epochs, "times every item is handed out")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seed", o->seed, "shuffle seed (default: the coordinator draws one)");
+  cmd->add_flag("--no-shuffle", o->no_shuffle, "keep the plan order in every epoch");
+  cmd->add_option("--slices", o->slices, "total slices to cut the works into (default: one per work)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prefix", o->prefix, "string put before every work name");
+  cmd->add_option("--lease-timeout", o->lease_timeout_seconds,
+                  "seconds a taken item stays leased without a heartbeat")
+      ->check(CLI::Range(0.01, 86400.0))->capture_default_str();
+  cmd->add_option("--num-clients", o->num_clients, "items one worker may hold at once")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("works", o->works, "files (or table URIs) to hand out")->required();
+  return cmd;
+}
+
+int RunCreate(const CreateOptions& o) {
+  absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(o.client);
+  if (!connected.ok()) return ReportError("create", connected.status());
+  absl::StatusOr<std::vector<std::string>> items = PlanWorks(o.works, o.prefix, o.slices);
+  if (!items.ok()) return ReportError("create", items.status());
+  QueueConfig config;
+  config.name = o.client.name;
+  config.items = *std::move(items);
+  config.num_epochs = o.epochs;
+  config.shuffle = !o.no_shuffle;
+  config.seed = o.seed;
+  config.num_clients = o.num_clients;
+  config.lease_timeout = absl::Seconds(o.lease_timeout_seconds);
+  absl::StatusOr<QueueInfo> info = connected->backend->CreateQueue(config);
+  if (!info.ok()) return ReportError("create", info.status());
+  std::printf("queue=%s items=%lld epochs=%lld seed=%llu %s\n", info->name.c_str(),
+              static_cast<long long>(info->num_items),
+              static_cast<long long>(info->num_epochs),
+              static_cast<unsigned long long>(info->seed),
+              info->created ? "created" : "attached");
+  return 0;
+}
+
+CLI::App* AddTake(CLI::App& app, ClientFlags* o) {
+  CLI::App* cmd = app.add_subcommand(
+      "take", "Lease one item and print it (exit 3 at end of input). The lease "
+              "stays with --worker until it expires");
+  AddClientFlags(cmd, o, /*with_worker=*/true);
+  return cmd;
+}
+
+int RunTake(const ClientFlags& o) {
+  absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(o);
+  if (!connected.ok()) return ReportError("take", connected.status());
+  const std::string worker =
+      connected->worker_id.empty() ? absl::StrCat("take-", ::getpid()) : connected->worker_id;
+  while (true) {
+    absl::StatusOr<std::vector<WorkItem>> items = connected->backend->Take(
+        o.name, worker, 1, absl::Now() + absl::Seconds(10));
+    if (absl::IsOutOfRange(items.status())) return kExitEndOfInput;
+    if (!items.ok()) return ReportError("take", items.status());
+    if (items->empty()) continue;  // held elsewhere: wait on
+    const WorkItem& item = items->front();
+    std::printf("%s\n", item.item.c_str());
+    std::fprintf(stderr, "worker=%s epoch=%lld lease=%llu\n", worker.c_str(),
+                 static_cast<long long>(item.epoch),
+                 static_cast<unsigned long long>(item.lease_id));
+    return 0;
+  }
+}
+
+CLI::App* AddStatus(CLI::App& app, StatusOptions* o) {
+  CLI::App* cmd = app.add_subcommand(
+      "status", "Per queue: items, epochs, pending, leased, completed, expired, "
+                "duplicates, seed; per worker: completed and items/s");
+  cmd->add_option("--address", o->client.address, "coordinator HOST:PORT");
+  cmd->add_option("--name", o->client.name, "only this queue (default: every queue)");
+  cmd->add_option("--token-file", o->client.token_file, "file holding the token");
+  cmd->add_option("--tls-ca", o->client.tls_ca, "PEM CA certificate: connect with TLS");
+  cmd->add_flag("--json", o->json, "print JSON (keys in docs/cli.md)");
+  // The default name "work_queue" would hide other queues: status means all.
+  o->client.name.clear();
+  return cmd;
+}
+
+namespace {
+
+nlohmann::json ToJson(const QueueStats& s) {
+  nlohmann::json q = {
+      {"name", s.name},       {"seed", s.seed},         {"items", s.num_items},
+      {"epochs", s.num_epochs}, {"pending", s.pending}, {"leased", s.leased},
+      {"completed", s.completed}, {"taken", s.taken},   {"expired", s.expired},
+      {"released", s.released}, {"duplicates", s.duplicates},
+      {"finished", s.finished}};
+  q["per_epoch"] = nlohmann::json::array();
+  for (size_t e = 0; e < s.epochs.size(); ++e) {
+    q["per_epoch"].push_back({{"epoch", e},
+                              {"pending", s.epochs[e].pending},
+                              {"leased", s.epochs[e].leased},
+                              {"completed", s.epochs[e].completed}});
+  }
+  q["workers"] = nlohmann::json::array();
+  for (const auto& [name, w] : s.workers) {
+    q["workers"].push_back({{"worker", name},
+                            {"completed", w.completed},
+                            {"taken", w.taken},
+                            {"held", w.held},
+                            {"items_per_second", w.items_per_second}});
+  }
+  return q;
+}
+
+void PrintText(const QueueStats& s) {
+  std::printf("queue %s: %lld items x %lld epochs, seed %llu%s\n", s.name.c_str(),
+              static_cast<long long>(s.num_items), static_cast<long long>(s.num_epochs),
+              static_cast<unsigned long long>(s.seed), s.finished ? ", finished" : "");
+  std::printf("  pending %lld  leased %lld  completed %lld  taken %lld  expired %lld  "
+              "released %lld  duplicates %lld\n",
+              static_cast<long long>(s.pending), static_cast<long long>(s.leased),
+              static_cast<long long>(s.completed), static_cast<long long>(s.taken),
+              static_cast<long long>(s.expired), static_cast<long long>(s.released),
+              static_cast<long long>(s.duplicates));
+  for (size_t e = 0; e < s.epochs.size(); ++e) {
+    std::printf("  epoch %zu: pending %lld  leased %lld  completed %lld\n", e,
+                static_cast<long long>(s.epochs[e].pending),
+                static_cast<long long>(s.epochs[e].leased),
+                static_cast<long long>(s.epochs[e].completed));
+  }
+  for (const auto& [name, w] : s.workers) {
+    std::printf("  worker %-24s completed %6lld  held %3lld  %.2f items/s\n", name.c_str(),
+                static_cast<long long>(w.completed), static_cast<long long>(w.held),
+                w.items_per_second);
+  }
+}
+
+}  // namespace
+
+int RunStatus(const StatusOptions& o) {
+  absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(o.client);
+  if (!connected.ok()) return ReportError("status", connected.status());
+  std::vector<QueueStats> queues;
+  if (o.client.name.empty()) {
+    absl::StatusOr<std::vector<QueueStats>> all = connected->backend->AllStats();
+    if (!all.ok()) return ReportError("status", all.status());
+    queues = *std::move(all);
+  } else {
+    absl::StatusOr<QueueStats> one = connected->backend->Stats(o.client.name);
+    if (!one.ok()) return ReportError("status", one.status());
+    queues.push_back(*std::move(one));
+  }
+  if (o.json) {
+    nlohmann::json out = {{"queues", nlohmann::json::array()}};
+    for (const QueueStats& s : queues) out["queues"].push_back(ToJson(s));
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  if (queues.empty()) std::printf("no queues\n");
+  for (const QueueStats& s : queues) PrintText(s);
+  return 0;
+}
+
+}  // namespace shardq

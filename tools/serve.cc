@@ -1,0 +1,80 @@
+// `shardq serve`: runs the coordinator until SIGINT or SIGTERM.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "src/server/grpc_service.h"
+#include "tools/verbs.h"
+
+namespace shardq {
+
+CLI::App* AddServe(CLI::App& app, ServeOptions* o) {
+  CLI::App* cmd = app.add_subcommand("serve", "Run the coordinator (gRPC)");
+  cmd->add_option("--listen", o->listen,
+                  "HOST:PORT to listen on (loopback unless told otherwise; port 0 picks one)")
+      ->capture_default_str();
+  cmd->add_option("--token-file", o->token_file,
+                  "file holding the token every call must carry");
+  cmd->add_option("--tls-cert", o->tls_cert, "PEM certificate chain (with --tls-key)");
+  cmd->add_option("--tls-key", o->tls_key, "PEM private key (with --tls-cert)");
+  cmd->add_option("--port-file", o->port_file,
+                  "write the bound port here once serving (useful with port 0)");
+  return cmd;
+}
+
+int RunServe(const ServeOptions& o) {
+  ServerOptions options;
+  options.listen = o.listen;
+  options.tls_cert_file = o.tls_cert;
+  options.tls_key_file = o.tls_key;
+  if (!o.token_file.empty()) {
+    std::ifstream in(o.token_file);
+    if (!in) {
+      std::fprintf(stderr, "shardq serve: cannot read --token-file '%s'\n", o.token_file.c_str());
+      return 2;
+    }
+    std::stringstream token;
+    token << in.rdbuf();
+    options.token = std::string(absl::StripAsciiWhitespace(token.str()));
+    if (options.token.empty()) {
+      std::fprintf(stderr, "shardq serve: --token-file '%s' is empty\n", o.token_file.c_str());
+      return 2;
+    }
+  }
+  // Block the stop signals before gRPC starts its threads, then wait for
+  // them on this thread.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "shardq serve: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const std::string host = o.listen.substr(0, o.listen.rfind(':'));
+  std::printf("shardq coordinator listening on %s:%d%s%s\n", host.c_str(), (*server)->port(),
+              options.token.empty() ? "" : " (token required)",
+              options.tls_cert_file.empty() ? "" : " (TLS)");
+  std::fflush(stdout);
+  if (!o.port_file.empty()) {
+    // Write then rename, so a reader never sees a half-written file.
+    const std::string tmp = o.port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << "\n";
+    std::rename(tmp.c_str(), o.port_file.c_str());
+  }
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::fprintf(stderr, "shardq serve: signal %d, shutting down\n", signal_number);
+  (*server)->Shutdown();
+  return 0;
+}
+
+}  // namespace shardq

@@ -1,0 +1,72 @@
+// The verbs of the `shardq` command line. Each Add* registers a subcommand
+// and its flags (writing into the options struct); each Run* executes it and
+// returns the process exit code.
+#ifndef SHARDQ_TOOLS_VERBS_H_
+#define SHARDQ_TOOLS_VERBS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+
+namespace shardq {
+
+// Exit code of `take` at end of input.
+inline constexpr int kExitEndOfInput = 3;
+
+// Flags every client verb shares.
+struct ClientFlags {
+  std::string address;
+  std::string name = "work_queue";
+  std::string token_file;
+  std::string tls_ca;
+  std::string worker;
+};
+
+struct ServeOptions {
+  std::string listen = "127.0.0.1:7077";
+  std::string token_file;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string port_file;
+};
+CLI::App* AddServe(CLI::App& app, ServeOptions* o);
+int RunServe(const ServeOptions& o);
+
+struct CreateOptions {
+  ClientFlags client;
+  int64_t epochs = 1;
+  std::optional<uint64_t> seed;
+  bool no_shuffle = false;
+  std::optional<int64_t> slices;
+  std::string prefix;
+  double lease_timeout_seconds = 30;
+  int64_t num_clients = 1;
+  std::vector<std::string> works;
+};
+CLI::App* AddCreate(CLI::App& app, CreateOptions* o);
+int RunCreate(const CreateOptions& o);
+
+CLI::App* AddTake(CLI::App& app, ClientFlags* o);
+int RunTake(const ClientFlags& o);
+
+struct WorkerOptions {
+  ClientFlags client;
+  int max_failures = 3;
+  std::vector<std::string> command;
+};
+CLI::App* AddWorker(CLI::App& app, WorkerOptions* o);
+int RunWorker(const WorkerOptions& o);
+
+struct StatusOptions {
+  ClientFlags client;
+  bool json = false;
+};
+CLI::App* AddStatus(CLI::App& app, StatusOptions* o);
+int RunStatus(const StatusOptions& o);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_TOOLS_VERBS_H_

@@ -1,0 +1,128 @@
+// `shardq worker -- COMMAND ARGS...`: runs COMMAND once per item, with `{}`
+// in ARGS replaced by the item and SHARDQ_ITEM / SHARDQ_EPOCH in its
+// environment. Exit 0 completes the item; any other exit releases it (back
+// to the front at once). Heartbeats run while the command runs (WorkQueue's
+// background thread). Exits 0 at end of input.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "shardq/work_queue.h"
+#include "tools/client_flags.h"
+#include "tools/verbs.h"
+
+namespace shardq {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void OnStopSignal(int signal_number) { g_stop_signal.store(signal_number); }
+
+// Runs the command for one item; returns its exit status (128+N when it was
+// killed by signal N, 127 when it could not be started).
+int RunCommand(const std::vector<std::string>& command, const WorkItem& item) {
+  std::vector<std::string> args;
+  for (const std::string& arg : command) {
+    args.push_back(absl::StrReplaceAll(arg, {{"{}", item.item}}));
+  }
+  const std::string epoch = absl::StrCat(item.epoch);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "shardq worker: fork: %s\n", std::strerror(errno));
+    return 127;
+  }
+  if (pid == 0) {
+    ::setenv("SHARDQ_ITEM", item.item.c_str(), 1);
+    ::setenv("SHARDQ_EPOCH", epoch.c_str(), 1);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "shardq worker: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  bool forwarded = false;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 127;
+    // A stop signal: pass it on to the command once, then wait for it.
+    if (g_stop_signal.load() != 0 && !forwarded) {
+      ::kill(pid, SIGTERM);
+      forwarded = true;
+    }
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 127;
+}
+
+}  // namespace
+
+CLI::App* AddWorker(CLI::App& app, WorkerOptions* o) {
+  CLI::App* cmd = app.add_subcommand(
+      "worker", "Run COMMAND once per item: {} in its args becomes the item; "
+                "exit 0 completes the item, other exits release it");
+  AddClientFlags(cmd, &o->client, /*with_worker=*/true);
+  cmd->add_option("--max-failures", o->max_failures,
+                  "give up (exit 1) after this many failed items in a row")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("command", o->command, "COMMAND ARGS... (after --)")->required();
+  cmd->positionals_at_end();
+  return cmd;
+}
+
+int RunWorker(const WorkerOptions& o) {
+  absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(o.client);
+  if (!connected.ok()) return ReportError("worker", connected.status());
+  absl::StatusOr<std::unique_ptr<WorkQueue>> queue =
+      WorkQueue::Attach(o.client.name, connected->backend, connected->worker_id);
+  if (!queue.ok()) return ReportError("worker", queue.status());
+
+  struct sigaction action;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = OnStopSignal;  // no SA_RESTART: waitpid sees EINTR
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGINT, &action, nullptr);
+
+  int failures_in_a_row = 0;
+  int64_t done = 0;
+  while (g_stop_signal.load() == 0) {
+    absl::StatusOr<WorkItem> item = (*queue)->Take(absl::Seconds(1));
+    if (absl::IsDeadlineExceeded(item.status())) continue;  // re-check signals
+    if (absl::IsOutOfRange(item.status())) {
+      std::fprintf(stderr, "shardq worker %s: end of input after %lld items\n",
+                   (*queue)->worker_id().c_str(), static_cast<long long>(done));
+      return 0;
+    }
+    if (!item.ok()) return ReportError("worker", item.status());
+    const int exit_code = RunCommand(o.command, *item);
+    if (exit_code == 0) {
+      if (absl::Status s = (*queue)->Complete(*item); !s.ok()) {
+        return ReportError("worker", s);
+      }
+      ++done;
+      failures_in_a_row = 0;
+      continue;
+    }
+    std::fprintf(stderr, "shardq worker %s: command exited %d on %s; released it\n",
+                 (*queue)->worker_id().c_str(), exit_code, item->item.c_str());
+    (*queue)->Release(*item).IgnoreError();
+    if (++failures_in_a_row >= o.max_failures) {
+      std::fprintf(stderr, "shardq worker: %d failed items in a row, giving up\n",
+                   failures_in_a_row);
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "shardq worker: stopped by signal %d\n", g_stop_signal.load());
+  return 128 + g_stop_signal.load();
+}
+
+}  // namespace shardq
