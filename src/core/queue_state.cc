@@ -111,9 +111,9 @@ QueueState::QueueState(QueueConfig config)
       leased_per_epoch_(static_cast<size_t>(config_.num_epochs), 0) {}
 
 uint64_t QueueState::MakeLeaseId(Ref ref) {
-  const uint64_t slot = static_cast<uint64_t>(ref.epoch * num_items() + ref.index);
+  const uint64_t slot = static_cast<uint64_t>(Slot(ref));
   // Sequence in [1, 2^20 - 1] so that no lease id is 0.
-  const uint64_t seq = 1 + (lease_sequence_++ % kLeaseSequenceMask);
+  const uint64_t seq = 1 + (lease_sequence_ % kLeaseSequenceMask);
   return (slot << kLeaseSequenceBits) | seq;
 }
 
@@ -140,6 +140,7 @@ void QueueState::MarkCompleted(Ref ref, const std::string& worker,
   bits[static_cast<size_t>(ref.index)] = true;
   ++completed_per_epoch_[e];
   ++total_completed_;
+  overrides_.erase(Slot(ref));
   if (completed_per_epoch_[e] == num_items()) {
     std::vector<bool>().swap(bits);  // the count alone now says "all done"
   }
@@ -148,14 +149,31 @@ void QueueState::MarkCompleted(Ref ref, const std::string& worker,
   w.last_completion = now;
 }
 
+const std::string& QueueState::ItemString(Ref ref) const {
+  auto it = overrides_.find(Slot(ref));
+  if (it != overrides_.end()) return it->second;
+  return config_.items[static_cast<size_t>(ref.index)];
+}
+
 bool QueueState::MaterializeNextEpoch() {
   if (next_epoch_ >= config_.num_epochs) return false;
   const int64_t epoch = next_epoch_++;
+  if (completed_per_epoch_[static_cast<size_t>(epoch)] == num_items()) return true;
   for (int64_t index :
        EpochOrder(*config_.seed, epoch, num_items(), config_.shuffle)) {
-    pending_.push_back(Ref{epoch, index});
+    if (!IsCompleted(Ref{epoch, index})) pending_.push_back(Ref{epoch, index});
   }
   return true;
+}
+
+bool QueueState::PrepareFront() {
+  while (true) {
+    if (pending_.empty() && !MaterializeNextEpoch()) return false;
+    if (pending_.empty()) continue;
+    // A late completion may have finished an item while it sat in pending.
+    if (!IsCompleted(pending_.front())) return true;
+    pending_.pop_front();
+  }
 }
 
 QueueState::WorkerRecord& QueueState::Worker(absl::string_view worker) {
@@ -172,56 +190,76 @@ void QueueState::DropLease(uint64_t lease_id, const Lease& lease) {
   --Worker(lease.worker).held;
 }
 
-absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
-                                            absl::Time now) {
-  if (worker.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("queue '", config_.name, "': take with an empty worker name"));
-  }
-  ExpireLeases(now);
-  WorkerRecord& w = Worker(worker);
-  if (w.held >= config_.num_clients) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "queue '", config_.name, "': worker '", worker, "' already holds ",
-        w.held, " item(s), the limit (num_clients=", config_.num_clients,
-        "); complete or release one first"));
-  }
-  TakeResult result;
-  while (true) {
-    if (pending_.empty() && !MaterializeNextEpoch()) break;
-    Ref ref = pending_.front();
-    pending_.pop_front();
-    // A late completion may have finished an item while it sat in pending.
-    if (IsCompleted(ref)) continue;
-    const uint64_t lease_id = MakeLeaseId(ref);
-    const absl::Time deadline = now + config_.lease_timeout;
-    leases_[lease_id] = Lease{ref, std::string(worker), deadline};
-    deadlines_.insert({deadline, lease_id});
-    ++leased_per_epoch_[static_cast<size_t>(ref.epoch)];
-    ++w.held;
-    ++w.taken;
-    if (w.first_take == absl::InfinitePast()) w.first_take = now;
-    ++taken_;
-    result.outcome = TakeOutcome::kItem;
-    result.item.item = config_.items[static_cast<size_t>(ref.index)];
-    result.item.epoch = ref.epoch;
-    result.item.index = ref.index;
-    result.item.lease_id = lease_id;
-    return result;
-  }
-  result.outcome = Finished() ? TakeOutcome::kEndOfInput : TakeOutcome::kWait;
-  return result;
+namespace {
+
+journal::Update NewUpdate(absl::Time now) {
+  journal::Update update;
+  update.set_time_us(absl::ToUnixMicros(now));
+  return update;
 }
 
-absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
-                                                     uint64_t lease_id,
-                                                     absl::Time now) {
-  if (auto it = leases_.find(lease_id); it != leases_.end()) {
-    if (it->second.worker != worker) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
-          it->second.worker, "', not '", worker, "'"));
+}  // namespace
+
+absl::Status QueueState::Commit(const journal::Update& update,
+                                CompleteOutcome* outcome) {
+  if (absl::Status s = ApplyInternal(update, outcome); !s.ok()) return s;
+  if (sink_) sink_(update);
+  return absl::OkStatus();
+}
+
+absl::Status QueueState::Apply(const journal::Update& update) {
+  return ApplyInternal(update, nullptr);
+}
+
+absl::Status QueueState::ApplyInternal(const journal::Update& update,
+                                       CompleteOutcome* outcome) {
+  const absl::Time now = absl::FromUnixMicros(update.time_us());
+  switch (update.kind_case()) {
+    case journal::Update::kLease:
+      return ApplyLease(update.lease(), now);
+    case journal::Update::kComplete: {
+      absl::StatusOr<CompleteOutcome> o = ApplyComplete(update.complete(), now);
+      if (!o.ok()) return o.status();
+      if (outcome != nullptr) *outcome = *o;
+      return absl::OkStatus();
     }
+    case journal::Update::kRelease:
+      return ApplyRelease(update.release());
+    case journal::Update::kExpire:
+      return ApplyExpire(update.expire());
+    default:
+      return absl::DataLossError(absl::StrCat(
+          "queue '", config_.name, "': update of kind ", update.kind_case(),
+          " cannot be applied to an existing queue"));
+  }
+}
+
+absl::Status QueueState::ApplyLease(const journal::Lease& lease, absl::Time now) {
+  if (!PrepareFront() || pending_.front().epoch != lease.epoch() ||
+      pending_.front().index != lease.index()) {
+    return absl::DataLossError(absl::StrCat(
+        "queue '", config_.name, "': journal leases (", lease.epoch(), ", ",
+        lease.index(), ") but that is not the next pending item"));
+  }
+  const Ref ref = pending_.front();
+  pending_.pop_front();
+  ++lease_sequence_;
+  const absl::Time deadline = now + config_.lease_timeout;
+  leases_[lease.lease_id()] = Lease{ref, lease.worker(), deadline, -1};
+  deadlines_.insert({deadline, lease.lease_id()});
+  ++leased_per_epoch_[static_cast<size_t>(ref.epoch)];
+  WorkerRecord& w = Worker(lease.worker());
+  ++w.held;
+  ++w.taken;
+  if (w.first_take == absl::InfinitePast()) w.first_take = now;
+  ++taken_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CompleteOutcome> QueueState::ApplyComplete(
+    const journal::Complete& complete, absl::Time now) {
+  const uint64_t lease_id = complete.lease_id();
+  if (auto it = leases_.find(lease_id); it != leases_.end()) {
     Lease lease = std::move(it->second);
     leases_.erase(it);
     DropLease(lease_id, lease);
@@ -242,12 +280,105 @@ absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
     // Late, but first: it counts. If the item was handed out again, that
     // holder's completion will be the duplicate.
     expired_.erase(it);
-    MarkCompleted(*ref, std::string(worker), now);
+    MarkCompleted(*ref, complete.worker(), now);
     return CompleteOutcome::kCompleted;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "queue '", config_.name, "': lease ", lease_id,
-      " is unknown (never handed out by this queue)"));
+  return absl::DataLossError(absl::StrCat("queue '", config_.name,
+                                          "': journal completes unknown lease ",
+                                          lease_id));
+}
+
+absl::Status QueueState::ApplyRelease(const journal::Release& release) {
+  auto it = leases_.find(release.lease_id());
+  if (it == leases_.end()) {
+    return absl::DataLossError(absl::StrCat("queue '", config_.name,
+                                            "': journal releases unknown lease ",
+                                            release.lease_id()));
+  }
+  Lease lease = std::move(it->second);
+  leases_.erase(it);
+  DropLease(release.lease_id(), lease);
+  pending_.push_front(lease.ref);
+  ++released_;
+  return absl::OkStatus();
+}
+
+absl::Status QueueState::ApplyExpire(const journal::Expire& expire) {
+  auto it = leases_.find(expire.lease_id());
+  if (it == leases_.end()) {
+    return absl::DataLossError(absl::StrCat("queue '", config_.name,
+                                            "': journal expires unknown lease ",
+                                            expire.lease_id()));
+  }
+  Lease lease = std::move(it->second);
+  leases_.erase(it);
+  DropLease(expire.lease_id(), lease);
+  expired_[expire.lease_id()] = lease.ref;
+  pending_.push_front(lease.ref);
+  ++expired_count_;
+  if (expired_.size() > kExpiredRecordsSoftLimit) PruneExpiredRecords();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
+                                            absl::Time now) {
+  if (worker.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue '", config_.name, "': take with an empty worker name"));
+  }
+  ExpireLeases(now);
+  const WorkerRecord& w = Worker(worker);
+  if (w.held >= config_.num_clients) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "queue '", config_.name, "': worker '", worker, "' already holds ",
+        w.held, " item(s), the limit (num_clients=", config_.num_clients,
+        "); complete or release one first"));
+  }
+  TakeResult result;
+  if (!PrepareFront()) {
+    result.outcome = Finished() ? TakeOutcome::kEndOfInput : TakeOutcome::kWait;
+    return result;
+  }
+  const Ref ref = pending_.front();
+  journal::Update update = NewUpdate(now);
+  journal::Lease* lease = update.mutable_lease();
+  lease->set_lease_id(MakeLeaseId(ref));
+  lease->set_worker(std::string(worker));
+  lease->set_epoch(ref.epoch);
+  lease->set_index(ref.index);
+  if (absl::Status s = Commit(update); !s.ok()) return s;
+  result.outcome = TakeOutcome::kItem;
+  result.item.item = ItemString(ref);
+  result.item.epoch = ref.epoch;
+  result.item.index = ref.index;
+  result.item.lease_id = lease->lease_id();
+  return result;
+}
+
+absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
+                                                     uint64_t lease_id,
+                                                     absl::Time now) {
+  auto it = leases_.find(lease_id);
+  if (it != leases_.end() && it->second.worker != worker) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
+        it->second.worker, "', not '", worker, "'"));
+  }
+  if (it == leases_.end()) {
+    std::optional<Ref> ref = DecodeLeaseId(lease_id);
+    const bool known = ref.has_value() && (IsCompleted(*ref) || expired_.contains(lease_id));
+    if (!known) {
+      return absl::NotFoundError(absl::StrCat(
+          "queue '", config_.name, "': lease ", lease_id,
+          " is unknown (never handed out by this queue)"));
+    }
+  }
+  journal::Update update = NewUpdate(now);
+  update.mutable_complete()->set_lease_id(lease_id);
+  update.mutable_complete()->set_worker(std::string(worker));
+  CompleteOutcome outcome = CompleteOutcome::kCompleted;
+  if (absl::Status s = Commit(update, &outcome); !s.ok()) return s;
+  return outcome;
 }
 
 absl::Status QueueState::Release(absl::string_view worker, uint64_t lease_id,
@@ -263,11 +394,29 @@ absl::Status QueueState::Release(absl::string_view worker, uint64_t lease_id,
         "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
         it->second.worker, "', not '", worker, "'"));
   }
-  Lease lease = std::move(it->second);
-  leases_.erase(it);
-  DropLease(lease_id, lease);
-  pending_.push_front(lease.ref);
-  ++released_;
+  journal::Update update = NewUpdate(now);
+  update.mutable_release()->set_lease_id(lease_id);
+  return Commit(update);
+}
+
+absl::Status QueueState::ReportProgress(absl::string_view worker, uint64_t lease_id,
+                                        int64_t offset) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "queue '", config_.name, "': lease ", lease_id,
+        " is not held (expired, completed or unknown)"));
+  }
+  if (it->second.worker != worker) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
+        it->second.worker, "', not '", worker, "'"));
+  }
+  if (offset < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config_.name, "': progress offset ", offset, " is negative"));
+  }
+  it->second.progress = std::max(it->second.progress, offset);
   return absl::OkStatus();
 }
 
@@ -288,20 +437,23 @@ std::vector<uint64_t> QueueState::Heartbeat(absl::string_view worker,
   return lost;
 }
 
+void QueueState::ResetDeadlines(absl::Time now) {
+  deadlines_.clear();
+  for (auto& [id, lease] : leases_) {
+    lease.deadline = now + config_.lease_timeout;
+    deadlines_.insert({lease.deadline, id});
+  }
+}
+
 int64_t QueueState::ExpireLeases(absl::Time now) {
   int64_t count = 0;
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-    const uint64_t id = deadlines_.begin()->second;
-    auto it = leases_.find(id);
-    Lease lease = std::move(it->second);
-    leases_.erase(it);
-    DropLease(id, lease);
-    expired_[id] = lease.ref;
-    pending_.push_front(lease.ref);
-    ++expired_count_;
+    journal::Update update = NewUpdate(now);
+    update.mutable_expire()->set_lease_id(deadlines_.begin()->second);
+    // Cannot fail: the lease is in the table.
+    Commit(update).IgnoreError();
     ++count;
   }
-  if (expired_.size() > kExpiredRecordsSoftLimit) PruneExpiredRecords();
   return count;
 }
 

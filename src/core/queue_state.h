@@ -17,12 +17,20 @@
 // the pending items of epoch e run out, so memory holds at most two epochs'
 // orders and items of the next epoch flow while stragglers finish the last.
 //
+// Durability: every change of state is a journal::Update passed to Apply();
+// the public operations only decide which update to make. An update sink,
+// when set, sees every applied update in order (the coordinator journals
+// them); recovery rebuilds the state from a snapshot and replays the
+// journal through the same Apply(). Heartbeats and progress reports are not
+// journaled: a recovered state gives every lease a fresh lease period.
+//
 // Thread-compatible: callers serialise access (the backends hold a mutex).
 #ifndef SHARDQ_CORE_QUEUE_STATE_H_
 #define SHARDQ_CORE_QUEUE_STATE_H_
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "proto/shardq/journal.pb.h"
 #include "shardq/work_item.h"
 
 namespace shardq {
@@ -60,6 +69,10 @@ std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
 // INVALID_ARGUMENT naming the field when the config cannot make a queue.
 absl::Status ValidateConfig(const QueueConfig& config);
 
+// The wire/journal form of a config (seed_set tells whether seed is set).
+void ConfigToProto(const QueueConfig& config, v1::QueueConfig* out);
+QueueConfig ConfigFromProto(const v1::QueueConfig& config);
+
 enum class TakeOutcome { kItem, kWait, kEndOfInput };
 struct TakeResult {
   TakeOutcome outcome = TakeOutcome::kWait;
@@ -68,10 +81,52 @@ struct TakeResult {
 
 enum class CompleteOutcome { kCompleted, kDuplicate };
 
+// Called with every update applied to a QueueState, in order.
+using UpdateSink = std::function<void(const journal::Update&)>;
+
 class QueueState {
  public:
   // `config.seed` must be set. INVALID_ARGUMENT on a bad config.
   static absl::StatusOr<std::unique_ptr<QueueState>> Create(QueueConfig config);
+
+  // The state a creating update (create or restore) makes.
+  static absl::StatusOr<std::unique_ptr<QueueState>> FromCreation(
+      const journal::Update& update);
+
+  // The update that creates a queue of `config` (seed must be set).
+  static journal::Update CreationUpdate(const QueueConfig& config, absl::Time now);
+  // The update that creates a queue from a checkpoint (INVALID_ARGUMENT if
+  // the checkpoint does not fit its own config). `name` overrides the
+  // checkpoint's queue name when non-empty.
+  static absl::StatusOr<journal::Update> RestoreUpdate(journal::Checkpoint checkpoint,
+                                                       const std::string& name,
+                                                       absl::Time now);
+
+  // Rebuilds a state from ToSnapshot(); every lease gets deadline
+  // now + lease_timeout. DATA_LOSS when the snapshot is inconsistent.
+  static absl::StatusOr<std::unique_ptr<QueueState>> FromSnapshot(
+      const journal::QueueSnapshot& snapshot, absl::Time now);
+  journal::QueueSnapshot ToSnapshot() const;
+
+  // Completed items and the unread rest of held items (from their last
+  // reported progress), for a training job's checkpoint.
+  journal::Checkpoint ToCheckpoint() const;
+
+  // Applies one non-creating update. DATA_LOSS when it does not fit the
+  // state (a journal from another history).
+  absl::Status Apply(const journal::Update& update);
+
+  // Sees every update applied from now on.
+  void set_update_sink(UpdateSink sink) { sink_ = std::move(sink); }
+
+  // Gives every lease the deadline now + lease_timeout (after recovery).
+  void ResetDeadlines(absl::Time now);
+
+  // Records that the holder of `lease_id` has consumed its item up to
+  // `offset` (bytes for files, rows for tables; absolute, like the item's
+  // start/end). In memory only. NOT_FOUND / PERMISSION_DENIED as Release.
+  absl::Status ReportProgress(absl::string_view worker, uint64_t lease_id,
+                              int64_t offset);
 
   // Expires overdue leases, then leases the next pending item to `worker`.
   // FAILED_PRECONDITION when the worker already holds num_clients items.
@@ -120,6 +175,7 @@ class QueueState {
     Ref ref;
     std::string worker;
     absl::Time deadline;
+    int64_t progress = -1;  // last reported consumed offset; -1: none
   };
   struct WorkerRecord {
     int64_t taken = 0;
@@ -140,8 +196,25 @@ class QueueState {
   std::optional<Ref> DecodeLeaseId(uint64_t lease_id) const;
   bool IsCompleted(Ref ref) const;
   void MarkCompleted(Ref ref, const std::string& worker, absl::Time now);
-  // Generates the next epoch's order into pending_; false when none is left.
+  // Generates the next epoch's order into pending_ (skipping completed
+  // items); false when none is left.
   bool MaterializeNextEpoch();
+  // Drops completed items from the front and materialises epochs until the
+  // front is an item to hand out; false when nothing is pending.
+  bool PrepareFront();
+  // Applies `update` and passes it to the sink; `outcome` (optional) gets
+  // the result of a completion.
+  absl::Status Commit(const journal::Update& update,
+                      CompleteOutcome* outcome = nullptr);
+  absl::Status ApplyInternal(const journal::Update& update, CompleteOutcome* outcome);
+  absl::Status ApplyLease(const journal::Lease& lease, absl::Time now);
+  absl::StatusOr<CompleteOutcome> ApplyComplete(const journal::Complete& complete,
+                                                absl::Time now);
+  absl::Status ApplyRelease(const journal::Release& release);
+  absl::Status ApplyExpire(const journal::Expire& expire);
+  absl::Status ApplyRestore(const journal::Checkpoint& checkpoint);
+  const std::string& ItemString(Ref ref) const;
+  int64_t Slot(Ref ref) const { return ref.epoch * num_items() + ref.index; }
   void DropLease(uint64_t lease_id, const Lease& lease);
   void PruneExpiredRecords();
   WorkerRecord& Worker(absl::string_view worker);
@@ -157,6 +230,9 @@ class QueueState {
   // Leases that expired, kept so that a late completion can still count.
   absl::flat_hash_map<uint64_t, Ref> expired_;
   std::map<std::string, WorkerRecord, std::less<>> workers_;
+  // Residual ranges that replace planned items (by slot), after a restore.
+  absl::flat_hash_map<int64_t, std::string> overrides_;
+  UpdateSink sink_;
   uint64_t lease_sequence_ = 0;
   int64_t total_completed_ = 0;
   int64_t taken_ = 0;

@@ -17,30 +17,10 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 }
 
 void ToProto(const QueueConfig& config, v1::QueueConfig* out) {
-  out->set_name(config.name);
-  out->mutable_items()->Reserve(static_cast<int>(config.items.size()));
-  for (const std::string& item : config.items) out->add_items(item);
-  out->set_num_epochs(config.num_epochs);
-  out->set_shuffle(config.shuffle);
-  if (config.seed.has_value()) {
-    out->set_seed(*config.seed);
-    out->set_seed_set(true);
-  }
-  out->set_num_clients(config.num_clients);
-  out->set_lease_timeout_ms(absl::ToInt64Milliseconds(config.lease_timeout));
+  ConfigToProto(config, out);
 }
 
-QueueConfig FromProto(const v1::QueueConfig& config) {
-  QueueConfig out;
-  out.name = config.name();
-  out.items.assign(config.items().begin(), config.items().end());
-  out.num_epochs = config.num_epochs();
-  out.shuffle = config.shuffle();
-  if (config.seed_set()) out.seed = config.seed();
-  out.num_clients = config.num_clients();
-  out.lease_timeout = absl::Milliseconds(config.lease_timeout_ms());
-  return out;
-}
+QueueConfig FromProto(const v1::QueueConfig& config) { return ConfigFromProto(config); }
 
 void ToProto(const QueueInfo& info, v1::QueueInfo* out) {
   out->set_name(info.name);
