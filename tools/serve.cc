@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "src/observe/status_server.h"
 #include "src/server/grpc_service.h"
 #include "tools/verbs.h"
 
@@ -22,6 +23,15 @@ CLI::App* AddServe(CLI::App& app, ServeOptions* o) {
                   "file holding the token every call must carry");
   cmd->add_option("--tls-cert", o->tls_cert, "PEM certificate chain (with --tls-key)");
   cmd->add_option("--tls-key", o->tls_key, "PEM private key (with --tls-cert)");
+  cmd->add_option("--state-dir", o->state_dir,
+                  "journal every change here; a restarted coordinator continues the run");
+  cmd->add_option("--http", o->http,
+                  "HOST:PORT for /metrics (Prometheus) and the status page (e.g. 127.0.0.1:7078)");
+  cmd->add_option("--summary-dir", o->summary_dir,
+                  "write TensorBoard event files of every queue's water level here");
+  cmd->add_option("--summary-interval", o->summary_interval_seconds,
+                  "seconds between samples for --summary-dir and rates")
+      ->check(CLI::Range(0.05, 3600.0))->capture_default_str();
   cmd->add_option("--port-file", o->port_file,
                   "write the bound port here once serving (useful with port 0)");
   return cmd;
@@ -32,6 +42,7 @@ int RunServe(const ServeOptions& o) {
   options.listen = o.listen;
   options.tls_cert_file = o.tls_cert;
   options.tls_key_file = o.tls_key;
+  options.state_dir = o.state_dir;
   if (!o.token_file.empty()) {
     std::ifstream in(o.token_file);
     if (!in) {
@@ -59,10 +70,29 @@ int RunServe(const ServeOptions& o) {
     std::fprintf(stderr, "shardq serve: %s\n", server.status().ToString().c_str());
     return 1;
   }
+  absl::StatusOr<std::unique_ptr<MetricsSampler>> sampler = MetricsSampler::Start(
+      (*server)->coordinator(), o.summary_dir, absl::Seconds(o.summary_interval_seconds));
+  if (!sampler.ok()) {
+    std::fprintf(stderr, "shardq serve: %s\n", sampler.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<StatusHttpServer> http;
+  if (!o.http.empty()) {
+    absl::StatusOr<std::unique_ptr<StatusHttpServer>> started =
+        StatusHttpServer::Start(sampler->get(), o.http);
+    if (!started.ok()) {
+      std::fprintf(stderr, "shardq serve: %s\n", started.status().ToString().c_str());
+      return 1;
+    }
+    http = *std::move(started);
+    std::printf("status page and /metrics on http://%s:%d/\n",
+                o.http.substr(0, o.http.rfind(':')).c_str(), http->port());
+  }
   const std::string host = o.listen.substr(0, o.listen.rfind(':'));
-  std::printf("shardq coordinator listening on %s:%d%s%s\n", host.c_str(), (*server)->port(),
-              options.token.empty() ? "" : " (token required)",
-              options.tls_cert_file.empty() ? "" : " (TLS)");
+  std::printf("shardq coordinator listening on %s:%d%s%s%s%s\n", host.c_str(),
+              (*server)->port(), options.token.empty() ? "" : " (token required)",
+              options.tls_cert_file.empty() ? "" : " (TLS)",
+              options.state_dir.empty() ? "" : ", state in ", options.state_dir.c_str());
   std::fflush(stdout);
   if (!o.port_file.empty()) {
     // Write then rename, so a reader never sees a half-written file.
@@ -73,6 +103,8 @@ int RunServe(const ServeOptions& o) {
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   std::fprintf(stderr, "shardq serve: signal %d, shutting down\n", signal_number);
+  http.reset();
+  sampler->reset();  // writes the final sample
   (*server)->Shutdown();
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "tools/demo.h"
+#include "tools/record_verbs.h"
 #include "tools/verbs.h"
 
 namespace {
@@ -41,12 +42,22 @@ int main(int argc, char** argv) {
   shardq::ClientFlags take;
   shardq::WorkerOptions worker;
   shardq::StatusOptions status;
+  shardq::CountOptions count;
+  shardq::CatOptions cat;
+  shardq::TFRecordWriteOptions tfrecord_write;
+  shardq::SnapshotOptions snapshot;
+  shardq::RestoreOptions restore;
   CLI::App* demo_cmd = AddDemo(app, &demo);
   CLI::App* serve_cmd = shardq::AddServe(app, &serve);
   CLI::App* create_cmd = shardq::AddCreate(app, &create);
   CLI::App* take_cmd = shardq::AddTake(app, &take);
   CLI::App* worker_cmd = shardq::AddWorker(app, &worker);
   CLI::App* status_cmd = shardq::AddStatus(app, &status);
+  CLI::App* count_cmd = shardq::AddCount(app, &count);
+  CLI::App* cat_cmd = shardq::AddCat(app, &cat);
+  CLI::App* tfrecord_write_cmd = shardq::AddTFRecordWrite(app, &tfrecord_write);
+  CLI::App* snapshot_cmd = shardq::AddSnapshot(app, &snapshot);
+  CLI::App* restore_cmd = shardq::AddRestore(app, &restore);
 
   CLI11_PARSE(app, argc, argv);
   if (demo_cmd->parsed()) return shardq::RunDemo(demo);
@@ -55,5 +66,10 @@ int main(int argc, char** argv) {
   if (take_cmd->parsed()) return shardq::RunTake(take);
   if (worker_cmd->parsed()) return shardq::RunWorker(worker);
   if (status_cmd->parsed()) return shardq::RunStatus(status);
+  if (count_cmd->parsed()) return shardq::RunCount(count);
+  if (cat_cmd->parsed()) return shardq::RunCat(cat);
+  if (tfrecord_write_cmd->parsed()) return shardq::RunTFRecordWrite(tfrecord_write);
+  if (snapshot_cmd->parsed()) return shardq::RunSnapshot(snapshot);
+  if (restore_cmd->parsed()) return shardq::RunRestore(restore);
   return 0;
 }

@@ -31,6 +31,10 @@ struct ServeOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string port_file;
+  std::string state_dir;
+  std::string http;
+  std::string summary_dir;
+  double summary_interval_seconds = 10;
 };
 CLI::App* AddServe(CLI::App& app, ServeOptions* o);
 int RunServe(const ServeOptions& o);
@@ -66,6 +70,20 @@ struct StatusOptions {
 };
 CLI::App* AddStatus(CLI::App& app, StatusOptions* o);
 int RunStatus(const StatusOptions& o);
+
+struct SnapshotOptions {
+  ClientFlags client;
+  std::string out;
+};
+CLI::App* AddSnapshot(CLI::App& app, SnapshotOptions* o);
+int RunSnapshot(const SnapshotOptions& o);
+
+struct RestoreOptions {
+  ClientFlags client;
+  std::string in;
+};
+CLI::App* AddRestore(CLI::App& app, RestoreOptions* o);
+int RunRestore(const RestoreOptions& o);
 
 }  // namespace shardq
 

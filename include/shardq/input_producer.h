@@ -31,6 +31,10 @@ class InputProducer final : public ItemSource {
   absl::StatusOr<WorkItem> NextItem() override;
   // Completes the item in the queue and frees its slot.
   absl::Status ItemDone(const WorkItem& item) override;
+  // Forwards to the queue.
+  void NoteProgress(const WorkItem& item, int64_t offset) override {
+    queue_->NoteProgress(item, offset);
+  }
 
   int64_t size() const;
   int64_t capacity() const { return capacity_; }

@@ -25,6 +25,12 @@ class ItemSource {
   // source can complete it (a crash before this re-reads the item: records
   // are delivered at least once, never skipped).
   virtual absl::Status ItemDone(const WorkItem& item) = 0;
+
+  // Called by a reader with the offset up to which it has returned the
+  // records of `item` (bytes for files, rows for tables; absolute like the
+  // item's start/end). A WorkQueue sends it with its next heartbeat, so a
+  // checkpoint can resume the item where reading stopped. Default: ignored.
+  virtual void NoteProgress(const WorkItem& item, int64_t offset) {}
 };
 
 // Hands out a fixed list of item strings once, in order. ItemDone is a

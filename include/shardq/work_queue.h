@@ -89,6 +89,25 @@ class WorkQueue final : public ItemSource {
 
   absl::StatusOr<QueueStats> Stats();
 
+  // ItemSource: remembers how far `item` was read; sent with the next
+  // heartbeat.
+  void NoteProgress(const WorkItem& item, int64_t offset) override;
+
+  // Sends the progress noted so far now, synchronously (call before
+  // SaveCheckpoint so that nothing already read is read again).
+  absl::Status ReportProgress();
+
+  // Saves the queue's checkpoint to `path` (after ReportProgress): which
+  // items are completed and the unread rest of held ones. Save it next to
+  // the model checkpoint; RestoreCheckpoint resumes from it.
+  absl::Status SaveCheckpoint(const std::string& path);
+
+  // Creates queue `name` (empty: the name saved in the checkpoint) from the
+  // checkpoint at `path` on the coordinator `options` select, and returns a
+  // worker of it. FAILED_PRECONDITION when a queue of that name exists.
+  static absl::StatusOr<std::unique_ptr<WorkQueue>> RestoreCheckpoint(
+      const WorkQueueOptions& options, const std::string& path, const std::string& name = "");
+
   // The `input_dataset` shape: items one after another, each completed when
   // the next is requested.
   std::unique_ptr<ItemStream> InputDataset();
@@ -130,6 +149,8 @@ class WorkQueue final : public ItemSource {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
+  // Consumed offset per held lease, as noted by readers.
+  absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;

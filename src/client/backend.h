@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,10 +41,19 @@ class QueueBackend {
                                                    uint64_t lease_id) = 0;
   virtual absl::Status Release(absl::string_view queue,
                                absl::string_view worker, uint64_t lease_id) = 0;
-  // Returns the leases the worker no longer holds.
+  // Renews the leases and records progress (lease id, consumed offset);
+  // returns the leases the worker no longer holds.
   virtual absl::StatusOr<std::vector<uint64_t>> Heartbeat(
       absl::string_view queue, absl::string_view worker,
-      const std::vector<uint64_t>& lease_ids) = 0;
+      const std::vector<uint64_t>& lease_ids,
+      const std::vector<std::pair<uint64_t, int64_t>>& progress) = 0;
+  // Records progress synchronously (see CoordinatorImpl::ReportProgress).
+  virtual absl::Status ReportProgress(
+      absl::string_view queue, absl::string_view worker,
+      const std::vector<std::pair<uint64_t, int64_t>>& progress) = 0;
+  virtual absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue) = 0;
+  virtual absl::StatusOr<QueueInfo> RestoreCheckpoint(const journal::Checkpoint& checkpoint,
+                                                      const std::string& name) = 0;
   virtual absl::StatusOr<QueueStats> Stats(absl::string_view queue) = 0;
   // Every queue of the coordinator, sorted by name.
   virtual absl::StatusOr<std::vector<QueueStats>> AllStats() = 0;

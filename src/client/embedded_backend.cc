@@ -31,8 +31,22 @@ class CoordinatorBackend final : public QueueBackend {
   }
   absl::StatusOr<std::vector<uint64_t>> Heartbeat(
       absl::string_view queue, absl::string_view worker,
-      const std::vector<uint64_t>& lease_ids) override {
+      const std::vector<uint64_t>& lease_ids,
+      const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
+    if (!progress.empty()) coordinator_->ReportProgress(queue, worker, progress).IgnoreError();
     return coordinator_->Heartbeat(queue, worker, lease_ids);
+  }
+  absl::Status ReportProgress(
+      absl::string_view queue, absl::string_view worker,
+      const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
+    return coordinator_->ReportProgress(queue, worker, progress);
+  }
+  absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue) override {
+    return coordinator_->ExportCheckpoint(queue);
+  }
+  absl::StatusOr<QueueInfo> RestoreCheckpoint(const journal::Checkpoint& checkpoint,
+                                              const std::string& name) override {
+    return coordinator_->RestoreCheckpoint(checkpoint, name);
   }
   absl::StatusOr<QueueStats> Stats(absl::string_view queue) override {
     return coordinator_->Stats(queue);

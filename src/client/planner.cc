@@ -1,21 +1,43 @@
 #include "src/client/planner.h"
 
+#include <cstdio>
+
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "shardq/slice.h"
 #include "src/core/slice_plan.h"
+#include "src/io/compression.h"
 #include "src/io/file.h"
+#include "src/io/sqlite_table.h"
 
 namespace shardq {
 namespace {
 
+// Rows of a table work, counted (planning cuts row ranges).
+absl::StatusOr<int64_t> TableRows(const std::string& name) {
+  absl::StatusOr<SliceSpec> spec = ParseItem(name);
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<TableRef> ref = ParseTableRef(*spec);
+  if (!ref.ok()) return ref.status();
+  return CountTableRows(*ref);
+}
+
+// Bytes of a file work; rows of a table work. A compressed file cannot be
+// cut, so it measures 1: PlanSlices gives it exactly one slice
+// ("path?start=0&end=1", which readers read whole), whatever num_slices is,
+// and a note on stderr tells the user so.
 absl::StatusOr<int64_t> WorkSize(const std::string& name) {
-  if (absl::StartsWith(name, "sqlite:")) {
-    return absl::UnimplementedError(absl::StrCat(
-        "work '", name, "': table works are not supported by this build yet"));
-  }
-  return FileSize(name);
+  if (IsTableItem(name)) return TableRows(name);
+  absl::StatusOr<int64_t> size = FileSize(name);
+  if (!size.ok()) return size.status();
+  absl::StatusOr<FileCompression> compression = DetectCompression(name);
+  if (!compression.ok()) return compression.status();
+  if (*compression == FileCompression::kNone) return size;
+  std::fprintf(stderr,
+               "shardq: note: '%s' is %s-compressed and cannot be cut: it is "
+               "planned as one slice\n",
+               name.c_str(), std::string(CompressionName(*compression)).c_str());
+  return 1;
 }
 
 }  // namespace

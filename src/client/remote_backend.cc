@@ -101,11 +101,17 @@ class RemoteBackend final : public QueueBackend {
 
   absl::StatusOr<std::vector<uint64_t>> Heartbeat(
       absl::string_view queue, absl::string_view worker,
-      const std::vector<uint64_t>& lease_ids) override {
+      const std::vector<uint64_t>& lease_ids,
+      const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
     v1::HeartbeatRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
     req.mutable_lease_ids()->Add(lease_ids.begin(), lease_ids.end());
+    for (const auto& [lease, offset] : progress) {
+      v1::LeaseProgress* p = req.add_progress();
+      p->set_lease_id(lease);
+      p->set_offset(offset);
+    }
     v1::HeartbeatResponse resp;
     absl::Status s = Unary("Heartbeat", [&](grpc::ClientContext* ctx) {
       return stub_->Heartbeat(ctx, req, &resp);
@@ -128,6 +134,51 @@ class RemoteBackend final : public QueueBackend {
                                               resp.queues_size(), " queues"));
     }
     return FromProto(resp.queues(0));
+  }
+
+  absl::Status ReportProgress(
+      absl::string_view queue, absl::string_view worker,
+      const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
+    v1::ReportProgressRequest req;
+    req.set_queue(std::string(queue));
+    req.set_worker(std::string(worker));
+    for (const auto& [lease, offset] : progress) {
+      v1::LeaseProgress* p = req.add_progress();
+      p->set_lease_id(lease);
+      p->set_offset(offset);
+    }
+    v1::ReportProgressResponse resp;
+    return Unary("ReportProgress", [&](grpc::ClientContext* ctx) {
+      return stub_->ReportProgress(ctx, req, &resp);
+    });
+  }
+
+  absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue) override {
+    v1::ExportCheckpointRequest req;
+    req.set_queue(std::string(queue));
+    v1::ExportCheckpointResponse resp;
+    absl::Status s = Unary("ExportCheckpoint", [&](grpc::ClientContext* ctx) {
+      return stub_->ExportCheckpoint(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    journal::Checkpoint checkpoint;
+    if (!checkpoint.ParseFromString(resp.checkpoint())) {
+      return absl::DataLossError("the coordinator sent an unreadable checkpoint");
+    }
+    return checkpoint;
+  }
+
+  absl::StatusOr<QueueInfo> RestoreCheckpoint(const journal::Checkpoint& checkpoint,
+                                              const std::string& name) override {
+    v1::RestoreCheckpointRequest req;
+    checkpoint.SerializeToString(req.mutable_checkpoint());
+    req.set_name(name);
+    v1::QueueInfo resp;
+    absl::Status s = Unary("RestoreCheckpoint", [&](grpc::ClientContext* ctx) {
+      return stub_->RestoreCheckpoint(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    return FromProto(resp);
   }
 
   absl::StatusOr<std::vector<QueueStats>> AllStats() override {

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "shardq/input_producer.h"
 #include "src/client/backend.h"
+#include "src/client/checkpoint_file.h"
 #include "src/client/planner.h"
 
 namespace shardq {
@@ -152,6 +153,7 @@ absl::Status WorkQueue::Complete(const WorkItem& item) {
   if (outcome.ok()) {
     absl::MutexLock lock(&mu_);
     held_.erase(item.lease_id);
+    progress_.erase(item.lease_id);
   }
   return outcome.status();
 }
@@ -160,8 +162,45 @@ absl::Status WorkQueue::Release(const WorkItem& item) {
   absl::Status s = backend_->Release(name_, worker_id_, item.lease_id);
   absl::MutexLock lock(&mu_);
   // Gone from the coordinator either way: released now, or lost earlier.
-  if (s.ok() || absl::IsNotFound(s)) held_.erase(item.lease_id);
+  if (s.ok() || absl::IsNotFound(s)) {
+    held_.erase(item.lease_id);
+    progress_.erase(item.lease_id);
+  }
   return s;
+}
+
+void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
+  absl::MutexLock lock(&mu_);
+  if (held_.contains(item.lease_id)) progress_[item.lease_id] = offset;
+}
+
+absl::Status WorkQueue::ReportProgress() {
+  std::vector<std::pair<uint64_t, int64_t>> progress;
+  {
+    absl::MutexLock lock(&mu_);
+    progress.assign(progress_.begin(), progress_.end());
+  }
+  if (progress.empty()) return absl::OkStatus();
+  return backend_->ReportProgress(name_, worker_id_, progress);
+}
+
+absl::Status WorkQueue::SaveCheckpoint(const std::string& path) {
+  if (absl::Status s = ReportProgress(); !s.ok()) return s;
+  absl::StatusOr<journal::Checkpoint> checkpoint = backend_->ExportCheckpoint(name_);
+  if (!checkpoint.ok()) return checkpoint.status();
+  return WriteCheckpointFile(path, *checkpoint);
+}
+
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
+    const WorkQueueOptions& options, const std::string& path, const std::string& name) {
+  absl::StatusOr<journal::Checkpoint> checkpoint = ReadCheckpointFile(path);
+  if (!checkpoint.ok()) return checkpoint.status();
+  absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
+      options.address, options.token, options.tls_ca_file, options.worker_id);
+  if (!connected.ok()) return connected.status();
+  absl::StatusOr<QueueInfo> info = connected->backend->RestoreCheckpoint(*checkpoint, name);
+  if (!info.ok()) return info.status();
+  return FromInfo(std::move(connected->backend), connected->worker_id, *info);
 }
 
 absl::StatusOr<QueueStats> WorkQueue::Stats() { return backend_->Stats(name_); }
@@ -180,15 +219,17 @@ void WorkQueue::HeartbeatLoop() {
   auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
   while (true) {
     std::vector<uint64_t> leases;
+    std::vector<std::pair<uint64_t, int64_t>> progress;
     {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping), interval)) return;
       for (const auto& [id, item] : held_) leases.push_back(id);
+      progress.assign(progress_.begin(), progress_.end());
     }
     if (leases.empty()) continue;
     // Lost leases stay in held_: completing one later may still count (a
     // late first completion) and is otherwise recorded as a duplicate.
-    backend_->Heartbeat(name_, worker_id_, leases).IgnoreError();
+    backend_->Heartbeat(name_, worker_id_, leases, progress).IgnoreError();
   }
 }
 

@@ -176,6 +176,19 @@ bool QueueState::PrepareFront() {
   }
 }
 
+std::optional<QueueState::Ref> QueueState::PeekFront() const {
+  for (const Ref& ref : pending_) {
+    if (!IsCompleted(ref)) return ref;
+  }
+  for (int64_t epoch = next_epoch_; epoch < config_.num_epochs; ++epoch) {
+    if (completed_per_epoch_[static_cast<size_t>(epoch)] == num_items()) continue;
+    for (int64_t index : EpochOrder(*config_.seed, epoch, num_items(), config_.shuffle)) {
+      if (!IsCompleted(Ref{epoch, index})) return Ref{epoch, index};
+    }
+  }
+  return std::nullopt;
+}
+
 QueueState::WorkerRecord& QueueState::Worker(absl::string_view worker) {
   auto it = workers_.find(worker);
   if (it == workers_.end()) {
@@ -327,19 +340,22 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
         absl::StrCat("queue '", config_.name, "': take with an empty worker name"));
   }
   ExpireLeases(now);
-  const WorkerRecord& w = Worker(worker);
-  if (w.held >= config_.num_clients) {
+  // Looked up, not inserted: only applied updates change the state.
+  auto known = workers_.find(worker);
+  const int64_t held = known == workers_.end() ? 0 : known->second.held;
+  if (held >= config_.num_clients) {
     return absl::FailedPreconditionError(absl::StrCat(
         "queue '", config_.name, "': worker '", worker, "' already holds ",
-        w.held, " item(s), the limit (num_clients=", config_.num_clients,
+        held, " item(s), the limit (num_clients=", config_.num_clients,
         "); complete or release one first"));
   }
   TakeResult result;
-  if (!PrepareFront()) {
+  const std::optional<Ref> front = PeekFront();
+  if (!front.has_value()) {
     result.outcome = Finished() ? TakeOutcome::kEndOfInput : TakeOutcome::kWait;
     return result;
   }
-  const Ref ref = pending_.front();
+  const Ref ref = *front;
   journal::Update update = NewUpdate(now);
   journal::Lease* lease = update.mutable_lease();
   lease->set_lease_id(MakeLeaseId(ref));

@@ -202,6 +202,10 @@ class QueueState {
   // Drops completed items from the front and materialises epochs until the
   // front is an item to hand out; false when nothing is pending.
   bool PrepareFront();
+  // The item PrepareFront would put at the front, without changing
+  // anything: only applied updates may change the state, so that a replayed
+  // journal rebuilds exactly the same state.
+  std::optional<Ref> PeekFront() const;
   // Applies `update` and passes it to the sink; `outcome` (optional) gets
   // the result of a completion.
   absl::Status Commit(const journal::Update& update,

@@ -1,11 +1,31 @@
-# Record formats (issue 5): CRC32C and TFRecord files and byte-range slices.
+# Record formats (issue 5): CRC32C, TFRecord files and byte-range slices,
+# GZIP/ZLIB compressed TFRecord files, SQLite tables, and their readers.
 # Included from src/io/CMakeLists.txt.
+find_package(ZLIB REQUIRED)
+find_package(SQLite3 REQUIRED)
+
 shardq_cc_library(
   NAME shardq_io_formats
-  SRCS crc32c.cc tfrecord.cc
-  DEPS shardq_core absl::status absl::statusor absl::strings
+  SRCS crc32c.cc tfrecord.cc compression.cc compressed_tfrecord.cc
+       tfrecord_reader.cc sqlite_table.cc table_reader.cc
+  DEPS shardq_io shardq_core absl::status absl::statusor absl::strings
+       ZLIB::ZLIB SQLite::SQLite3
 )
 
 shardq_cc_test(NAME formats_test
   SRCS crc32c_test.cc tfrecord_test.cc
   DEPS shardq_io_formats)
+
+# Separate binaries: compression_test replaces operator new to track the
+# largest allocation, as tfrecord_test.cc does.
+shardq_cc_test(NAME compression_test
+  SRCS compression_test.cc
+  DEPS shardq_io_formats ZLIB::ZLIB)
+
+shardq_cc_test(NAME tfrecord_reader_test
+  SRCS tfrecord_reader_test.cc
+  DEPS shardq_io_formats ZLIB::ZLIB)
+
+shardq_cc_test(NAME table_reader_test
+  SRCS table_reader_test.cc
+  DEPS shardq_io_formats SQLite::SQLite3)

@@ -66,6 +66,8 @@ absl::StatusOr<std::vector<Record>> TextLineReader::ReadUpTo(ItemSource& source,
     ++items_done_;
     if (absl::Status s = source.ItemDone(finished); !s.ok()) return fail(s);
   }
+  // Everything before the next line has been returned to the caller.
+  if (item_.has_value()) source.NoteProgress(*item_, slice_->position());
   return out;
 }
 

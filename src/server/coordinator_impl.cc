@@ -44,45 +44,184 @@ uint64_t DrawSeed() {
   return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
-CoordinatorImpl::CoordinatorImpl(Clock* clock)
-    : clock_(clock != nullptr ? clock : RealClock::Get()) {}
+CoordinatorImpl::CoordinatorImpl(Clock* clock) : CoordinatorImpl(clock, nullptr, 0) {}
+
+CoordinatorImpl::CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal,
+                                 int64_t snapshot_every)
+    : clock_(clock != nullptr ? clock : RealClock::Get()),
+      journal_(std::move(journal)),
+      snapshot_every_(snapshot_every) {}
+
+absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
+    const CoordinatorOptions& options) {
+  if (options.state_dir.empty()) {
+    return std::make_unique<CoordinatorImpl>(options.clock);
+  }
+  RecoveredState recovered;
+  absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(options.state_dir, &recovered);
+  if (!journal.ok()) return journal.status();
+  std::unique_ptr<CoordinatorImpl> coordinator(new CoordinatorImpl(
+      options.clock, *std::move(journal), std::max<int64_t>(1, options.snapshot_every)));
+  if (absl::Status s = coordinator->Recover(std::move(recovered)); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("state dir '", options.state_dir,
+                                               "': ", s.message()));
+  }
+  return coordinator;
+}
+
+CoordinatorImpl::~CoordinatorImpl() {
+  if (journal_ == nullptr) return;
+  std::vector<std::shared_ptr<Entry>> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, entry] : queues_) entries.push_back(entry);
+  }
+  for (const auto& entry : entries) {
+    absl::MutexLock lock(&entry->mu);
+    if (entry->since_snapshot > 0) {
+      journal_->AppendSnapshot(entry->name, entry->last_seq, entry->state->ToSnapshot());
+    }
+  }
+  journal_->Flush().IgnoreError();
+}
+
+absl::Status CoordinatorImpl::Recover(RecoveredState recovered) {
+  const absl::Time now = clock_->Now();
+  for (RecoveredState::Queue& q : recovered.queues) {
+    std::unique_ptr<QueueState> state;
+    size_t first_update = 0;
+    if (q.snapshot != nullptr) {
+      absl::StatusOr<std::unique_ptr<QueueState>> s = QueueState::FromSnapshot(*q.snapshot, now);
+      if (!s.ok()) return s.status();
+      state = *std::move(s);
+    } else {
+      if (q.updates.empty()) continue;
+      absl::StatusOr<std::unique_ptr<QueueState>> s = QueueState::FromCreation(q.updates[0]);
+      if (!s.ok()) return s.status();
+      state = *std::move(s);
+      first_update = 1;
+    }
+    for (size_t i = first_update; i < q.updates.size(); ++i) {
+      if (absl::Status s = state->Apply(q.updates[i]); !s.ok()) return s;
+    }
+    // Every lease gets a fresh period: live workers keep theirs by
+    // heartbeating through the outage; dead workers' leases expire.
+    state->ResetDeadlines(now);
+    auto entry = std::make_shared<Entry>();
+    entry->name = q.name;
+    {
+      absl::MutexLock lock(&entry->mu);
+      entry->state = std::move(state);
+      entry->last_seq = recovered.last_seq;
+      entry->since_snapshot = static_cast<int64_t>(q.updates.size());
+      AttachJournal(*entry);
+    }
+    absl::MutexLock lock(&mu_);
+    queues_[q.name] = std::move(entry);
+  }
+  return absl::OkStatus();
+}
+
+void CoordinatorImpl::AttachJournal(Entry& e) {
+  if (journal_ == nullptr) return;
+  Entry* entry = &e;
+  // Runs inside QueueState calls, i.e. with e.mu held.
+  e.state->set_update_sink([this, entry](const journal::Update& update)
+                               ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    entry->last_seq = journal_->Append(entry->name, update);
+    ++entry->since_snapshot;
+  });
+}
+
+uint64_t CoordinatorImpl::AfterChange(Entry& e) {
+  if (journal_ == nullptr) return 0;
+  if (e.since_snapshot >= snapshot_every_) {
+    journal_->AppendSnapshot(e.name, e.last_seq, e.state->ToSnapshot());
+    e.since_snapshot = 0;
+  }
+  return e.last_seq;
+}
+
+absl::Status CoordinatorImpl::Durable(uint64_t seq) {
+  if (journal_ == nullptr || seq == 0) return absl::OkStatus();
+  absl::Status s = journal_->WaitDurable(seq);
+  if (!s.ok()) {
+    return absl::InternalError(absl::StrCat("coordinator cannot store state: ", s.message()));
+  }
+  return s;
+}
+
+absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::AddQueue(
+    const journal::Update& creation, bool journal_it) {
+  absl::StatusOr<std::unique_ptr<QueueState>> state = QueueState::FromCreation(creation);
+  if (!state.ok()) return state.status();
+  const std::string name = (*state)->config().name;
+  auto entry = std::make_shared<Entry>();
+  entry->name = name;
+  absl::MutexLock lock(&mu_);
+  if (queues_.contains(name)) {
+    return absl::FailedPreconditionError(absl::StrCat("queue '", name, "' already exists"));
+  }
+  {
+    absl::MutexLock entry_lock(&entry->mu);
+    entry->state = *std::move(state);
+    if (journal_ != nullptr && journal_it) {
+      entry->last_seq = journal_->Append(name, creation);
+      entry->since_snapshot = 1;
+    }
+    AttachJournal(*entry);
+  }
+  queues_[name] = entry;
+  return entry;
+}
 
 absl::StatusOr<QueueInfo> CoordinatorImpl::CreateQueue(QueueConfig config) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
   std::shared_ptr<Entry> entry;
-  bool created = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = queues_.find(config.name);
-    if (it == queues_.end()) {
-      QueueConfig resolved = config;
-      if (!resolved.seed.has_value()) resolved.seed = DrawSeed();
-      absl::StatusOr<std::unique_ptr<QueueState>> state =
-          QueueState::Create(std::move(resolved));
-      if (!state.ok()) return state.status();
-      entry = std::make_shared<Entry>();
-      {
-        absl::MutexLock entry_lock(&entry->mu);
-        entry->state = *std::move(state);
-      }
-      queues_[config.name] = entry;
-      created = true;
-    } else {
-      entry = it->second;
-    }
+    if (it != queues_.end()) entry = it->second;
   }
-  absl::MutexLock lock(&entry->mu);
-  const QueueConfig& existing = entry->state->config();
-  if (!created) {
+  if (entry == nullptr) {
+    QueueConfig resolved = config;
+    if (!resolved.seed.has_value()) resolved.seed = DrawSeed();
+    absl::StatusOr<std::shared_ptr<Entry>> added =
+        AddQueue(QueueState::CreationUpdate(resolved, clock_->Now()), true);
+    if (added.ok()) {
+      uint64_t seq;
+      QueueInfo info;
+      {
+        absl::MutexLock lock(&(*added)->mu);
+        seq = (*added)->last_seq;
+        info = Describe((*added)->state->config(), true);
+      }
+      if (absl::Status s = Durable(seq); !s.ok()) return s;
+      return info;
+    }
+    if (!absl::IsFailedPrecondition(added.status())) return added.status();
+    // Lost a race with another creator: attach to its queue.
+    absl::StatusOr<std::shared_ptr<Entry>> found = Find(config.name);
+    if (!found.ok()) return found.status();
+    entry = *found;
+  }
+  uint64_t seq;
+  QueueInfo info;
+  {
+    absl::MutexLock lock(&entry->mu);
+    const QueueConfig& existing = entry->state->config();
     std::vector<std::string> diffs = ConfigDifferences(existing, config);
     if (!diffs.empty()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("queue '", config.name,
-                       "' exists with a different config: ",
+          absl::StrCat("queue '", config.name, "' exists with a different config: ",
                        absl::StrJoin(diffs, "; ")));
     }
+    seq = entry->last_seq;
+    info = Describe(existing, false);
   }
-  return Describe(existing, created);
+  // The queue may have been created a moment ago and not be durable yet.
+  if (absl::Status s = Durable(seq); !s.ok()) return s;
+  return info;
 }
 
 QueueInfo CoordinatorImpl::Describe(const QueueConfig& config, bool created) {
@@ -127,36 +266,45 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
   std::vector<WorkItem> items;
-  absl::MutexLock lock(&e.mu);
-  while (true) {
-    const absl::Time now = clock_->Now();
-    if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
-    while (static_cast<int64_t>(items.size()) < max_items) {
-      // Only the first item may fail on the num_clients limit; once we have
-      // some, the limit just ends the batch.
-      absl::StatusOr<TakeResult> r = e.state->Take(worker, now);
-      if (!r.ok()) {
-        if (items.empty()) return r.status();
-        return items;
-      }
-      if (r->outcome != TakeOutcome::kItem) {
-        if (!items.empty()) return items;
-        if (r->outcome == TakeOutcome::kEndOfInput) {
-          return absl::OutOfRangeError(
-              absl::StrCat("queue '", queue, "': end of input"));
+  absl::Status result;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&e.mu);
+    while (true) {
+      const absl::Time now = clock_->Now();
+      if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
+      bool wait = false;
+      while (static_cast<int64_t>(items.size()) < max_items) {
+        // Only the first item may fail on the num_clients limit; once we
+        // have some, the limit just ends the batch.
+        absl::StatusOr<TakeResult> r = e.state->Take(worker, now);
+        if (!r.ok()) {
+          if (items.empty()) result = r.status();
+          break;
         }
-        break;  // kWait
+        if (r->outcome == TakeOutcome::kItem) {
+          items.push_back(std::move(r->item));
+          continue;
+        }
+        if (items.empty() && r->outcome == TakeOutcome::kEndOfInput) {
+          result = absl::OutOfRangeError(absl::StrCat("queue '", queue, "': end of input"));
+        }
+        wait = items.empty() && r->outcome == TakeOutcome::kWait;
+        break;
       }
-      items.push_back(std::move(r->item));
+      if (!wait || now >= deadline || shutting_down_.load()) break;
+      // Wake at the earliest of: the caller's deadline, the next lease
+      // expiry, a change signalled by another call, or a periodic re-check.
+      absl::Time wake = std::min(deadline, e.state->NextDeadline());
+      wake = std::min(wake, now + kMaxWaitSlice);
+      e.changed.WaitWithDeadline(&e.mu, wake);
     }
-    if (!items.empty()) return items;
-    if (now >= deadline || shutting_down_.load()) return items;
-    // Wake at the earliest of: the caller's deadline, the next lease expiry,
-    // a change signalled by another call, or a periodic re-check.
-    absl::Time wake = std::min(deadline, e.state->NextDeadline());
-    wake = std::min(wake, now + kMaxWaitSlice);
-    e.changed.WaitWithDeadline(&e.mu, wake);
+    seq = AfterChange(e);
   }
+  // Expiries may have been journaled even when nothing was handed out.
+  if (absl::Status s = Durable(seq); !s.ok()) return s;
+  if (!result.ok()) return result;
+  return items;
 }
 
 absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
@@ -165,10 +313,15 @@ absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
-  absl::MutexLock lock(&e.mu);
-  absl::StatusOr<CompleteOutcome> outcome =
-      e.state->Complete(worker, lease_id, clock_->Now());
-  if (outcome.ok()) e.changed.SignalAll();
+  absl::StatusOr<CompleteOutcome> outcome;
+  uint64_t seq;
+  {
+    absl::MutexLock lock(&e.mu);
+    outcome = e.state->Complete(worker, lease_id, clock_->Now());
+    if (outcome.ok()) e.changed.SignalAll();
+    seq = AfterChange(e);
+  }
+  if (absl::Status s = Durable(seq); !s.ok()) return s;
   return outcome;
 }
 
@@ -179,10 +332,16 @@ absl::Status CoordinatorImpl::Release(absl::string_view queue,
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
-  absl::MutexLock lock(&e.mu);
-  absl::Status s = e.state->Release(worker, lease_id, clock_->Now());
-  if (s.ok()) e.changed.SignalAll();
-  return s;
+  absl::Status status;
+  uint64_t seq;
+  {
+    absl::MutexLock lock(&e.mu);
+    status = e.state->Release(worker, lease_id, clock_->Now());
+    if (status.ok()) e.changed.SignalAll();
+    seq = AfterChange(e);
+  }
+  if (absl::Status s = Durable(seq); !s.ok()) return s;
+  return status;
 }
 
 absl::StatusOr<std::vector<uint64_t>> CoordinatorImpl::Heartbeat(
@@ -197,20 +356,62 @@ absl::StatusOr<std::vector<uint64_t>> CoordinatorImpl::Heartbeat(
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
-  absl::MutexLock lock(&e.mu);
-  const absl::Time now = clock_->Now();
-  if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
-  return e.state->Heartbeat(worker, lease_ids, now);
+  std::vector<uint64_t> lost;
+  uint64_t seq;
+  {
+    absl::MutexLock lock(&e.mu);
+    const absl::Time now = clock_->Now();
+    if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
+    lost = e.state->Heartbeat(worker, lease_ids, now);
+    seq = AfterChange(e);
+  }
+  if (absl::Status s = Durable(seq); !s.ok()) return s;
+  return lost;
 }
 
-absl::StatusOr<QueueStats> CoordinatorImpl::Stats(absl::string_view queue) {
+absl::Status CoordinatorImpl::ReportProgress(
+    absl::string_view queue, absl::string_view worker,
+    const std::vector<std::pair<uint64_t, int64_t>>& progress) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  if (progress.size() > kMaxLeasesPerHeartbeat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "progress report for queue '", queue, "' names ", progress.size(),
+        " leases; the limit is ", kMaxLeasesPerHeartbeat));
+  }
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
-  Entry& e = **entry;
-  absl::MutexLock lock(&e.mu);
-  const absl::Time now = clock_->Now();
-  if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
-  return e.state->Stats(now);
+  absl::MutexLock lock(&(*entry)->mu);
+  absl::Status first;
+  for (const auto& [lease, offset] : progress) {
+    absl::Status s = (*entry)->state->ReportProgress(worker, lease, offset);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::StatusOr<journal::Checkpoint> CoordinatorImpl::ExportCheckpoint(absl::string_view queue) {
+  absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
+  if (!entry.ok()) return entry.status();
+  absl::MutexLock lock(&(*entry)->mu);
+  return (*entry)->state->ToCheckpoint();
+}
+
+absl::StatusOr<QueueInfo> CoordinatorImpl::RestoreCheckpoint(
+    const journal::Checkpoint& checkpoint, const std::string& name) {
+  absl::StatusOr<journal::Update> update =
+      QueueState::RestoreUpdate(checkpoint, name, clock_->Now());
+  if (!update.ok()) return update.status();
+  absl::StatusOr<std::shared_ptr<Entry>> added = AddQueue(*update, true);
+  if (!added.ok()) return added.status();
+  uint64_t seq;
+  QueueInfo info;
+  {
+    absl::MutexLock lock(&(*added)->mu);
+    seq = (*added)->last_seq;
+    info = Describe((*added)->state->config(), true);
+  }
+  if (absl::Status s = Durable(seq); !s.ok()) return s;
+  return info;
 }
 
 void CoordinatorImpl::Shutdown() {
@@ -224,6 +425,35 @@ void CoordinatorImpl::Shutdown() {
     absl::MutexLock lock(&entry->mu);
     entry->changed.SignalAll();
   }
+}
+
+absl::StatusOr<QueueStats> CoordinatorImpl::Stats(absl::string_view queue) {
+  absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
+  if (!entry.ok()) return entry.status();
+  Entry& e = **entry;
+  QueueStats stats;
+  uint64_t seq;
+  {
+    absl::MutexLock lock(&e.mu);
+    const absl::Time now = clock_->Now();
+    if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
+    stats = e.state->Stats(now);
+    seq = AfterChange(e);
+  }
+  if (absl::Status s = Durable(seq); !s.ok()) return s;
+  return stats;
+}
+
+absl::StatusOr<journal::QueueSnapshot> CoordinatorImpl::DebugSnapshot(
+    absl::string_view queue) {
+  absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
+  if (!entry.ok()) return entry.status();
+  absl::MutexLock lock(&(*entry)->mu);
+  return (*entry)->state->ToSnapshot();
+}
+
+absl::Status CoordinatorImpl::Flush() {
+  return journal_ == nullptr ? absl::OkStatus() : journal_->Flush();
 }
 
 std::vector<QueueStats> CoordinatorImpl::AllStats() {

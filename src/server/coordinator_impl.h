@@ -2,9 +2,18 @@
 // Knows nothing of any transport: the gRPC service (remote workers) and the
 // embedded backend (worker threads in this process) both call it.
 //
-// Thread-safe. Each queue has its own mutex, never held across I/O or a
-// callback; blocked Takes wait on the queue's condition variable and wake on
-// every completion, release and expiry.
+// Durable when given a state directory: every state change of a queue is an
+// update that QueueState applies in memory and hands to the journal under
+// the queue's mutex (cheap, no I/O); the call then releases the mutex and
+// waits for its update to be durable before it answers. So no client ever
+// sees an acknowledgement for a change that a crash could lose, and the
+// mutex is never held across the disk write (group commit lets concurrent
+// calls share one fsync). Later updates are journaled after earlier ones,
+// so anything a client saw depends only on durable or still-pending state.
+//
+// Thread-safe. Each queue has its own mutex; blocked Takes wait on the
+// queue's condition variable and wake on every completion, release and
+// expiry.
 #ifndef SHARDQ_SERVER_COORDINATOR_IMPL_H_
 #define SHARDQ_SERVER_COORDINATOR_IMPL_H_
 
@@ -12,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -20,9 +30,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/shardq/journal.pb.h"
+#include "shardq/work_item.h"
 #include "src/core/clock.h"
 #include "src/core/queue_state.h"
-#include "shardq/work_item.h"
+#include "src/store/journal.h"
 
 namespace shardq {
 
@@ -37,10 +49,28 @@ struct QueueInfo {
   bool created = false;  // false: attached to an existing queue
 };
 
+struct CoordinatorOptions {
+  // Must outlive the coordinator; nullptr means the real clock.
+  Clock* clock = nullptr;
+  // Empty: state lives in memory only. Otherwise every change is journaled
+  // here and a restarted coordinator continues where the last one stopped.
+  std::string state_dir;
+  // A queue is snapshotted after this many journaled updates, which bounds
+  // recovery time by the size of the state rather than of the history.
+  int64_t snapshot_every = 20000;
+};
+
 class CoordinatorImpl {
  public:
-  // `clock` must outlive the coordinator; nullptr means the real clock.
+  // An in-memory coordinator. `clock` may be nullptr (the real clock).
   explicit CoordinatorImpl(Clock* clock = nullptr);
+  // Opens the state directory (if any) and recovers every queue in it.
+  // Refuses to start (never starts empty) on corrupt or unreadable state:
+  // DATA_LOSS / FAILED_PRECONDITION / PERMISSION_DENIED naming the dir.
+  static absl::StatusOr<std::unique_ptr<CoordinatorImpl>> Create(
+      const CoordinatorOptions& options);
+  // Snapshots every queue (a fast next start) and flushes the journal.
+  ~CoordinatorImpl();
   CoordinatorImpl(const CoordinatorImpl&) = delete;
   CoordinatorImpl& operator=(const CoordinatorImpl&) = delete;
 
@@ -64,7 +94,7 @@ class CoordinatorImpl {
                                              int64_t max_items,
                                              absl::Time deadline);
 
-  // See QueueState::Complete / Release / Heartbeat.
+  // See QueueState::Complete / Release / Heartbeat / ReportProgress.
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                            absl::string_view worker,
                                            uint64_t lease_id);
@@ -73,6 +103,17 @@ class CoordinatorImpl {
   absl::StatusOr<std::vector<uint64_t>> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids);
+  // (lease id, consumed offset) pairs; the first failure is returned after
+  // every pair was tried.
+  absl::Status ReportProgress(absl::string_view queue, absl::string_view worker,
+                              const std::vector<std::pair<uint64_t, int64_t>>& progress);
+
+  // A training job's checkpoint of `queue` (see QueueState::ToCheckpoint).
+  absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue);
+  // Creates a queue from a checkpoint, named `name` (empty: the checkpoint's
+  // name). FAILED_PRECONDITION when a queue of that name exists.
+  absl::StatusOr<QueueInfo> RestoreCheckpoint(const journal::Checkpoint& checkpoint,
+                                              const std::string& name);
 
   // Wakes every blocked Take (they return no items) and makes later Takes
   // return at once; used before the server stops.
@@ -80,20 +121,42 @@ class CoordinatorImpl {
 
   // NOT_FOUND for an unknown queue.
   absl::StatusOr<QueueStats> Stats(absl::string_view queue);
+  // The full state of a queue, as a snapshot would store it (tests, debug).
+  absl::StatusOr<journal::QueueSnapshot> DebugSnapshot(absl::string_view queue);
+  // Waits until everything changed so far is durable (tests, shutdown).
+  absl::Status Flush();
   // Every queue, sorted by name.
   std::vector<QueueStats> AllStats();
 
  private:
   struct Entry {
+    std::string name;
     absl::Mutex mu;
     absl::CondVar changed;  // signalled on completion, release, expiry
     std::unique_ptr<QueueState> state ABSL_GUARDED_BY(mu);
+    uint64_t last_seq ABSL_GUARDED_BY(mu) = 0;        // last journaled update
+    int64_t since_snapshot ABSL_GUARDED_BY(mu) = 0;   // updates since then
   };
 
+  CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal, int64_t snapshot_every);
+  absl::Status Recover(RecoveredState recovered);
   absl::StatusOr<std::shared_ptr<Entry>> Find(absl::string_view queue);
+  // Adds a queue made by `creation` (a create or restore update), journals
+  // it, and returns it. FAILED_PRECONDITION if the name exists.
+  absl::StatusOr<std::shared_ptr<Entry>> AddQueue(const journal::Update& creation,
+                                                  bool journal_it);
+  // Routes the state's updates to the journal (under e.mu).
+  void AttachJournal(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // Called with e.mu held after a change: snapshots if due; returns the
+  // sequence number the caller must wait for (0: nothing to wait for).
+  uint64_t AfterChange(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // Waits (without any lock) until `seq` is durable.
+  absl::Status Durable(uint64_t seq);
   static QueueInfo Describe(const QueueConfig& config, bool created);
 
   Clock* const clock_;
+  const std::unique_ptr<Journal> journal_;  // null: in memory only
+  const int64_t snapshot_every_;
   std::atomic<bool> shutting_down_{false};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> queues_

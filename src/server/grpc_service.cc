@@ -38,6 +38,13 @@ std::vector<uint64_t> ToVector(const google::protobuf::RepeatedField<uint64_t>& 
   return std::vector<uint64_t>(ids.begin(), ids.end());
 }
 
+std::vector<std::pair<uint64_t, int64_t>> ToPairs(
+    const google::protobuf::RepeatedPtrField<v1::LeaseProgress>& progress) {
+  std::vector<std::pair<uint64_t, int64_t>> out;
+  for (const v1::LeaseProgress& p : progress) out.emplace_back(p.lease_id(), p.offset());
+  return out;
+}
+
 }  // namespace
 
 CoordinatorService::CoordinatorService(CoordinatorImpl* coordinator, std::string token)
@@ -117,6 +124,11 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
                                            const v1::HeartbeatRequest* req,
                                            v1::HeartbeatResponse* resp) {
   if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  if (req->progress_size() > 0) {
+    // Progress of leases this worker no longer holds is simply dropped.
+    coordinator_->ReportProgress(req->queue(), req->worker(), ToPairs(req->progress()))
+        .IgnoreError();
+  }
   absl::StatusOr<std::vector<uint64_t>> lost =
       coordinator_->Heartbeat(req->queue(), req->worker(), ToVector(req->lease_ids()));
   if (lost.ok()) resp->mutable_lost_lease_ids()->Add(lost->begin(), lost->end());
@@ -138,8 +150,39 @@ grpc::Status CoordinatorService::Status(grpc::ServerContext* ctx,
   return ToGrpcStatus(stats.status());
 }
 
-CoordinatorServer::CoordinatorServer(const ServerOptions& options)
-    : service_(&coordinator_, options.token) {}
+grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx,
+                                                const v1::ReportProgressRequest* req,
+                                                v1::ReportProgressResponse*) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  return ToGrpcStatus(
+      coordinator_->ReportProgress(req->queue(), req->worker(), ToPairs(req->progress())));
+}
+
+grpc::Status CoordinatorService::ExportCheckpoint(grpc::ServerContext* ctx,
+                                                  const v1::ExportCheckpointRequest* req,
+                                                  v1::ExportCheckpointResponse* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<journal::Checkpoint> checkpoint = coordinator_->ExportCheckpoint(req->queue());
+  if (checkpoint.ok()) checkpoint->SerializeToString(resp->mutable_checkpoint());
+  return ToGrpcStatus(checkpoint.status());
+}
+
+grpc::Status CoordinatorService::RestoreCheckpoint(grpc::ServerContext* ctx,
+                                                   const v1::RestoreCheckpointRequest* req,
+                                                   v1::QueueInfo* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  journal::Checkpoint checkpoint;
+  if (!checkpoint.ParseFromString(req->checkpoint())) {
+    return ToGrpcStatus(absl::InvalidArgumentError("the checkpoint is not a shardq checkpoint"));
+  }
+  absl::StatusOr<QueueInfo> info = coordinator_->RestoreCheckpoint(checkpoint, req->name());
+  if (info.ok()) ToProto(*info, resp);
+  return ToGrpcStatus(info.status());
+}
+
+CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator,
+                                     const std::string& token)
+    : coordinator_(std::move(coordinator)), service_(coordinator_.get(), token) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
@@ -162,7 +205,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   } else {
     credentials = grpc::InsecureServerCredentials();
   }
-  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(options));
+  CoordinatorOptions coordinator_options;
+  coordinator_options.state_dir = options.state_dir;
+  absl::StatusOr<std::unique_ptr<CoordinatorImpl>> coordinator =
+      CoordinatorImpl::Create(coordinator_options);
+  if (!coordinator.ok()) return coordinator.status();
+  std::unique_ptr<CoordinatorServer> server(
+      new CoordinatorServer(*std::move(coordinator), options.token));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(&server->service_);
@@ -181,7 +230,7 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 void CoordinatorServer::Wait() { server_->Wait(); }
 
 void CoordinatorServer::Shutdown(absl::Duration grace) {
-  coordinator_.Shutdown();
+  coordinator_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
 }
 

@@ -24,6 +24,8 @@ struct ServerOptions {
   // PEM files; both set: serve TLS only.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Non-empty: journal every change here and recover from it at start.
+  std::string state_dir;
 };
 
 // Thread-safe (handlers run on gRPC's threads).
@@ -46,6 +48,14 @@ class CoordinatorService final : public v1::Coordinator::Service {
                          v1::HeartbeatResponse* resp) override;
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                       v1::StatusResponse* resp) override;
+  grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
+                              v1::ReportProgressResponse* resp) override;
+  grpc::Status ExportCheckpoint(grpc::ServerContext* ctx,
+                                const v1::ExportCheckpointRequest* req,
+                                v1::ExportCheckpointResponse* resp) override;
+  grpc::Status RestoreCheckpoint(grpc::ServerContext* ctx,
+                                 const v1::RestoreCheckpointRequest* req,
+                                 v1::QueueInfo* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the token (when one is set).
@@ -59,23 +69,25 @@ class CoordinatorService final : public v1::Coordinator::Service {
 // Thread-safe.
 class CoordinatorServer {
  public:
-  // Binds and starts serving. INVALID_ARGUMENT for a bad listen address or
-  // unreadable TLS files; UNAVAILABLE when the address cannot be bound.
+  // Recovers the state dir (if any), binds and starts serving.
+  // INVALID_ARGUMENT for a bad listen address or unreadable TLS files;
+  // UNAVAILABLE when the address cannot be bound; the state dir's error
+  // when it cannot be recovered.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const ServerOptions& options);
   ~CoordinatorServer();
 
   int port() const { return port_; }
-  CoordinatorImpl* coordinator() { return &coordinator_; }
+  CoordinatorImpl* coordinator() { return coordinator_.get(); }
   // Blocks until Shutdown() is called from another thread.
   void Wait();
   // Stops accepting calls; in-flight calls get up to `grace` to finish.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
 
  private:
-  CoordinatorServer(const ServerOptions& options);
+  CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token);
 
-  CoordinatorImpl coordinator_;
+  std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

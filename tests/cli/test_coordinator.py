@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import make_text_files, run, shardq_bin
+from cli_helpers import make_text_files, run, shardq_bin
 
 
 def status_json(address, name, *extra):

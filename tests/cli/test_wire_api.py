@@ -9,7 +9,7 @@ import grpc
 import pytest
 from grpc_tools import protoc
 
-from conftest import REPO
+from cli_helpers import REPO
 
 
 @pytest.fixture(scope="module")

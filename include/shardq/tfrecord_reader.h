@@ -1,0 +1,114 @@
+// Reads TFRecord records from the items of an ItemSource (a WorkQueue, an
+// input producer, a list), as TextLineReader reads lines.
+//
+// Each item is a TFRecord file or a byte range of one
+// ("path?start=S&end=E"). A record belongs to the range in which its header
+// starts; a reader starting mid-file finds the next record boundary by
+// validating candidate headers (length checksum, then data checksum), so the
+// items of a plan yield every record of a file exactly once, in order, with
+// no index file.
+//
+// GZIP and ZLIB compressed files (tf.io.TFRecordWriter with
+// compression_type "GZIP" / "ZLIB") are read too. They cannot be cut: the
+// planner gives each one slice (it measures such a file as 1 unit, so its
+// slice is "path?start=0&end=1"), and a reader reads the whole file for an
+// item with no range, the range [0, 1), or a range [0, E) with E >= the
+// file's size in bytes. Any other range of a compressed file is
+// INVALID_ARGUMENT naming the file. A compressed record's offset is its
+// offset in the decompressed stream.
+#ifndef SHARDQ_TFRECORD_READER_H_
+#define SHARDQ_TFRECORD_READER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "shardq/item_source.h"
+#include "shardq/text_line_reader.h"  // Record
+
+namespace shardq {
+
+struct TFRecordReaderOptions {
+  enum class OnCorrupt {
+    // DATA_LOSS naming the file and byte offset of the first corrupt record
+    // (bad length or data checksum, truncated record, a length running past
+    // the end of the file). Nothing is lost silently. The default.
+    kFail,
+    // Resynchronise at the next valid record. The skipped bytes and regions
+    // are counted in stats(), and each item with skips is reported by one
+    // line on stderr (see log_skips). Loses the damaged records.
+    kSkip,
+  };
+  OnCorrupt on_corrupt = OnCorrupt::kFail;
+
+  enum class Compression {
+    // GZIP by its magic bytes, ZLIB by a ".zz"/".zlib" name and a valid
+    // header (ZLIB has no magic); anything else is plain TFRecord.
+    kAuto,
+    kNone,
+    kGzip,
+    kZlib,
+  };
+  Compression compression = Compression::kAuto;
+
+  // Bytes read (or decompressed) per step. Memory is about this plus the
+  // largest record. Values below 64 are raised to 64.
+  size_t buffer_bytes = 256 << 10;
+
+  // Under kSkip, write one line to stderr for each item in which corrupt
+  // regions were skipped (how many, how many bytes, which item).
+  bool log_skips = true;
+};
+
+// Totals over every item a TFRecordReader has read.
+struct TFRecordReaderStats {
+  int64_t records = 0;          // records returned
+  int64_t bytes = 0;            // data bytes of those records
+  int64_t skipped_bytes = 0;    // kSkip: bytes of corrupt regions passed over
+  int64_t corrupt_regions = 0;  // kSkip: runs of one or more bad records
+  int64_t items_done = 0;       // items whose every record was returned
+};
+
+namespace tfrecord_internal {
+class ItemRecords;
+}  // namespace tfrecord_internal
+
+// Not thread-safe: one reader per consuming thread.
+class TFRecordReader {
+ public:
+  explicit TFRecordReader(TFRecordReaderOptions options = {});
+  ~TFRecordReader();
+  TFRecordReader(const TFRecordReader&) = delete;
+  TFRecordReader& operator=(const TFRecordReader&) = delete;
+
+  // Returns up to `n` (>= 1) records, keyed "<item>:<byte offset of the
+  // record>", taking new items from `source` as the current one runs out.
+  // Calls source.ItemDone(item) only once every record of the item has been
+  // returned (a crash before that re-reads the item). Fewer than n records
+  // only at end of input; OUT_OF_RANGE when the source is exhausted and
+  // nothing was read. On an error, the records read before it are returned
+  // first and the error by the next call; the failing item stays held (not
+  // done). Errors name the file: NOT_FOUND (missing at read time), DATA_LOSS
+  // (corrupt record or compressed data, with the byte offset),
+  // INVALID_ARGUMENT (bad item string, a cut compressed file).
+  absl::StatusOr<std::vector<Record>> ReadUpTo(ItemSource& source, int64_t n);
+
+  const TFRecordReaderStats& stats() const { return stats_; }
+
+ private:
+  absl::Status FinishItem(ItemSource& source);
+
+  const TFRecordReaderOptions options_;
+  std::optional<WorkItem> item_;
+  std::unique_ptr<tfrecord_internal::ItemRecords> records_;
+  absl::Status deferred_error_;
+  TFRecordReaderStats stats_;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_TFRECORD_READER_H_

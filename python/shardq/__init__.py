@@ -1,0 +1,144 @@
+"""shardq: elastic data sharding for distributed training.
+
+    import shardq
+    queue = shardq.WorkQueue(["data/a.txt", "data/b.txt"], num_epochs=2, num_slices=80)
+    reader = shardq.TextLineReader()
+    producer = queue.input_producer()
+    while True:
+        try:
+            keys, values = reader.read_up_to(producer, 256)
+        except shardq.OutOfRangeError:
+            break
+
+Every worker that names the same queue shares it: fast workers take more
+items, slow ones fewer. With no address (and none in SHARDQ_ADDRESS,
+TF_CONFIG or torchrun's MASTER_ADDR + SHARDQ_PORT) the queue lives in this
+process and its workers are the threads that create WorkQueues.
+"""
+from shardq import _shardq
+from shardq.errors import (  # noqa: F401  (re-exported)
+    CancelledError,
+    DataLossError,
+    DeadlineExceededError,
+    Error,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from shardq._shardq import TextLineReader  # noqa: F401
+
+__all__ = [
+    "WorkQueue", "TextLineReader", "Error", "OutOfRangeError", "InvalidArgumentError",
+    "NotFoundError", "DeadlineExceededError", "UnavailableError", "DataLossError",
+    "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",
+    "CancelledError",
+]
+
+
+def _check_works(works):
+    if isinstance(works, (str, bytes)):
+        raise InvalidArgumentError(
+            f"works must be a list of work names, not a single string ({works!r})")
+    works = list(works)
+    for w in works:
+        if not isinstance(w, str):
+            raise InvalidArgumentError(f"works must be strings, got {type(w).__name__}: {w!r}")
+    return works
+
+
+class WorkQueue:
+    """A global queue of work items shared by every worker naming it.
+
+    Parameters follow SPEC.md: ``works`` (file paths or table URIs),
+    ``num_epochs``, ``shuffle``, ``seed`` (None: drawn once and reported in
+    ``seed``), ``prefix``, ``num_slices`` (None: one item per work),
+    ``num_clients`` (items one worker may hold at once), ``name``, and
+    ``address`` of a coordinator (None: from the environment, else embedded).
+    """
+
+    def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
+                 num_slices=None, num_clients=1, name="work_queue", address=None, *,
+                 lease_timeout=30.0, worker_id=None, token=None, tls_ca=None):
+        self._native = _shardq._WorkQueue(
+            _check_works(works), int(num_epochs), bool(shuffle),
+            None if seed is None else int(seed), prefix,
+            None if num_slices is None else int(num_slices), int(num_clients), str(name),
+            address, float(lease_timeout), worker_id, token, tls_ca, False)
+
+    @classmethod
+    def attach(cls, name="work_queue", address=None, *, worker_id=None, token=None,
+               tls_ca=None):
+        """A worker of an existing queue, without knowing its works."""
+        self = cls.__new__(cls)
+        self._native = _shardq._WorkQueue([], 1, True, None, None, None, 1, str(name),
+                                          address, 30.0, worker_id, token, tls_ca, True)
+        return self
+
+    def take(self, timeout=None):
+        """Leases the next item and returns it (a string).
+
+        Waits while every remaining item is held by other workers; raises
+        OutOfRangeError once every item of every epoch is completed, and
+        DeadlineExceededError (a TimeoutError) after ``timeout`` seconds.
+        Like PAI's take(), when this worker already holds ``num_clients``
+        items, the oldest of them counts as finished and is completed.
+        """
+        return self._native.take(timeout)
+
+    def complete(self, item):
+        """Marks an item returned by take() as done."""
+        self._native.complete(item)
+
+    def release(self, item):
+        """Gives an item back unfinished: it goes to the front of the queue."""
+        self._native.release(item)
+
+    def input_dataset(self):
+        """Iterator over items; each is completed when the next is requested."""
+        return self._native.input_dataset()
+
+    def input_producer(self, capacity=0):
+        """A local bounded proxy of the queue, kept filled in the background
+        (capacity 0: num_clients), for readers' read_up_to()."""
+        return self._native.input_producer(capacity)
+
+    def stats(self):
+        """The queue's counters: pending, leased, completed, per epoch and
+        per worker, expired leases, duplicates, the seed."""
+        return self._native.stats()
+
+    def save_checkpoint(self, path):
+        """Saves which items are done and the unread rest of held ones."""
+        self._native.save_checkpoint(path)
+
+    def add_summary(self, logdir, interval=10.0):
+        """Publishes the queue's water level to TensorBoard event files in
+        ``logdir`` (see shardq.summary)."""
+        from shardq import summary
+        return summary.start(self, logdir, interval)
+
+    def close(self):
+        """Gives back every item still held through take()."""
+        self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    name = property(lambda self: self._native.name)
+    worker_id = property(lambda self: self._native.worker_id)
+    seed = property(lambda self: self._native.seed)
+    num_items = property(lambda self: self._native.num_items)
+    num_epochs = property(lambda self: self._native.num_epochs)
+    num_clients = property(lambda self: self._native.num_clients)
+
+    def __repr__(self):
+        return (f"shardq.WorkQueue(name={self.name!r}, items={self.num_items}, "
+                f"epochs={self.num_epochs}, worker={self.worker_id!r})")

@@ -1,0 +1,9 @@
+// The native module behind the `shardq` Python package.
+#include "pybind11/pybind11.h"
+#include "python/src/py_sources.h"
+
+PYBIND11_MODULE(_shardq, m) {
+  m.doc() = "shardq native core (use the `shardq` package, not this module)";
+  shardq::python::BindWorkQueue(m);
+  shardq::python::BindReaders(m);
+}

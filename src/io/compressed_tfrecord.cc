@@ -1,0 +1,257 @@
+#include "src/io/compressed_tfrecord.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/io/crc32c.h"
+
+namespace shardq {
+namespace {
+
+uint32_t LoadLittleEndian32(const char* p) {
+  uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) {
+    value |= uint32_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  }
+  return value;
+}
+
+uint64_t LoadLittleEndian64(const char* p) {
+  uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) {
+    value |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  }
+  return value;
+}
+
+bool LengthCrcMatches(const char* header) {
+  return Crc32c(absl::string_view(header, 8)) ==
+         UnmaskCrc(LoadLittleEndian32(header + 8));
+}
+
+}  // namespace
+
+enum class CompressedTFRecordReader::Check {
+  kValid,
+  kEnd,  // no byte left: the clean end of the stream
+  kTruncatedHeader,
+  kBadLengthCrc,
+  kLengthPastEnd,
+  kBadDataCrc,
+};
+
+struct CompressedTFRecordReader::Probe {
+  Check check = Check::kValid;
+  int64_t offset = 0;
+  uint64_t length = 0;
+  int64_t available = 0;  // bytes of the stream left after offset (if known)
+  uint32_t stored_crc = 0;
+  uint32_t computed_crc = 0;
+};
+
+absl::StatusOr<std::unique_ptr<CompressedTFRecordReader>>
+CompressedTFRecordReader::Open(const std::string& path,
+                               FileCompression compression,
+                               TFRecordReadOptions options) {
+  absl::StatusOr<std::unique_ptr<InflateStream>> stream =
+      InflateStream::Open(path, compression, options.buffer_bytes);
+  if (!stream.ok()) return stream.status();
+  return std::unique_ptr<CompressedTFRecordReader>(
+      new CompressedTFRecordReader(*std::move(stream), options));
+}
+
+CompressedTFRecordReader::CompressedTFRecordReader(
+    std::unique_ptr<InflateStream> stream, TFRecordReadOptions options)
+    : stream_(std::move(stream)), options_(options) {}
+
+absl::StatusOr<bool> CompressedTFRecordReader::Next(std::string* record,
+                                                    int64_t* offset) {
+  if (!error_.ok()) return error_;
+  absl::StatusOr<bool> more = NextImpl(record, offset);
+  if (!more.ok()) error_ = more.status();
+  return more;
+}
+
+absl::StatusOr<bool> CompressedTFRecordReader::NextImpl(std::string* record,
+                                                        int64_t* offset) {
+  while (!done_) {
+    absl::StatusOr<Probe> probe = ProbeAt(position_, record);
+    if (!probe.ok()) return probe.status();
+    if (probe->check == Check::kEnd) {
+      done_ = true;
+      break;
+    }
+    if (probe->check == Check::kValid) {
+      if (offset != nullptr) *offset = position_;
+      position_ += kTFRecordHeaderBytes + kTFRecordFooterBytes +
+                   static_cast<int64_t>(probe->length);
+      ++stats_.records;
+      stats_.bytes += static_cast<int64_t>(probe->length);
+      return true;
+    }
+    if (absl::Status s = HandleCorrupt(*probe); !s.ok()) return s;
+  }
+  return false;
+}
+
+absl::StatusOr<CompressedTFRecordReader::Probe>
+CompressedTFRecordReader::ProbeAt(int64_t offset, std::string* data) {
+  Probe probe;
+  probe.offset = offset;
+  absl::StatusOr<absl::string_view> header =
+      stream_->Peek(offset, kTFRecordHeaderBytes);
+  if (!header.ok()) return header.status();
+  if (header->empty()) {
+    probe.check = Check::kEnd;
+    return probe;
+  }
+  if (header->size() < static_cast<size_t>(kTFRecordHeaderBytes)) {
+    probe.check = Check::kTruncatedHeader;
+    probe.available = static_cast<int64_t>(header->size());
+    return probe;
+  }
+  probe.length = LoadLittleEndian64(header->data());
+  probe.stored_crc = UnmaskCrc(LoadLittleEndian32(header->data() + 8));
+  probe.computed_crc = Crc32c(header->substr(0, 8));
+  if (probe.stored_crc != probe.computed_crc) {
+    probe.check = Check::kBadLengthCrc;
+    return probe;
+  }
+  // The length is not trusted: the data is appended as it arrives, so a
+  // corrupt length runs into the end of the stream, not into malloc.
+  if (data != nullptr) {
+    data->clear();
+    data->reserve(static_cast<size_t>(
+        std::min<uint64_t>(probe.length, stream_->window_bytes())));
+  }
+  int64_t p = offset + kTFRecordHeaderBytes;
+  uint64_t remaining = probe.length;
+  uint32_t crc = 0;
+  while (remaining > 0) {
+    absl::StatusOr<absl::string_view> chunk = stream_->Peek(
+        p, static_cast<size_t>(
+               std::min<uint64_t>(remaining, stream_->window_bytes())));
+    if (!chunk.ok()) return chunk.status();
+    if (chunk->empty()) {
+      probe.check = Check::kLengthPastEnd;
+      probe.available = p - offset;
+      return probe;
+    }
+    crc = Crc32cExtend(crc, chunk->data(), chunk->size());
+    if (data != nullptr) data->append(chunk->data(), chunk->size());
+    p += static_cast<int64_t>(chunk->size());
+    remaining -= chunk->size();
+  }
+  absl::StatusOr<absl::string_view> footer =
+      stream_->Peek(p, kTFRecordFooterBytes);
+  if (!footer.ok()) return footer.status();
+  if (footer->size() < static_cast<size_t>(kTFRecordFooterBytes)) {
+    probe.check = Check::kLengthPastEnd;
+    probe.available = p - offset + static_cast<int64_t>(footer->size());
+    return probe;
+  }
+  probe.computed_crc = crc;
+  probe.stored_crc = UnmaskCrc(LoadLittleEndian32(footer->data()));
+  probe.check = probe.stored_crc == probe.computed_crc ? Check::kValid
+                                                       : Check::kBadDataCrc;
+  return probe;
+}
+
+absl::StatusOr<int64_t> CompressedTFRecordReader::Scan(int64_t from) {
+  const size_t window = stream_->window_bytes();
+  int64_t p = from;
+  while (true) {
+    absl::StatusOr<absl::string_view> chunk = stream_->Peek(p, window);
+    if (!chunk.ok()) return chunk.status();
+    const int64_t size = static_cast<int64_t>(chunk->size());
+    if (size < kTFRecordHeaderBytes) return p + size;  // the end
+    // Offsets [p, p + positions) have a whole header inside chunk.
+    const int64_t positions = size - kTFRecordHeaderBytes + 1;
+    int64_t candidate = -1;
+    for (int64_t i = 0; i < positions; ++i) {
+      if (LengthCrcMatches(chunk->data() + i)) {
+        candidate = p + i;
+        break;
+      }
+    }
+    if (candidate < 0) {
+      // A short chunk is the tail: fewer than a header's bytes remain.
+      if (static_cast<size_t>(size) < window) return p + size;
+      p += positions;
+      continue;
+    }
+    // Checking the data moves the window, so chunk is stale after this.
+    absl::StatusOr<Probe> probe = ProbeAt(candidate, nullptr);
+    if (!probe.ok()) return probe.status();
+    if (probe->check == Check::kValid) return candidate;
+    p = candidate + 1;
+  }
+}
+
+absl::Status CompressedTFRecordReader::HandleCorrupt(const Probe& probe) {
+  if (options_.on_corrupt == TFRecordReadOptions::kFail) {
+    std::string what;
+    switch (probe.check) {
+      case Check::kTruncatedHeader:
+        what = absl::StrCat("truncated record: the stream ends ",
+                            probe.available,
+                            " bytes after its start, inside its ",
+                            kTFRecordHeaderBytes, "-byte header");
+        break;
+      case Check::kBadLengthCrc:
+        what = absl::StrCat("bad length checksum (stored 0x",
+                            absl::Hex(probe.stored_crc), ", computed 0x",
+                            absl::Hex(probe.computed_crc), ")");
+        break;
+      case Check::kLengthPastEnd:
+        what = absl::StrCat("record length ", probe.length,
+                            " runs past the end of the stream (it ends ",
+                            probe.available,
+                            " bytes after the record's start; truncated "
+                            "stream or corrupt length)");
+        break;
+      case Check::kBadDataCrc:
+        what = absl::StrCat("bad data checksum for a record of ", probe.length,
+                            " bytes (stored 0x", absl::Hex(probe.stored_crc),
+                            ", computed 0x", absl::Hex(probe.computed_crc),
+                            ")");
+        break;
+      case Check::kValid:
+      case Check::kEnd:
+        break;
+    }
+    return absl::DataLossError(absl::StrCat(
+        "'", stream_->path(), "' (", CompressionName(stream_->compression()),
+        "): corrupt TFRecord at decompressed byte offset ", probe.offset,
+        ": ", what));
+  }
+  absl::StatusOr<int64_t> resume = Scan(probe.offset + 1);
+  if (!resume.ok()) return resume.status();
+  ++stats_.corrupt_regions;
+  stats_.skipped_bytes += *resume - probe.offset;
+  position_ = *resume;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// CompressedTFRecordWriter
+
+absl::StatusOr<std::unique_ptr<CompressedTFRecordWriter>>
+CompressedTFRecordWriter::Create(const std::string& path,
+                                 FileCompression compression) {
+  absl::StatusOr<std::unique_ptr<CompressedFileWriter>> file =
+      CompressedFileWriter::Create(path, compression);
+  if (!file.ok()) return file.status();
+  return std::unique_ptr<CompressedTFRecordWriter>(
+      new CompressedTFRecordWriter(*std::move(file)));
+}
+
+absl::Status CompressedTFRecordWriter::Write(absl::string_view record) {
+  return file_->Append(EncodeTFRecord(record));
+}
+
+absl::Status CompressedTFRecordWriter::Close() { return file_->Close(); }
+
+}  // namespace shardq

@@ -1,0 +1,182 @@
+#include "src/observe/status_server.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "httplib.h"
+
+namespace shardq {
+namespace {
+
+std::string Html(absl::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsSampler>> MetricsSampler::Start(
+    CoordinatorImpl* coordinator, const std::string& summary_dir, absl::Duration interval) {
+  std::unique_ptr<EventFileWriter> writer;
+  if (!summary_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<EventFileWriter>> w = EventFileWriter::Create(summary_dir);
+    if (!w.ok()) return w.status();
+    writer = *std::move(w);
+  }
+  return std::unique_ptr<MetricsSampler>(
+      new MetricsSampler(coordinator, std::move(writer), interval));
+}
+
+MetricsSampler::MetricsSampler(CoordinatorImpl* coordinator,
+                               std::unique_ptr<EventFileWriter> writer, absl::Duration interval)
+    : coordinator_(coordinator), interval_(interval), writer_(std::move(writer)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+MetricsSampler::~MetricsSampler() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+  SampleOnce();  // the final water level
+}
+
+void MetricsSampler::Loop() {
+  auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), interval_)) return;
+    }
+    SampleOnce();
+  }
+}
+
+void MetricsSampler::SampleOnce() {
+  const absl::Time now = absl::Now();
+  std::vector<QueueStats> all = coordinator_->AllStats();
+  std::map<std::string, double> scalars;
+  int64_t step;
+  {
+    absl::MutexLock lock(&mu_);
+    step = step_++;
+    for (const QueueStats& s : all) {
+      auto it = last_.find(s.name);
+      QueueMetrics m = DeriveMetrics(s, now, it == last_.end() ? nullptr : &it->second.first,
+                                     it == last_.end() ? now : it->second.second);
+      for (auto& [tag, value] : Scalars(m)) scalars[tag] = value;
+      last_[s.name] = {s, now};
+    }
+  }
+  if (writer_ != nullptr && !scalars.empty()) {
+    // A failed write is retried at the next sample; the coordinator goes on.
+    writer_->WriteScalars(step, now, scalars).IgnoreError();
+    writer_->Flush().IgnoreError();
+  }
+}
+
+std::vector<QueueMetrics> MetricsSampler::Current() {
+  const absl::Time now = absl::Now();
+  std::vector<QueueStats> all = coordinator_->AllStats();
+  std::vector<QueueMetrics> out;
+  absl::MutexLock lock(&mu_);
+  for (const QueueStats& s : all) {
+    auto it = last_.find(s.name);
+    out.push_back(DeriveMetrics(s, now, it == last_.end() ? nullptr : &it->second.first,
+                                it == last_.end() ? now : it->second.second));
+  }
+  return out;
+}
+
+std::string StatusPage(const std::vector<QueueMetrics>& queues) {
+  std::string page =
+      "<!doctype html><html><head><meta charset=\"utf-8\"><title>shardq</title>"
+      "<meta http-equiv=\"refresh\" content=\"5\"><style>body{font-family:sans-serif}"
+      "table{border-collapse:collapse}td,th{padding:2px 8px;border:1px solid #ccc}"
+      ".bar{background:#ddd;width:200px}.fill{background:#4a8;height:12px}"
+      ".slow{color:#b00;font-weight:bold}</style></head><body><h1>shardq coordinator</h1>";
+  if (queues.empty()) page += "<p>No queues yet.</p>";
+  for (const QueueMetrics& m : queues) {
+    const QueueStats& s = m.stats;
+    absl::StrAppend(&page, "<h2>queue ", Html(s.name), "</h2><p>", s.num_items, " items &times; ",
+                    s.num_epochs, " epochs, seed ", s.seed, s.finished ? ", finished" : "",
+                    " &mdash; pending ", s.pending, ", leased ", s.leased, ", completed ",
+                    s.completed, ", lease expiries ", s.expired, ", duplicates ", s.duplicates,
+                    absl::StrFormat(", %.1f takes/s", m.take_rate), "</p>");
+    page += "<table><tr><th>epoch</th><th>progress</th><th>pending</th><th>leased</th>"
+            "<th>completed</th></tr>";
+    for (size_t e = 0; e < s.epochs.size(); ++e) {
+      const double done = s.num_items > 0 ? 100.0 * s.epochs[e].completed / s.num_items : 0;
+      absl::StrAppend(&page, "<tr><td>", e, "</td><td><div class=\"bar\"><div class=\"fill\" "
+                      "style=\"width:", absl::StrFormat("%.0f", done), "%\"></div></div></td><td>",
+                      s.epochs[e].pending, "</td><td>", s.epochs[e].leased, "</td><td>",
+                      s.epochs[e].completed, "</td></tr>");
+    }
+    page += "</table>";
+    // Stragglers: workers below half the median rate.
+    std::vector<double> rates;
+    for (const auto& [name, w] : s.workers) rates.push_back(w.items_per_second);
+    std::sort(rates.begin(), rates.end());
+    const double median = rates.empty() ? 0 : rates[rates.size() / 2];
+    page += "<table><tr><th>worker</th><th>completed</th><th>held</th><th>items/s</th></tr>";
+    for (const auto& [name, w] : s.workers) {
+      const bool slow = median > 0 && w.items_per_second < 0.5 * median;
+      absl::StrAppend(&page, "<tr", slow ? " class=\"slow\"" : "", "><td>", Html(name),
+                      slow ? " (straggler)" : "", "</td><td>", w.completed, "</td><td>", w.held,
+                      "</td><td>", absl::StrFormat("%.2f", w.items_per_second), "</td></tr>");
+    }
+    page += "</table>";
+  }
+  page += "<p><a href=\"/metrics\">/metrics</a></p></body></html>";
+  return page;
+}
+
+absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
+    MetricsSampler* sampler, const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--http '", listen, "' is not HOST:PORT"));
+  }
+  const std::string host = listen.substr(0, colon);
+  std::unique_ptr<StatusHttpServer> out(new StatusHttpServer());
+  out->server_ = std::make_unique<httplib::Server>();
+  out->server_->Get("/metrics", [sampler](const httplib::Request&, httplib::Response& res) {
+    res.set_content(PrometheusText(sampler->Current()), "text/plain; version=0.0.4");
+  });
+  out->server_->Get("/", [sampler](const httplib::Request&, httplib::Response& res) {
+    res.set_content(StatusPage(sampler->Current()), "text/html; charset=utf-8");
+  });
+  if (port == 0) {
+    out->port_ = out->server_->bind_to_any_port(host);
+  } else {
+    out->port_ = out->server_->bind_to_port(host, port) ? port : -1;
+  }
+  if (out->port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on '", listen, "' for HTTP"));
+  }
+  httplib::Server* server = out->server_.get();
+  out->thread_ = std::thread([server] { server->listen_after_bind(); });
+  return out;
+}
+
+StatusHttpServer::~StatusHttpServer() {
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace shardq

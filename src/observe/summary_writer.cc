@@ -1,0 +1,178 @@
+#include "src/observe/summary_writer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "proto/shardq/tensorboard.pb.h"
+#include "src/io/tfrecord.h"
+
+namespace shardq {
+
+QueueMetrics DeriveMetrics(const QueueStats& now, absl::Time at, const QueueStats* before,
+                           absl::Time before_at) {
+  QueueMetrics m;
+  m.stats = now;
+  if (before != nullptr) {
+    const double seconds = absl::ToDoubleSeconds(at - before_at);
+    if (seconds > 0) {
+      m.take_rate = static_cast<double>(now.taken - before->taken) / seconds;
+      m.complete_rate = static_cast<double>(now.completed - before->completed) / seconds;
+    }
+  }
+  return m;
+}
+
+std::map<std::string, double> Scalars(const QueueMetrics& m) {
+  const QueueStats& s = m.stats;
+  const std::string q = absl::StrCat("shardq/", s.name, "/");
+  std::map<std::string, double> out = {
+      {q + "pending", static_cast<double>(s.pending)},
+      {q + "leased", static_cast<double>(s.leased)},
+      {q + "completed", static_cast<double>(s.completed)},
+      {q + "taken", static_cast<double>(s.taken)},
+      {q + "lease_expiries", static_cast<double>(s.expired)},
+      {q + "released", static_cast<double>(s.released)},
+      {q + "duplicates", static_cast<double>(s.duplicates)},
+      {q + "take_rate", m.take_rate},
+      {q + "complete_rate", m.complete_rate},
+  };
+  for (size_t e = 0; e < s.epochs.size(); ++e) {
+    const std::string p = absl::StrCat(q, "epoch_", e, "/");
+    out[p + "pending"] = static_cast<double>(s.epochs[e].pending);
+    out[p + "leased"] = static_cast<double>(s.epochs[e].leased);
+    out[p + "completed"] = static_cast<double>(s.epochs[e].completed);
+  }
+  for (const auto& [worker, w] : s.workers) {
+    out[absl::StrCat(q, "worker/", worker, "/completed")] = static_cast<double>(w.completed);
+    out[absl::StrCat(q, "worker/", worker, "/items_per_second")] = w.items_per_second;
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
+    const std::string& logdir) {
+  if (::mkdir(logdir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(absl::StrCat("summary dir '", logdir,
+                                                    "': cannot create: ", std::strerror(errno)));
+  }
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
+  // TensorBoard picks up files whose name contains "tfevents".
+  const std::string path =
+      absl::StrCat(logdir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".",
+                   host, ".", ::getpid(), ".shardq");
+  absl::StatusOr<std::unique_ptr<TFRecordWriter>> writer = TFRecordWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  std::unique_ptr<EventFileWriter> out(new EventFileWriter(path, *std::move(writer)));
+  tensorboard::Event version;
+  version.set_wall_time(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  version.set_file_version("brain.Event:2");
+  if (absl::Status s = out->writer_->Write(version.SerializeAsString()); !s.ok()) return s;
+  if (absl::Status s = out->writer_->Flush(); !s.ok()) return s;
+  return out;
+}
+
+EventFileWriter::EventFileWriter(std::string path, std::unique_ptr<TFRecordWriter> writer)
+    : path_(std::move(path)), writer_(std::move(writer)) {}
+
+EventFileWriter::~EventFileWriter() { writer_->Close().IgnoreError(); }
+
+absl::Status EventFileWriter::WriteScalars(int64_t step, absl::Time wall_time,
+                                           const std::map<std::string, double>& scalars) {
+  tensorboard::Event event;
+  event.set_wall_time(absl::ToDoubleSeconds(wall_time - absl::UnixEpoch()));
+  event.set_step(step);
+  for (const auto& [tag, value] : scalars) {
+    tensorboard::Summary::Value* v = event.mutable_summary()->add_value();
+    v->set_tag(tag);
+    v->set_simple_value(static_cast<float>(value));
+  }
+  return writer_->Write(event.SerializeAsString());
+}
+
+absl::Status EventFileWriter::Flush() { return writer_->Flush(); }
+
+namespace {
+
+// Label values escape backslash, quote and newline.
+std::string Label(absl::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string PrometheusText(const std::vector<QueueMetrics>& queues) {
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  };
+  auto sample = [&](const char* name, const std::string& labels, double value) {
+    absl::StrAppend(&out, name, "{", labels, "} ", absl::StrFormat("%.17g", value), "\n");
+  };
+  struct Gauge {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*get)(const QueueMetrics&);
+  };
+  const Gauge gauges[] = {
+      {"shardq_items_pending", "gauge", "Items waiting to be handed out, all epochs.",
+       [](const QueueMetrics& m) { return double(m.stats.pending); }},
+      {"shardq_items_leased", "gauge", "Items held by workers right now.",
+       [](const QueueMetrics& m) { return double(m.stats.leased); }},
+      {"shardq_items_completed", "gauge", "Items completed (first completions).",
+       [](const QueueMetrics& m) { return double(m.stats.completed); }},
+      {"shardq_takes_total", "counter", "Items handed out, including repeats.",
+       [](const QueueMetrics& m) { return double(m.stats.taken); }},
+      {"shardq_lease_expiries_total", "counter", "Leases that timed out.",
+       [](const QueueMetrics& m) { return double(m.stats.expired); }},
+      {"shardq_releases_total", "counter", "Items given back by their worker.",
+       [](const QueueMetrics& m) { return double(m.stats.released); }},
+      {"shardq_duplicate_completions_total", "counter",
+       "Completions of items already completed.",
+       [](const QueueMetrics& m) { return double(m.stats.duplicates); }},
+      {"shardq_take_rate", "gauge", "Items handed out per second (recent).",
+       [](const QueueMetrics& m) { return m.take_rate; }},
+  };
+  for (const Gauge& g : gauges) {
+    family(g.name, g.type, g.help);
+    for (const QueueMetrics& m : queues) {
+      sample(g.name, absl::StrCat("queue=\"", Label(m.stats.name), "\""), g.get(m));
+    }
+  }
+  family("shardq_epoch_items", "gauge", "Items per epoch by state.");
+  for (const QueueMetrics& m : queues) {
+    for (size_t e = 0; e < m.stats.epochs.size(); ++e) {
+      const std::string base = absl::StrCat("queue=\"", Label(m.stats.name), "\",epoch=\"", e, "\"");
+      sample("shardq_epoch_items", base + ",state=\"pending\"", double(m.stats.epochs[e].pending));
+      sample("shardq_epoch_items", base + ",state=\"leased\"", double(m.stats.epochs[e].leased));
+      sample("shardq_epoch_items", base + ",state=\"completed\"",
+             double(m.stats.epochs[e].completed));
+    }
+  }
+  family("shardq_worker_items_completed", "gauge", "Items completed per worker.");
+  for (const QueueMetrics& m : queues) {
+    for (const auto& [worker, w] : m.stats.workers) {
+      sample("shardq_worker_items_completed",
+             absl::StrCat("queue=\"", Label(m.stats.name), "\",worker=\"", Label(worker), "\""),
+             double(w.completed));
+    }
+  }
+  return out;
+}
+
+}  // namespace shardq

@@ -1,0 +1,61 @@
+// Publishes queue water levels: TensorBoard event files (a TFRecord file of
+// Event protos with scalar summaries) and Prometheus text.
+#ifndef SHARDQ_OBSERVE_SUMMARY_WRITER_H_
+#define SHARDQ_OBSERVE_SUMMARY_WRITER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "shardq/work_item.h"
+
+namespace shardq {
+
+class TFRecordWriter;
+
+// Scalars derived from two consecutive snapshots of a queue.
+struct QueueMetrics {
+  QueueStats stats;
+  double take_rate = 0;      // hand-outs per second since the previous sample
+  double complete_rate = 0;  // completions per second since the previous sample
+};
+
+// Computes rates from the previous sample of the same queue (none: 0).
+QueueMetrics DeriveMetrics(const QueueStats& now, absl::Time at, const QueueStats* before,
+                           absl::Time before_at);
+
+// The scalars of one queue, tag -> value, e.g.
+// "shardq/<queue>/pending", "shardq/<queue>/epoch_0/completed",
+// "shardq/<queue>/take_rate", "shardq/<queue>/worker/<id>/completed".
+std::map<std::string, double> Scalars(const QueueMetrics& m);
+
+// Writes events.out.tfevents.<seconds>.<host>.shardq in a log directory.
+// Not thread-safe.
+class EventFileWriter {
+ public:
+  // Creates `logdir` if needed. Errors name the directory.
+  static absl::StatusOr<std::unique_ptr<EventFileWriter>> Create(const std::string& logdir);
+  ~EventFileWriter();
+
+  // One Event with a scalar summary per entry, at `step` and `wall_time`.
+  absl::Status WriteScalars(int64_t step, absl::Time wall_time,
+                            const std::map<std::string, double>& scalars);
+  absl::Status Flush();
+  const std::string& path() const { return path_; }
+
+ private:
+  EventFileWriter(std::string path, std::unique_ptr<TFRecordWriter> writer);
+  std::string path_;
+  std::unique_ptr<TFRecordWriter> writer_;
+};
+
+// Prometheus text exposition (version 0.0.4) of every queue.
+std::string PrometheusText(const std::vector<QueueMetrics>& queues);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_OBSERVE_SUMMARY_WRITER_H_

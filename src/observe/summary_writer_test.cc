@@ -1,0 +1,84 @@
+#include "src/observe/summary_writer.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "proto/shardq/tensorboard.pb.h"
+#include "src/io/tfrecord.h"
+
+namespace shardq {
+namespace {
+
+QueueStats Sample(int64_t taken, int64_t completed) {
+  QueueStats s;
+  s.name = "train";
+  s.num_items = 10;
+  s.num_epochs = 2;
+  s.taken = taken;
+  s.completed = completed;
+  s.pending = 20 - completed - 2;
+  s.leased = 2;
+  s.expired = 1;
+  s.duplicates = 1;
+  s.epochs = {EpochStats{0, 1, 9}, EpochStats{8, 1, 1}};
+  s.workers["w0"] = WorkerStats{6, 5, 1, 2.5};
+  return s;
+}
+
+TEST(SummaryWriter, EventFileReadsBackWithTheScalars) {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/events-", ::getpid());
+  std::filesystem::remove_all(dir);
+  absl::StatusOr<std::unique_ptr<EventFileWriter>> writer = EventFileWriter::Create(dir);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  QueueStats before = Sample(4, 3);
+  QueueStats after = Sample(14, 10);
+  QueueMetrics m = DeriveMetrics(after, t0 + absl::Seconds(2), &before, t0);
+  EXPECT_DOUBLE_EQ(m.take_rate, 5.0);
+  ASSERT_TRUE((*writer)->WriteScalars(7, t0 + absl::Seconds(2), Scalars(m)).ok());
+  ASSERT_TRUE((*writer)->Flush().ok());
+  const std::string path = (*writer)->path();
+  EXPECT_NE(path.find("tfevents"), std::string::npos);
+
+  auto reader = TFRecordSliceReader::Open(path, 0, -1);
+  ASSERT_TRUE(reader.ok());
+  std::string record;
+  ASSERT_TRUE(*(*reader)->Next(&record, nullptr));
+  tensorboard::Event version;
+  ASSERT_TRUE(version.ParseFromString(record));
+  EXPECT_EQ(version.file_version(), "brain.Event:2");
+  ASSERT_TRUE(*(*reader)->Next(&record, nullptr));
+  tensorboard::Event event;
+  ASSERT_TRUE(event.ParseFromString(record));
+  EXPECT_EQ(event.step(), 7);
+  EXPECT_DOUBLE_EQ(event.wall_time(), 1002.0);
+  std::map<std::string, float> values;
+  for (const auto& v : event.summary().value()) values[v.tag()] = v.simple_value();
+  EXPECT_EQ(values.at("shardq/train/completed"), 10.f);
+  EXPECT_EQ(values.at("shardq/train/leased"), 2.f);
+  EXPECT_EQ(values.at("shardq/train/take_rate"), 5.f);
+  EXPECT_EQ(values.at("shardq/train/lease_expiries"), 1.f);
+  EXPECT_EQ(values.at("shardq/train/duplicates"), 1.f);
+  EXPECT_EQ(values.at("shardq/train/epoch_1/pending"), 8.f);
+  EXPECT_EQ(values.at("shardq/train/worker/w0/completed"), 5.f);
+  EXPECT_FALSE(*(*reader)->Next(&record, nullptr));
+}
+
+TEST(SummaryWriter, PrometheusTextHasOneSamplePerQueueAndEscapesLabels) {
+  QueueStats s = Sample(14, 10);
+  s.name = "we\"ird";
+  std::string text = PrometheusText({DeriveMetrics(s, absl::Now(), nullptr, absl::Now())});
+  EXPECT_NE(text.find("# TYPE shardq_items_completed gauge"), std::string::npos);
+  EXPECT_NE(text.find("shardq_items_completed{queue=\"we\\\"ird\"} 10\n"), std::string::npos);
+  EXPECT_NE(text.find("shardq_epoch_items{queue=\"we\\\"ird\",epoch=\"1\",state=\"pending\"} 8"),
+            std::string::npos);
+  EXPECT_NE(text.find("shardq_lease_expiries_total{queue=\"we\\\"ird\"} 1"), std::string::npos);
+}
+
+TEST(SummaryWriter, UnwritableDirectoryIsAnError) {
+  EXPECT_FALSE(EventFileWriter::Create("/proc/shardq-no/events").ok());
+}
+
+}  // namespace
+}  // namespace shardq

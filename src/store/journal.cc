@@ -1,0 +1,300 @@
+#include "src/store/journal.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace shardq {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+absl::Status SqliteError(sqlite3* db, const std::string& dir, absl::string_view what) {
+  const int code = db != nullptr ? sqlite3_errcode(db) : SQLITE_ERROR;
+  std::string message = absl::StrCat("state dir '", dir, "': ", what, ": ",
+                                     db != nullptr ? sqlite3_errmsg(db) : "out of memory");
+  if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) return absl::DataLossError(message);
+  if (code == SQLITE_CANTOPEN || code == SQLITE_PERM || code == SQLITE_READONLY) {
+    return absl::PermissionDeniedError(message);
+  }
+  return absl::InternalError(message);
+}
+
+absl::Status Exec(sqlite3* db, const std::string& dir, const char* sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+    absl::Status s = SqliteError(db, dir, sql);
+    sqlite3_free(error);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+// A prepared statement that finalises itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  sqlite3_stmt* get() const { return stmt_; }
+  bool ok() const { return stmt_ != nullptr; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+std::string ColumnBlob(sqlite3_stmt* stmt, int column) {
+  const void* data = sqlite3_column_blob(stmt, column);
+  const int size = sqlite3_column_bytes(stmt, column);
+  return data == nullptr ? std::string() : std::string(static_cast<const char*>(data), size);
+}
+
+absl::Status CreateSchema(sqlite3* db, const std::string& dir) {
+  for (const char* sql : {
+           "PRAGMA journal_mode=WAL",
+           "PRAGMA synchronous=FULL",
+           "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+           "CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY, queue TEXT NOT NULL,"
+           " update_pb BLOB NOT NULL)",
+           "CREATE INDEX IF NOT EXISTS journal_queue ON journal (queue, seq)",
+           "CREATE TABLE IF NOT EXISTS snapshots (queue TEXT PRIMARY KEY,"
+           " seq INTEGER NOT NULL, snapshot_pb BLOB NOT NULL)",
+       }) {
+    if (absl::Status s = Exec(db, dir, sql); !s.ok()) return s;
+  }
+  Statement version(db, "SELECT value FROM meta WHERE key = 'format'");
+  if (!version.ok()) return SqliteError(db, dir, "reading the format version");
+  if (sqlite3_step(version.get()) == SQLITE_ROW) {
+    const int found = sqlite3_column_int(version.get(), 0);
+    if (found != kFormatVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "state dir '", dir, "' has format ", found, "; this coordinator reads format ",
+          kFormatVersion));
+    }
+    return absl::OkStatus();
+  }
+  return Exec(db, dir, absl::StrCat("INSERT INTO meta VALUES ('format', '", kFormatVersion,
+                                    "')").c_str());
+}
+
+absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out) {
+  if (absl::Status s = Exec(db, dir, "PRAGMA quick_check"); !s.ok()) return s;
+  std::map<std::string, size_t> index;
+  auto queue = [&](const std::string& name) -> RecoveredState::Queue& {
+    auto [it, inserted] = index.emplace(name, out->queues.size());
+    if (inserted) out->queues.push_back(RecoveredState::Queue{name, nullptr, {}});
+    return out->queues[it->second];
+  };
+  std::map<std::string, uint64_t> snapshot_seq;
+  Statement snapshots(db, "SELECT queue, seq, snapshot_pb FROM snapshots ORDER BY queue");
+  if (!snapshots.ok()) return SqliteError(db, dir, "reading snapshots");
+  int rc;
+  while ((rc = sqlite3_step(snapshots.get())) == SQLITE_ROW) {
+    const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(snapshots.get(), 0));
+    auto snapshot = std::make_unique<journal::QueueSnapshot>();
+    if (!snapshot->ParseFromString(ColumnBlob(snapshots.get(), 2))) {
+      return absl::DataLossError(absl::StrCat("state dir '", dir, "': the snapshot of queue '",
+                                              name, "' is corrupt"));
+    }
+    snapshot_seq[name] = static_cast<uint64_t>(sqlite3_column_int64(snapshots.get(), 1));
+    queue(name).snapshot = std::move(snapshot);
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db, dir, "reading snapshots");
+  Statement entries(db, "SELECT seq, queue, update_pb FROM journal ORDER BY seq");
+  if (!entries.ok()) return SqliteError(db, dir, "reading the journal");
+  while ((rc = sqlite3_step(entries.get())) == SQLITE_ROW) {
+    const uint64_t seq = static_cast<uint64_t>(sqlite3_column_int64(entries.get(), 0));
+    const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(entries.get(), 1));
+    out->last_seq = std::max(out->last_seq, seq);
+    auto it = snapshot_seq.find(name);
+    if (it != snapshot_seq.end() && seq <= it->second) continue;
+    journal::Update update;
+    if (!update.ParseFromString(ColumnBlob(entries.get(), 2))) {
+      return absl::DataLossError(absl::StrCat("state dir '", dir, "': journal entry ", seq,
+                                              " (queue '", name, "') is corrupt"));
+    }
+    queue(name).updates.push_back(std::move(update));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db, dir, "reading the journal");
+  for (const auto& [name, seq] : snapshot_seq) out->last_seq = std::max(out->last_seq, seq);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
+                                                       RecoveredState* recovered) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("state dir '", dir, "': cannot create: ", std::strerror(errno)));
+  }
+  const std::string lock_path = dir + "/LOCK";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("state dir '", dir, "': cannot open LOCK: ", std::strerror(errno)));
+  }
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state dir '", dir, "' is in use by another coordinator (LOCK is held)"));
+  }
+  sqlite3* db = nullptr;
+  const std::string path = dir + "/state.db";
+  auto fail = [&](absl::Status s) {
+    sqlite3_close(db);
+    ::close(lock_fd);
+    return s;
+  };
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    return fail(SqliteError(db, dir, "opening state.db"));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  if (absl::Status s = CreateSchema(db, dir); !s.ok()) return fail(s);
+  RecoveredState state;
+  if (absl::Status s = ReadState(db, dir, &state); !s.ok()) return fail(s);
+  const uint64_t last_seq = state.last_seq;
+  *recovered = std::move(state);
+  return std::unique_ptr<Journal>(new Journal(dir, db, lock_fd, last_seq));
+}
+
+Journal::Journal(std::string dir, sqlite3* db, int lock_fd, uint64_t last_seq)
+    : dir_(std::move(dir)),
+      db_(db),
+      lock_fd_(lock_fd),
+      next_seq_(last_seq + 1),
+      durable_seq_(last_seq) {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+Journal::~Journal() {
+  Flush().IgnoreError();
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    work_.SignalAll();
+  }
+  writer_.join();
+  sqlite3_close(db_);
+  ::close(lock_fd_);
+}
+
+uint64_t Journal::Append(const std::string& queue, const journal::Update& update) {
+  Pending p;
+  p.queue = queue;
+  update.SerializeToString(&p.payload);
+  absl::MutexLock lock(&mu_);
+  p.seq = next_seq_++;
+  pending_.push_back(std::move(p));
+  work_.Signal();
+  return pending_.back().seq;
+}
+
+void Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
+                             journal::QueueSnapshot snapshot) {
+  Pending p;
+  p.queue = queue;
+  p.snapshot = true;
+  p.snapshot_seq = seq;
+  snapshot.SerializeToString(&p.payload);
+  absl::MutexLock lock(&mu_);
+  p.seq = next_seq_++;
+  pending_.push_back(std::move(p));
+  work_.Signal();
+}
+
+absl::Status Journal::WaitDurable(uint64_t seq) {
+  absl::MutexLock lock(&mu_);
+  while (durable_seq_ < seq && error_.ok()) durable_.Wait(&mu_);
+  return error_;
+}
+
+absl::Status Journal::Flush() {
+  uint64_t last;
+  {
+    absl::MutexLock lock(&mu_);
+    last = next_seq_ - 1;
+  }
+  return WaitDurable(last);
+}
+
+int64_t Journal::commits() const {
+  absl::MutexLock lock(&mu_);
+  return commits_;
+}
+
+void Journal::WriterLoop() {
+  while (true) {
+    std::vector<Pending> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      while (pending_.empty() && !stopping_) work_.Wait(&mu_);
+      if (pending_.empty()) return;
+      batch.swap(pending_);
+    }
+    absl::Status s = Commit(batch);  // no lock held across the disk write
+    absl::MutexLock lock(&mu_);
+    if (!s.ok() && error_.ok()) error_ = s;
+    if (s.ok()) {
+      durable_seq_ = batch.back().seq;
+      ++commits_;
+    }
+    durable_.SignalAll();
+  }
+}
+
+absl::Status Journal::Commit(const std::vector<Pending>& batch) {
+  if (absl::Status s = Exec(db_, dir_, "BEGIN IMMEDIATE"); !s.ok()) return s;
+  Statement insert(db_, "INSERT INTO journal (seq, queue, update_pb) VALUES (?, ?, ?)");
+  Statement snapshot(db_, "INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb) VALUES (?, ?, ?)");
+  Statement trim(db_, "DELETE FROM journal WHERE queue = ? AND seq <= ?");
+  if (!insert.ok() || !snapshot.ok() || !trim.ok()) {
+    absl::Status s = SqliteError(db_, dir_, "preparing the commit");
+    Exec(db_, dir_, "ROLLBACK").IgnoreError();
+    return s;
+  }
+  for (const Pending& p : batch) {
+    bool ok = true;
+    if (!p.snapshot) {
+      sqlite3_stmt* st = insert.get();
+      sqlite3_reset(st);
+      sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(p.seq));
+      sqlite3_bind_text(st, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
+      sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
+      ok = sqlite3_step(st) == SQLITE_DONE;
+    } else {
+      sqlite3_stmt* st = snapshot.get();
+      sqlite3_reset(st);
+      sqlite3_bind_text(st, 1, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(p.snapshot_seq));
+      sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
+      ok = sqlite3_step(st) == SQLITE_DONE;
+      if (ok) {
+        sqlite3_stmt* t = trim.get();
+        sqlite3_reset(t);
+        sqlite3_bind_text(t, 1, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
+        sqlite3_bind_int64(t, 2, static_cast<sqlite3_int64>(p.snapshot_seq));
+        ok = sqlite3_step(t) == SQLITE_DONE;
+      }
+    }
+    if (!ok) {
+      absl::Status s = SqliteError(db_, dir_, absl::StrCat("writing entry ", p.seq));
+      Exec(db_, dir_, "ROLLBACK").IgnoreError();
+      return s;
+    }
+  }
+  return Exec(db_, dir_, "COMMIT");
+}
+
+}  // namespace shardq

@@ -1,0 +1,104 @@
+// The coordinator's durable state: an append-only journal of updates and
+// per-queue snapshots, in one SQLite database (WAL mode) inside a state
+// directory. Appends are cheap and never block on the disk: a writer thread
+// commits everything appended so far in one transaction (group commit: many
+// concurrent completions share one fsync), and callers wait for their
+// sequence number to be durable before they answer their client.
+//
+// Thread-safe.
+#ifndef SHARDQ_STORE_JOURNAL_H_
+#define SHARDQ_STORE_JOURNAL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/shardq/journal.pb.h"
+
+struct sqlite3;
+
+namespace shardq {
+
+// What a state directory holds, in the order recovery must apply it.
+struct RecoveredState {
+  struct Queue {
+    std::string name;
+    // Set when the queue has a snapshot; updates then start after it.
+    std::unique_ptr<journal::QueueSnapshot> snapshot;
+    std::vector<journal::Update> updates;  // in journal order
+  };
+  std::vector<Queue> queues;  // in order of first appearance
+  uint64_t last_seq = 0;
+};
+
+class Journal {
+ public:
+  // Opens (creating if needed) the state in `dir` and reads it into
+  // `recovered`. Refuses — never starts empty over bad state —
+  // with FAILED_PRECONDITION when another coordinator holds the directory,
+  // DATA_LOSS naming the directory (and the entry) when the database or an
+  // entry is corrupt, PERMISSION_DENIED / NOT_FOUND for an unusable path.
+  static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& dir,
+                                                       RecoveredState* recovered);
+  // Commits what was appended, then closes.
+  ~Journal();
+
+  // Queues `update` of `queue` for the next commit; returns its sequence
+  // number. No I/O.
+  uint64_t Append(const std::string& queue, const journal::Update& update);
+
+  // Queues a snapshot of `queue` that includes every update of that queue
+  // with sequence <= `seq`; those journal entries are deleted in the same
+  // transaction. No I/O.
+  void AppendSnapshot(const std::string& queue, uint64_t seq,
+                      journal::QueueSnapshot snapshot);
+
+  // Blocks until every append up to `seq` is durable. A failed write is
+  // returned to every waiter (and every later one): the coordinator must not
+  // acknowledge what it could not store.
+  absl::Status WaitDurable(uint64_t seq);
+
+  // Commits everything appended so far and waits for it.
+  absl::Status Flush();
+
+  // Number of commits (fsyncs) so far, for tests and metrics.
+  int64_t commits() const;
+
+ private:
+  struct Pending {
+    uint64_t seq = 0;
+    std::string queue;
+    std::string payload;          // serialised Update or QueueSnapshot
+    bool snapshot = false;
+    uint64_t snapshot_seq = 0;    // for snapshots
+  };
+
+  Journal(std::string dir, sqlite3* db, int lock_fd, uint64_t last_seq);
+  void WriterLoop();
+  absl::Status Commit(const std::vector<Pending>& batch);
+
+  const std::string dir_;
+  sqlite3* const db_;  // used by the writer thread only (after Open)
+  const int lock_fd_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar work_;     // appends arrived or stopping
+  absl::CondVar durable_;  // durable_seq_ advanced or failed
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_);
+  uint64_t durable_seq_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread writer_;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_STORE_JOURNAL_H_

@@ -1,0 +1,147 @@
+"""The durable coordinator: `shardq serve --state-dir` killed and restarted
+mid-run loses nothing and repeats no completion; checkpoints of a queue
+resume where reading stopped; bad state refuses to start."""
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+
+from cli_helpers import make_text_files, run, shardq_bin
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_serve(port, state_dir, log):
+    proc = subprocess.Popen([shardq_bin(), "serve", "--listen", f"127.0.0.1:{port}",
+                             "--state-dir", str(state_dir)], stdout=log, stderr=log)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            assert proc.poll() is None, "shardq serve exited at start"
+            assert time.monotonic() < deadline, "shardq serve did not listen"
+            time.sleep(0.05)
+
+
+def test_coordinator_killed_three_times_loses_nothing_and_repeats_no_completion(tmp_path):
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    state = tmp_path / "state"
+    log = open(tmp_path / "serve.log", "ab")
+    serve = start_serve(port, state, log)
+    workers = []
+    try:
+        files = make_text_files(tmp_path, 10, 100)
+        run("create", "--address", address, "--name", "crash", "--epochs", "2",
+            "--slices", "200", "--lease-timeout", "3", *files)
+        outputs = tmp_path / "out"
+        outputs.mkdir()
+        for i in range(8):
+            workers.append(subprocess.Popen(
+                [shardq_bin(), "worker", "--address", address, "--name", "crash",
+                 "--worker", f"w{i}", "--", "sh", "-c",
+                 f'sleep 0.05; echo "$SHARDQ_EPOCH {{}}" >> {outputs}/w{i}'],
+                stderr=subprocess.PIPE, text=True))
+        rng = random.Random(7)
+        for _ in range(3):
+            time.sleep(rng.uniform(0.3, 1.0))
+            # Mid-run: the workers are still at it.
+            assert any(w.poll() is None for w in workers)
+            os.kill(serve.pid, signal.SIGKILL)
+            serve.wait()
+            time.sleep(rng.uniform(0.1, 0.6))
+            serve = start_serve(port, state, log)
+        for w in workers:
+            _, err = w.communicate(timeout=240)
+            assert w.returncode == 0, err
+        status = json.loads(run("status", "--address", address, "--name", "crash",
+                                "--json").stdout)["queues"][0]
+        assert status["completed"] == 400
+        assert [e["completed"] for e in status["per_epoch"]] == [200, 200]
+        assert status["pending"] == 0 and status["leased"] == 0 and status["finished"]
+        assert sum(w["completed"] for w in status["workers"]) == 400
+        done = set()
+        for f in outputs.iterdir():
+            done.update(tuple(line.split(" ", 1)) for line in f.read_text().splitlines())
+        # At least once: every (epoch, slice) was run to the end.
+        assert len(done) == 400
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+        if serve.poll() is None:
+            os.kill(serve.pid, signal.SIGTERM)
+            serve.wait(timeout=10)
+        log.close()
+
+
+def test_clean_restart_keeps_queues(tmp_path):
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    state = tmp_path / "state"
+    log = open(tmp_path / "serve.log", "ab")
+    serve = start_serve(port, state, log)
+    files = make_text_files(tmp_path, 2, 10)
+    created = run("create", "--address", address, "--name", "keep", "--slices", "4", *files)
+    seed = created.stdout.split("seed=")[1].split()[0]
+    item = run("take", "--address", address, "--name", "keep", "--worker", "w").stdout.strip()
+    os.kill(serve.pid, signal.SIGTERM)
+    serve.wait(timeout=10)
+    serve = start_serve(port, state, log)
+    try:
+        status = json.loads(run("status", "--address", address, "--name", "keep",
+                                "--json").stdout)["queues"][0]
+        assert str(status["seed"]) == seed
+        assert status["leased"] == 1 and status["pending"] == 3
+        assert item
+    finally:
+        os.kill(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=10)
+        log.close()
+
+
+def test_corrupt_state_dir_refuses_to_start(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.db").write_bytes(b"not a database" * 1000)
+    proc = subprocess.run([shardq_bin(), "serve", "--listen", "127.0.0.1:0",
+                           "--state-dir", str(state)], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode != 0
+    assert "DATA_LOSS" in proc.stderr and str(state) in proc.stderr
+
+
+def test_snapshot_and_restore_resume_the_queue(coordinator, tmp_path):
+    files = make_text_files(tmp_path, 3, 20)
+    run("create", "--address", coordinator.address, "--name", "ck", "--epochs", "2",
+        "--slices", "6", "--seed", "4", *files)
+    taken = []
+    for i in range(3):
+        taken.append(run("take", "--address", coordinator.address, "--name", "ck",
+                         "--worker", f"t{i}").stdout.strip())
+    ck = tmp_path / "queue.ckpt"
+    out = run("snapshot", "--address", coordinator.address, "--name", "ck", "--out", str(ck))
+    assert "residual=3" in out.stdout
+    restored = run("restore", "--address", coordinator.address, "--name", "ck2",
+                   "--in", str(ck))
+    assert "queue=ck2" in restored.stdout and "seed=4" in restored.stdout
+    # The held items come first in the restored queue.
+    first = [run("take", "--address", coordinator.address, "--name", "ck2",
+                 "--worker", f"r{i}").stdout.strip() for i in range(3)]
+    assert sorted(first) == sorted(taken)
+    again = run("restore", "--address", coordinator.address, "--name", "ck2", "--in", str(ck),
+                check=False)
+    assert again.returncode != 0 and "already exists" in again.stderr
+    bad = tmp_path / "bad.ckpt"
+    bad.write_text("hello")
+    proc = run("restore", "--address", coordinator.address, "--in", str(bad), check=False)
+    assert proc.returncode != 0 and "not a shardq checkpoint" in proc.stderr

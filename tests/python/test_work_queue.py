@@ -1,0 +1,148 @@
+"""shardq.WorkQueue as ML users call it: the PAI usage pattern, the
+input_dataset shape, error mapping, GIL release."""
+import threading
+import time
+import uuid
+
+import pytest
+
+import shardq
+
+
+def unique(name):
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def test_pai_pattern_reads_every_line_num_epochs_times(text_files):
+    files = text_files(4, 25)
+    queue = shardq.WorkQueue(files, num_epochs=3, num_slices=10, name=unique("pai"))
+    reader = shardq.TextLineReader()
+    producer = queue.input_producer()
+    counts = {}
+    while True:
+        try:
+            keys, values = reader.read_up_to(producer, 2)
+        except shardq.OutOfRangeError:
+            break
+        assert 1 <= len(keys) <= 2 and len(keys) == len(values)
+        for v in values:
+            counts[v] = counts.get(v, 0) + 1
+    assert len(counts) == 100
+    assert set(counts.values()) == {3}
+    stats = queue.stats()
+    assert stats["completed"] == queue.num_items * 3 and stats["finished"]
+
+
+def test_take_returns_items_and_ends_with_out_of_range(text_files):
+    files = text_files(3, 5)
+    queue = shardq.WorkQueue(files, num_epochs=2, shuffle=False, name=unique("take"))
+    taken = []
+    while True:
+        try:
+            taken.append(queue.take())
+        except shardq.OutOfRangeError as e:
+            assert e.code == shardq.errors.OUT_OF_RANGE
+            break
+    # take() completes the previous item itself (PAI semantics, num_clients=1).
+    assert taken == files + files
+
+
+def test_input_dataset_yields_every_item_once_per_epoch(text_files):
+    files = text_files(5, 3)
+    queue = shardq.WorkQueue(files, num_epochs=2, name=unique("ds"))
+    items = list(queue.input_dataset())
+    assert sorted(items) == sorted(files * 2)
+    assert queue.stats()["completed"] == 10
+
+
+def test_two_workers_share_one_queue(text_files):
+    files = text_files(6, 2)
+    name = unique("share")
+    a = shardq.WorkQueue(files, name=name, worker_id="a")
+    b = shardq.WorkQueue(files, name=name, worker_id="b")
+    got = []
+    for q in (a, b, a, b, a, b):
+        item = q.take()
+        got.append(item)
+        q.complete(item)
+    assert sorted(got) == sorted(files)
+    with pytest.raises(shardq.OutOfRangeError):
+        a.take()
+    assert set(a.stats()["workers"]) == {"a", "b"}
+
+
+def test_seed_none_is_drawn_and_reported(text_files):
+    queue = shardq.WorkQueue(text_files(2, 2), name=unique("seed"))
+    assert isinstance(queue.seed, int)
+    assert queue.stats()["seed"] == queue.seed
+
+
+def test_errors_map_to_python_exceptions(text_files, tmp_path):
+    with pytest.raises(KeyError) as missing:
+        shardq.WorkQueue([str(tmp_path / "absent.txt")], name=unique("e"))
+    assert isinstance(missing.value, shardq.NotFoundError)
+    assert "absent.txt" in str(missing.value)
+    with pytest.raises(ValueError, match="num_epochs"):
+        shardq.WorkQueue(text_files(1, 1), num_epochs=0, name=unique("e"))
+    with pytest.raises(ValueError, match="num_slices"):
+        shardq.WorkQueue(text_files(1, 1), num_slices=0, name=unique("e"))
+    with pytest.raises(ValueError, match="works"):
+        shardq.WorkQueue([], name=unique("e"))
+    with pytest.raises(ValueError, match="single string"):
+        shardq.WorkQueue("data.txt", name=unique("e"))
+    name = unique("cfg")
+    shardq.WorkQueue(text_files(1, 1), num_epochs=1, name=name)
+    with pytest.raises(shardq.FailedPreconditionError, match="num_epochs") as err:
+        shardq.WorkQueue(text_files(1, 1), num_epochs=2, name=name)
+    assert err.value.code_name == "FAILED_PRECONDITION"
+    with pytest.raises(shardq.Error):
+        shardq.WorkQueue.attach(unique("nonexistent"))
+    queue = shardq.WorkQueue(text_files(1, 1), name=unique("c"))
+    with pytest.raises(KeyError, match="not held"):
+        queue.complete("never-taken")
+
+
+def test_blocked_take_releases_the_gil_and_times_out(text_files):
+    files = text_files(1, 1)
+    name = unique("gil")
+    holder = shardq.WorkQueue(files, name=name, worker_id="holder")
+    holder.take()
+    waiter = shardq.WorkQueue(files, name=name, worker_id="waiter")
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.01)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as err:
+        waiter.take(timeout=0.5)
+    stop.set()
+    t.join()
+    assert time.monotonic() - start >= 0.45
+    assert "0.5 s" in str(err.value)
+    # The other Python thread kept running during the blocked take.
+    assert len([x for x in ticks if x >= start]) >= 20
+
+
+def test_blocked_take_wakes_when_the_holder_releases(text_files):
+    files = text_files(1, 1)
+    name = unique("wake")
+    holder = shardq.WorkQueue(files, name=name, worker_id="holder")
+    item = holder.take()
+    waiter = shardq.WorkQueue(files, name=name, worker_id="waiter")
+    threading.Timer(0.2, lambda: holder.release(item)).start()
+    assert waiter.take(timeout=10) == item
+
+
+def test_context_manager_gives_items_back(text_files):
+    files = text_files(1, 1)
+    name = unique("ctx")
+    with shardq.WorkQueue(files, name=name, worker_id="first") as q:
+        q.take()
+    other = shardq.WorkQueue(files, name=name, worker_id="second")
+    assert other.take(timeout=5) == files[0]
