@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "shardq/item_source.h"
 #include "shardq/work_queue.h"
+#include "src/core/process.h"
 
 namespace shardq {
 
@@ -51,6 +52,7 @@ class InputProducer final : public ItemSource {
   absl::Status end_ ABSL_GUARDED_BY(mu_);  // set when the thread stopped
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+  OwnerProcess owner_;  // see src/core/process.h
 };
 
 }  // namespace shardq

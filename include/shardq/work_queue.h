@@ -33,6 +33,7 @@
 #include "shardq/item_source.h"
 #include "shardq/options.h"
 #include "shardq/work_item.h"
+#include "src/core/process.h"
 
 namespace shardq {
 
@@ -154,6 +155,7 @@ class WorkQueue final : public ItemSource {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;
+  OwnerProcess owner_;  // see src/core/process.h
 };
 
 // Items of a WorkQueue one after another; see WorkQueue::InputDataset.

@@ -29,10 +29,14 @@ from shardq.errors import (  # noqa: F401  (re-exported)
     UnauthenticatedError,
     UnavailableError,
 )
-from shardq._shardq import TextLineReader  # noqa: F401
+from shardq._shardq import (  # noqa: F401
+    TableReader, TextLineReader, TFRecordReader, TFRecordWriter)
+from shardq.example import FixedLen, parse_example  # noqa: F401
 
 __all__ = [
-    "WorkQueue", "TextLineReader", "Error", "OutOfRangeError", "InvalidArgumentError",
+    "WorkQueue", "TextLineReader", "TFRecordReader", "TFRecordWriter", "TableReader",
+    "FixedLen",
+    "parse_example", "serve", "Error", "OutOfRangeError", "InvalidArgumentError",
     "NotFoundError", "DeadlineExceededError", "UnavailableError", "DataLossError",
     "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",
     "CancelledError",
@@ -142,3 +146,9 @@ class WorkQueue:
     def __repr__(self):
         return (f"shardq.WorkQueue(name={self.name!r}, items={self.num_items}, "
                 f"epochs={self.num_epochs}, worker={self.worker_id!r})")
+
+
+def serve(listen="127.0.0.1:0", token="", state_dir=""):
+    """Runs a coordinator in this process (on gRPC's threads) and returns it:
+    ``.port``, ``.stop()``. Most users run ``shardq serve`` instead."""
+    return _shardq._Server(listen, token, state_dir)

@@ -6,4 +6,6 @@ PYBIND11_MODULE(_shardq, m) {
   m.doc() = "shardq native core (use the `shardq` package, not this module)";
   shardq::python::BindWorkQueue(m);
   shardq::python::BindReaders(m);
+  shardq::python::BindExample(m);
+  shardq::python::BindSummary(m);
 }

@@ -2,6 +2,7 @@
 // returns (keys, values) like TF's readers, and raises OutOfRangeError once
 // the source is exhausted.
 #include <memory>
+#include <variant>
 #include <string>
 #include <vector>
 
@@ -9,7 +10,10 @@
 #include "pybind11/stl.h"
 #include "python/src/errors.h"
 #include "python/src/py_sources.h"
+#include "shardq/table_reader.h"
 #include "shardq/text_line_reader.h"
+#include "shardq/tfrecord_reader.h"
+#include "src/io/tfrecord.h"
 
 namespace py = pybind11;
 
@@ -35,9 +39,100 @@ py::tuple ToKeysValues(std::vector<Record> records) {
   return py::make_tuple(keys, values);
 }
 
+py::object ToPython(const Value& v) {
+  if (std::holds_alternative<std::monostate>(v)) return py::none();
+  if (const int64_t* i = std::get_if<int64_t>(&v)) return py::int_(*i);
+  if (const double* d = std::get_if<double>(&v)) return py::float_(*d);
+  if (const std::string* s = std::get_if<std::string>(&v)) return py::str(*s);
+  return py::bytes(std::get<Blob>(v).bytes);
+}
+
+py::tuple RowsToKeysValues(std::vector<Row> rows) {
+  py::list keys;
+  py::list values;
+  for (const Row& r : rows) {
+    keys.append(py::str(r.key));
+    py::dict row;
+    for (size_t c = 0; c < r.values.size(); ++c) {
+      row[py::str((*r.column_names)[c])] = ToPython(r.values[c]);
+    }
+    values.append(row);
+  }
+  return py::make_tuple(keys, values);
+}
+
+TFRecordReaderOptions::OnCorrupt ParseOnCorrupt(const std::string& mode) {
+  if (mode == "fail") return TFRecordReaderOptions::OnCorrupt::kFail;
+  if (mode == "skip") return TFRecordReaderOptions::OnCorrupt::kSkip;
+  ThrowStatus(absl::InvalidArgumentError("on_corrupt must be 'fail' or 'skip', got '" + mode + "'"));
+}
+
 }  // namespace
 
 void BindReaders(py::module_& m) {
+  py::class_<TFRecordReader>(m, "TFRecordReader",
+                             "Reads TFRecord records (CRC-checked) of the items of a queue.")
+      .def(py::init([](const std::string& on_corrupt) {
+             TFRecordReaderOptions options;
+             options.on_corrupt = ParseOnCorrupt(on_corrupt);
+             return std::make_unique<TFRecordReader>(options);
+           }),
+           py::arg("on_corrupt") = "fail")
+      .def(
+          "read_up_to",
+          [](TFRecordReader& reader, py::object source, int64_t num_records) {
+            ItemSource* items = SourceOf(source);
+            absl::StatusOr<std::vector<Record>> records;
+            {
+              py::gil_scoped_release release;
+              records = reader.ReadUpTo(*items, num_records);
+            }
+            return ToKeysValues(ValueOrThrow(std::move(records)));
+          },
+          py::arg("source"), py::arg("num_records"),
+          "Up to num_records (keys, values): key '<item>:<offset>', value the record "
+          "bytes. OutOfRangeError at the end; DataLossError names file and offset.")
+      .def_property_readonly("stats", [](TFRecordReader& r) {
+        py::dict d;
+        d["records"] = r.stats().records;
+        d["bytes"] = r.stats().bytes;
+        d["skipped_bytes"] = r.stats().skipped_bytes;
+        d["corrupt_regions"] = r.stats().corrupt_regions;
+        d["items_done"] = r.stats().items_done;
+        return d;
+      });
+
+  py::class_<TFRecordWriter>(m, "TFRecordWriter", "Writes a TFRecord file (CRC32C framed).")
+      .def(py::init([](const std::string& path) {
+             return ValueOrThrow(TFRecordWriter::Create(path));
+           }),
+           py::arg("path"))
+      .def("write", [](TFRecordWriter& w, py::bytes record) {
+             ThrowIfError(w.Write(std::string(record)));
+           }, py::arg("record"))
+      .def("flush", [](TFRecordWriter& w) { ThrowIfError(w.Flush()); })
+      .def("close", [](TFRecordWriter& w) { ThrowIfError(w.Close()); })
+      .def("__enter__", [](TFRecordWriter& w) -> TFRecordWriter& { return w; },
+           py::return_value_policy::reference)
+      .def("__exit__", [](TFRecordWriter& w, py::args) { ThrowIfError(w.Close()); });
+
+  py::class_<TableReader>(m, "TableReader", "Reads typed rows of sqlite: table items.")
+      .def(py::init<>())
+      .def(
+          "read_up_to",
+          [](TableReader& reader, py::object source, int64_t num_records) {
+            ItemSource* items = SourceOf(source);
+            absl::StatusOr<std::vector<Row>> rows;
+            {
+              py::gil_scoped_release release;
+              rows = reader.ReadUpTo(*items, num_records);
+            }
+            return RowsToKeysValues(ValueOrThrow(std::move(rows)));
+          },
+          py::arg("source"), py::arg("num_records"),
+          "Up to num_records (keys, rows), each row a dict column -> None, int, "
+          "float, str or bytes. OutOfRangeError at the end.");
+
   py::class_<TextLineReader>(m, "TextLineReader",
                              "Reads text lines of the items of a queue or producer.")
       .def(py::init<>())

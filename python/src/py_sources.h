@@ -59,6 +59,8 @@ ItemSource* SourceOf(pybind11::handle source);
 
 void BindWorkQueue(pybind11::module_& m);
 void BindReaders(pybind11::module_& m);
+void BindExample(pybind11::module_& m);
+void BindSummary(pybind11::module_& m);
 
 }  // namespace shardq::python
 

@@ -57,6 +57,10 @@ class QueueBackend {
   virtual absl::StatusOr<QueueStats> Stats(absl::string_view queue) = 0;
   // Every queue of the coordinator, sorted by name.
   virtual absl::StatusOr<std::vector<QueueStats>> AllStats() = 0;
+
+  // From now on, calls are tried once (with a short deadline) instead of
+  // retried: the owner is closing and must not wait out a long outage.
+  virtual void BeginShutdown() {}
 };
 
 // The in-process backend over a process-wide CoordinatorImpl: every

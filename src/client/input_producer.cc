@@ -21,6 +21,10 @@ InputProducer::InputProducer(WorkQueue* queue, int64_t capacity)
 }
 
 InputProducer::~InputProducer() {
+  if (!owner_.current()) {
+    AbandonThread(thread_);  // inherited through fork(): see process.h
+    return;
+  }
   std::deque<WorkItem> unread;
   {
     absl::MutexLock lock(&mu_);

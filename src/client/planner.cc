@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "shardq/slice.h"
 #include "src/core/slice_plan.h"
@@ -60,7 +61,11 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
       return absl::InvalidArgumentError("works contains an empty work name");
     }
     SizedWork w;
-    w.name = prefix + work;
+    // The prefix goes before the path of a table work, not its scheme.
+    constexpr absl::string_view kTable = "sqlite:";
+    w.name = absl::StartsWith(work, kTable)
+                 ? absl::StrCat(kTable, prefix, work.substr(kTable.size()))
+                 : prefix + work;
     absl::StatusOr<int64_t> size = WorkSize(w.name);
     if (!size.ok()) return size.status();
     w.size = *size;

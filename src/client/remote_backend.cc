@@ -1,5 +1,6 @@
 #include "src/client/remote_backend.h"
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
 
@@ -18,6 +19,8 @@ constexpr absl::Duration kCallTimeout = absl::Seconds(30);
 // A Take waits server-side at most this long before the client re-issues it
 // (so a dead connection is noticed).
 constexpr absl::Duration kLongPoll = absl::Seconds(10);
+// Deadline of calls made while closing (best-effort releases).
+constexpr absl::Duration kShutdownCallTimeout = absl::Seconds(2);
 
 class RemoteBackend final : public QueueBackend {
  public:
@@ -181,6 +184,8 @@ class RemoteBackend final : public QueueBackend {
     return FromProto(resp);
   }
 
+  void BeginShutdown() override { shutting_down_.store(true); }
+
   absl::StatusOr<std::vector<QueueStats>> AllStats() override {
     v1::StatusRequest req;
     v1::StatusResponse resp;
@@ -199,8 +204,13 @@ class RemoteBackend final : public QueueBackend {
   template <typename Rpc>
   absl::Status Unary(absl::string_view method, Rpc rpc,
                      absl::Duration timeout = kCallTimeout) {
+    RetryPolicy policy = options_.retry;
+    if (shutting_down_.load()) {
+      policy.total_budget = absl::ZeroDuration();
+      timeout = std::min(timeout, kShutdownCallTimeout);
+    }
     return CallWithRetry(
-        options_.retry, absl::StrCat(method, " on coordinator ", options_.address),
+        policy, absl::StrCat(method, " on coordinator ", options_.address),
         [&]() -> absl::Status {
           grpc::ClientContext ctx;
           ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -220,6 +230,7 @@ class RemoteBackend final : public QueueBackend {
 
   const RemoteOptions options_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::atomic<bool> shutting_down_{false};
 };
 
 }  // namespace

@@ -102,6 +102,12 @@ WorkQueue::WorkQueue(std::shared_ptr<QueueBackend> backend, std::string name,
       worker_id_(std::move(worker_id)) {}
 
 WorkQueue::~WorkQueue() {
+  if (!owner_.current()) {
+    // Inherited through fork(): the leases and the heartbeat thread belong
+    // to the parent process.
+    AbandonThread(heartbeat_thread_);
+    return;
+  }
   std::vector<uint64_t> leases;
   {
     absl::MutexLock lock(&mu_);
@@ -109,6 +115,8 @@ WorkQueue::~WorkQueue() {
     for (const auto& [id, item] : held_) leases.push_back(id);
     held_.clear();
   }
+  // A heartbeat stuck retrying an unreachable coordinator gives up now.
+  backend_->BeginShutdown();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   for (uint64_t id : leases) {
     // Best effort: if the coordinator is gone the lease expires instead.

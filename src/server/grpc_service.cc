@@ -225,7 +225,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   return server;
 }
 
-CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+CoordinatorServer::~CoordinatorServer() {
+  if (!owner_.current()) {
+    // Inherited through fork(): the server's threads live in the parent.
+    server_.release();        // NOLINT: intentional leak
+    coordinator_.release();   // NOLINT: intentional leak
+    return;
+  }
+  Shutdown();
+}
 
 void CoordinatorServer::Wait() { server_->Wait(); }
 

@@ -11,6 +11,7 @@
 #include "grpcpp/server.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/rpc/convert.h"
+#include "src/core/process.h"
 #include "src/server/coordinator_impl.h"
 
 namespace shardq {
@@ -91,6 +92,7 @@ class CoordinatorServer {
   CoordinatorService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  OwnerProcess owner_;  // see src/core/process.h
 };
 
 }  // namespace shardq

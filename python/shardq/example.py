@@ -1,0 +1,48 @@
+"""tf.Example parsing into numpy arrays (one contiguous buffer per feature,
+owned by the array: no copy on the way to torch.from_numpy)."""
+from shardq import _shardq
+from shardq.errors import InvalidArgumentError
+
+_DTYPES = {"float32": "float32", "float": "float32", "int64": "int64",
+           "bytes": "bytes", "string": "bytes"}
+
+
+class FixedLen:
+    """A feature holding exactly prod(shape) values per record, e.g.
+    ``FixedLen((784,), "float32")`` or ``FixedLen((), "int64")``."""
+
+    def __init__(self, shape, dtype):
+        shape = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape):
+            raise InvalidArgumentError(f"FixedLen shape {shape} has a negative dimension")
+        name = getattr(dtype, "name", None) or str(dtype)
+        if name not in _DTYPES:
+            raise InvalidArgumentError(f"FixedLen dtype {dtype!r} is not float32, int64 or bytes")
+        self.shape = shape
+        self.dtype = _DTYPES[name]
+
+    def __repr__(self):
+        return f"FixedLen({self.shape}, {self.dtype!r})"
+
+
+class ExampleParser:
+    """Parses batches of serialised tf.Example records with one feature spec."""
+
+    def __init__(self, features):
+        if not features:
+            raise InvalidArgumentError("parse_example needs at least one feature")
+        for name, spec in features.items():
+            if not isinstance(spec, FixedLen):
+                raise InvalidArgumentError(
+                    f"feature {name!r}: expected shardq.FixedLen, got {type(spec).__name__}")
+        self._native = _shardq._ExampleParser(
+            {name: (spec.shape, spec.dtype) for name, spec in features.items()})
+
+    def __call__(self, records):
+        return self._native.parse(list(records))
+
+
+def parse_example(records, features):
+    """Parses serialised tf.Example records into {name: numpy array of shape
+    (len(records), *spec.shape)}. Errors name the record and the feature."""
+    return ExampleParser(features)(records)

@@ -1,0 +1,98 @@
+// parse_example: tf.Example records -> numpy arrays that own the parser's
+// buffers (no copy), which torch.from_numpy shares in turn.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pybind11/numpy.h"
+#include "pybind11/pybind11.h"
+#include "pybind11/stl.h"
+#include "python/src/errors.h"
+#include "python/src/py_sources.h"
+#include "src/parse/example_parser.h"
+
+namespace py = pybind11;
+
+namespace shardq::python {
+namespace {
+
+DType ParseDType(const std::string& name, const std::string& feature) {
+  if (name == "float32") return DType::kFloat32;
+  if (name == "int64") return DType::kInt64;
+  if (name == "bytes" || name == "string") return DType::kBytes;
+  ThrowStatus(absl::InvalidArgumentError("feature '" + feature + "': dtype '" + name +
+                                         "' is not float32, int64 or bytes"));
+}
+
+template <typename T>
+py::array Wrap(const ParsedFeature& f) {
+  // The capsule keeps the buffer alive as long as any array viewing it.
+  auto* keep = new std::shared_ptr<std::vector<char>>(f.data);
+  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<std::vector<char>>*>(p); });
+  std::vector<py::ssize_t> shape(f.shape.begin(), f.shape.end());
+  return py::array_t<T>(shape, reinterpret_cast<T*>(f.data->data()), owner);
+}
+
+}  // namespace
+
+// A reusable parser for one feature spec: {name: (shape tuple, dtype str)}.
+class PyExampleParser {
+ public:
+  explicit PyExampleParser(const py::dict& spec) {
+    std::vector<FixedLenFeature> features;
+    for (auto item : spec) {
+      FixedLenFeature f;
+      f.name = py::str(item.first);
+      py::tuple t = item.second.cast<py::tuple>();
+      f.shape = t[0].cast<std::vector<int64_t>>();
+      f.dtype = ParseDType(t[1].cast<std::string>(), f.name);
+      features.push_back(std::move(f));
+    }
+    parser_ = std::make_unique<ExampleParser>(ValueOrThrow(ExampleParser::Create(features)));
+  }
+
+  py::dict Parse(const std::vector<py::bytes>& records) {
+    std::vector<absl::string_view> views;
+    views.reserve(records.size());
+    for (const py::bytes& r : records) {
+      char* data;
+      py::ssize_t size;
+      PYBIND11_BYTES_AS_STRING_AND_SIZE(r.ptr(), &data, &size);
+      views.emplace_back(data, static_cast<size_t>(size));
+    }
+    absl::StatusOr<std::vector<ParsedFeature>> parsed;
+    {
+      py::gil_scoped_release release;  // `records` keeps the bytes alive
+      parsed = parser_->Parse(views);
+    }
+    std::vector<ParsedFeature> features = ValueOrThrow(std::move(parsed));
+    py::dict out;
+    for (const ParsedFeature& f : features) {
+      if (f.dtype == DType::kFloat32) {
+        out[py::str(f.name)] = Wrap<float>(f);
+      } else if (f.dtype == DType::kInt64) {
+        out[py::str(f.name)] = Wrap<int64_t>(f);
+      } else {
+        // Variable-length bytes cannot be one buffer: an object array.
+        py::list values;
+        for (const std::string& s : f.strings) values.append(py::bytes(s));
+        py::object np = py::module_::import("numpy");
+        py::tuple shape = py::cast(std::vector<py::ssize_t>(f.shape.begin(), f.shape.end()));
+        out[py::str(f.name)] =
+            np.attr("array")(values, py::arg("dtype") = "object").attr("reshape")(shape);
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<ExampleParser> parser_;
+};
+
+void BindExample(py::module_& m) {
+  py::class_<PyExampleParser>(m, "_ExampleParser")
+      .def(py::init<const py::dict&>(), py::arg("spec"))
+      .def("parse", &PyExampleParser::Parse, py::arg("records"));
+}
+
+}  // namespace shardq::python

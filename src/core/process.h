@@ -1,0 +1,34 @@
+// Objects with background threads may be inherited by a fork()ed child
+// (PyTorch's DataLoader forks its workers): the child has the objects but
+// not their threads. Such an object remembers the process that made it and,
+// when destroyed elsewhere, abandons its threads instead of joining threads
+// that do not exist there (which would abort the child).
+#ifndef SHARDQ_CORE_PROCESS_H_
+#define SHARDQ_CORE_PROCESS_H_
+
+#include <unistd.h>
+
+#include <thread>
+#include <utility>
+
+namespace shardq {
+
+class OwnerProcess {
+ public:
+  OwnerProcess() : pid_(::getpid()) {}
+  // False in a child that inherited the object through fork().
+  bool current() const { return ::getpid() == pid_; }
+
+ private:
+  pid_t pid_;
+};
+
+// Leaks the std::thread object (never joined or destroyed): the thread it
+// names does not exist in this process.
+inline void AbandonThread(std::thread& thread) {
+  if (thread.joinable()) new std::thread(std::move(thread));  // NOLINT: intentional leak
+}
+
+}  // namespace shardq
+
+#endif  // SHARDQ_CORE_PROCESS_H_

@@ -1,0 +1,59 @@
+// Parses batches of serialised tf.Example records into one contiguous
+// buffer per feature (shape [batch, ...]), ready to hand to numpy/PyTorch
+// without copies. Reads the protobuf wire format directly: no message
+// objects, no per-record allocation beyond the output buffers.
+#ifndef SHARDQ_PARSE_EXAMPLE_PARSER_H_
+#define SHARDQ_PARSE_EXAMPLE_PARSER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace shardq {
+
+enum class DType { kFloat32, kInt64, kBytes };
+
+// A fixed-length feature: every record holds exactly prod(shape) values.
+struct FixedLenFeature {
+  std::string name;
+  std::vector<int64_t> shape;  // per record; {} is a scalar
+  DType dtype = DType::kFloat32;
+};
+
+// One parsed feature of a batch. For kFloat32/kInt64, `data` holds
+// batch * prod(shape) values contiguously; for kBytes, `strings` holds them.
+struct ParsedFeature {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;  // {batch, shape...}
+  std::shared_ptr<std::vector<char>> data;  // shared so Python can own it
+  std::vector<std::string> strings;
+};
+
+// Thread-compatible (Parse is const).
+class ExampleParser {
+ public:
+  // INVALID_ARGUMENT for no features, duplicate names or negative dims.
+  static absl::StatusOr<ExampleParser> Create(std::vector<FixedLenFeature> features);
+
+  // Parses every record. INVALID_ARGUMENT naming the record index and the
+  // feature when a feature is missing, has the wrong type or the wrong
+  // number of values; DATA_LOSS when a record is not a valid Example.
+  absl::StatusOr<std::vector<ParsedFeature>> Parse(
+      const std::vector<absl::string_view>& records) const;
+
+  const std::vector<FixedLenFeature>& features() const { return features_; }
+
+ private:
+  explicit ExampleParser(std::vector<FixedLenFeature> features);
+  std::vector<FixedLenFeature> features_;
+  std::vector<int64_t> values_per_record_;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_PARSE_EXAMPLE_PARSER_H_

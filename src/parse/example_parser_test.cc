@@ -1,0 +1,115 @@
+#include "src/parse/example_parser.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "proto/shardq/example.pb.h"
+
+namespace shardq {
+namespace {
+
+std::string MakeExample(int i, int floats = 4) {
+  example::Example e;
+  auto& f = *e.mutable_features()->mutable_feature();
+  for (int k = 0; k < floats; ++k) f["x"].mutable_float_list()->add_value(i + 0.5f * k);
+  f["y"].mutable_int64_list()->add_value(-i);
+  f["name"].mutable_bytes_list()->add_value("rec" + std::to_string(i));
+  f["ignored"].mutable_int64_list()->add_value(7);
+  return e.SerializeAsString();
+}
+
+std::vector<FixedLenFeature> Spec() {
+  return {{"x", {2, 2}, DType::kFloat32}, {"y", {}, DType::kInt64}, {"name", {1}, DType::kBytes}};
+}
+
+TEST(ExampleParser, ParsesABatchIntoContiguousBuffers) {
+  std::vector<std::string> records = {MakeExample(1), MakeExample(2), MakeExample(3)};
+  std::vector<absl::string_view> views(records.begin(), records.end());
+  auto parser = ExampleParser::Create(Spec());
+  ASSERT_TRUE(parser.ok());
+  auto parsed = parser->Parse(views);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ParsedFeature& x = (*parsed)[0];
+  EXPECT_EQ(x.shape, (std::vector<int64_t>{3, 2, 2}));
+  const float* xs = reinterpret_cast<const float*>(x.data->data());
+  EXPECT_FLOAT_EQ(xs[0], 1.0f);
+  EXPECT_FLOAT_EQ(xs[3], 2.5f);
+  EXPECT_FLOAT_EQ(xs[4], 2.0f);
+  EXPECT_FLOAT_EQ(xs[11], 4.5f);
+  const int64_t* ys = reinterpret_cast<const int64_t*>((*parsed)[1].data->data());
+  EXPECT_EQ(ys[0], -1);
+  EXPECT_EQ(ys[2], -3);
+  EXPECT_EQ((*parsed)[1].shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ((*parsed)[2].strings, (std::vector<std::string>{"rec1", "rec2", "rec3"}));
+}
+
+// Field `field` with wire type 2 holding `bytes` (lengths < 128).
+std::string Nested(int field, const std::string& bytes) {
+  return std::string(1, static_cast<char>(field << 3 | 2)) +
+         std::string(1, static_cast<char>(bytes.size())) + bytes;
+}
+
+TEST(ExampleParser, UnpackedValuesAreAcceptedToo) {
+  // Writers other than protobuf's may emit repeated scalars unpacked:
+  // int64 5 and 6 as two varint fields, float 1.5 as one fixed32 field.
+  const std::string ints = Nested(3, std::string("\x08\x05\x08\x06", 4));
+  float f = 1.5f;
+  char raw[4];
+  std::memcpy(raw, &f, 4);
+  const std::string floats = Nested(2, std::string("\x0d", 1) + std::string(raw, 4));
+  const std::string record =
+      Nested(1, Nested(1, Nested(1, "y") + Nested(2, ints)) +
+                    Nested(1, Nested(1, "x") + Nested(2, floats)));
+  auto parser = ExampleParser::Create({{"y", {2}, DType::kInt64}, {"x", {}, DType::kFloat32}});
+  auto parsed = parser->Parse({record});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const int64_t* y = reinterpret_cast<const int64_t*>((*parsed)[0].data->data());
+  EXPECT_EQ(y[0], 5);
+  EXPECT_EQ(y[1], 6);
+  EXPECT_FLOAT_EQ(reinterpret_cast<const float*>((*parsed)[1].data->data())[0], 1.5f);
+}
+
+TEST(ExampleParser, ErrorsNameTheRecordAndTheFeature) {
+  auto parser = ExampleParser::Create(Spec());
+  std::string good = MakeExample(1);
+  std::string short_x = MakeExample(2, 3);
+  auto parsed = parser->Parse({good, short_x});
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find("record 1: feature 'x' has 3 values, expected 4"),
+            std::string::npos) << parsed.status();
+
+  auto wrong_type = ExampleParser::Create({{"y", {}, DType::kFloat32}});
+  parsed = wrong_type->Parse({good});
+  EXPECT_NE(parsed.status().message().find("holds int64 values, expected float32"),
+            std::string::npos) << parsed.status();
+
+  auto missing = ExampleParser::Create({{"absent", {}, DType::kInt64}});
+  parsed = missing->Parse({good});
+  EXPECT_NE(parsed.status().message().find("'absent' is missing"), std::string::npos);
+
+  std::string garbage = "\x0a\xff\xff\xff\xff\x0f";
+  parsed = parser->Parse({garbage});
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(ExampleParser, RandomBytesNeverCrash) {
+  auto parser = ExampleParser::Create(Spec());
+  std::string record = MakeExample(9);
+  for (size_t cut = 0; cut < record.size(); ++cut) {
+    std::string truncated = record.substr(0, cut);
+    parser->Parse({truncated}).status().IgnoreError();
+    std::string flipped = record;
+    flipped[cut] = static_cast<char>(flipped[cut] ^ 0x5a);
+    parser->Parse({flipped}).status().IgnoreError();
+  }
+}
+
+TEST(ExampleParser, BadSpecsAreRejected) {
+  EXPECT_FALSE(ExampleParser::Create({}).ok());
+  EXPECT_FALSE(ExampleParser::Create({{"a", {}, DType::kInt64}, {"a", {}, DType::kInt64}}).ok());
+  EXPECT_FALSE(ExampleParser::Create({{"a", {-1}, DType::kInt64}}).ok());
+}
+
+}  // namespace
+}  // namespace shardq
