@@ -75,6 +75,8 @@ def test_metrics_status_page_and_event_files(start_coordinator, tmp_path, tb_pb2
     assert first.file_version == "brain.Event:2"
     last = tb_pb2.Event.FromString(records[-1])
     values = {v.tag: v.simple_value for v in last.summary.value}
+    # Zeros must be on the wire too (TensorBoard skips values without one).
+    assert all(v.HasField("simple_value") for v in last.summary.value)
     assert values["shardq/obs/completed"] == 12
     assert values["shardq/obs/epoch_0/completed"] == 6
     assert values["shardq/obs/leased"] == 0
