@@ -46,6 +46,7 @@ class InputProducer final : public ItemSource {
   WorkQueue* const queue_;
   const int64_t capacity_;
   mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // buffer, outstanding, stopping or end changed
   std::deque<WorkItem> buffer_ ABSL_GUARDED_BY(mu_);
   int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // handed out, not done
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -153,6 +153,7 @@ class WorkQueue final : public ItemSource {
   // Consumed offset per held lease, as noted by readers.
   absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar stop_changed_;  // signalled when stopping_ is set
   bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;
   OwnerProcess owner_;  // see src/core/process.h

@@ -29,6 +29,7 @@ InputProducer::~InputProducer() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    changed_.SignalAll();
   }
   thread_.join();
   {
@@ -42,17 +43,16 @@ void InputProducer::Fill() {
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      auto has_room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ ||
-               static_cast<int64_t>(buffer_.size()) + outstanding_ < capacity_;
-      };
-      mu_.Await(absl::Condition(&has_room));
+      while (!stopping_ && static_cast<int64_t>(buffer_.size()) + outstanding_ >= capacity_) {
+        changed_.Wait(&mu_);
+      }
       if (stopping_) break;
     }
     absl::StatusOr<WorkItem> item = queue_->Take(kTakeSlice);
     absl::MutexLock lock(&mu_);
     if (item.ok()) {
       buffer_.push_back(*std::move(item));
+      changed_.SignalAll();
       continue;
     }
     if (absl::IsDeadlineExceeded(item.status())) continue;
@@ -61,18 +61,17 @@ void InputProducer::Fill() {
   }
   absl::MutexLock lock(&mu_);
   ended_ = true;
+  changed_.SignalAll();
 }
 
 absl::StatusOr<WorkItem> InputProducer::NextItem() {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return !buffer_.empty() || ended_;
-  };
-  mu_.Await(absl::Condition(&ready));
+  while (buffer_.empty() && !ended_) changed_.Wait(&mu_);
   if (!buffer_.empty()) {
     WorkItem item = std::move(buffer_.front());
     buffer_.pop_front();
     ++outstanding_;
+    changed_.SignalAll();  // room for the filling thread
     return item;
   }
   if (end_.ok()) {
@@ -86,6 +85,7 @@ absl::Status InputProducer::ItemDone(const WorkItem& item) {
   absl::Status s = queue_->Complete(item);
   absl::MutexLock lock(&mu_);
   if (outstanding_ > 0) --outstanding_;
+  changed_.SignalAll();
   return s;
 }
 

@@ -112,6 +112,7 @@ WorkQueue::~WorkQueue() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    stop_changed_.SignalAll();
     for (const auto& [id, item] : held_) leases.push_back(id);
     held_.clear();
   }
@@ -224,13 +225,15 @@ void WorkQueue::HeartbeatLoop() {
   // Renew three times per lease period: one lost heartbeat never expires a
   // lease of a live worker.
   const absl::Duration interval = lease_timeout_ / 3;
-  auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
   while (true) {
     std::vector<uint64_t> leases;
     std::vector<std::pair<uint64_t, int64_t>> progress;
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), interval)) return;
+      const absl::Time wake = absl::Now() + interval;
+      while (!stopping_ && !stop_changed_.WaitWithDeadline(&mu_, wake)) {
+      }
+      if (stopping_) return;
       for (const auto& [id, item] : held_) leases.push_back(id);
       progress.assign(progress_.begin(), progress_.end());
     }

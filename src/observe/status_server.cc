@@ -49,17 +49,20 @@ MetricsSampler::~MetricsSampler() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    stop_changed_.SignalAll();
   }
   thread_.join();
   SampleOnce();  // the final water level
 }
 
 void MetricsSampler::Loop() {
-  auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), interval_)) return;
+      const absl::Time wake = absl::Now() + interval_;
+      while (!stopping_ && !stop_changed_.WaitWithDeadline(&mu_, wake)) {
+      }
+      if (stopping_) return;
     }
     SampleOnce();
   }

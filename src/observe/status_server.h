@@ -49,6 +49,7 @@ class MetricsSampler {
   std::map<std::string, std::pair<QueueStats, absl::Time>> last_ ABSL_GUARDED_BY(mu_);
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar stop_changed_;
   std::thread thread_;
 };
 
