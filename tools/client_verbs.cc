@@ -1,4 +1,7 @@
 // `shardq create`, `shardq take`, `shardq status`.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -90,7 +93,12 @@ CLI::App* AddStatus(CLI::App& app, StatusOptions* o) {
   cmd->add_option("--name", o->client.name, "only this queue (default: every queue)");
   cmd->add_option("--token-file", o->client.token_file, "file holding the token");
   cmd->add_option("--tls-ca", o->client.tls_ca, "PEM CA certificate: connect with TLS");
-  cmd->add_flag("--json", o->json, "print JSON (keys in docs/cli.md)");
+  CLI::Option* json = cmd->add_flag("--json", o->json, "print JSON (keys in docs/cli.md)");
+  cmd->add_flag("--watch", o->watch,
+                "redraw with progress bars until every shown queue is finished")
+      ->excludes(json);
+  cmd->add_option("--interval", o->watch_interval_seconds, "seconds between redraws (--watch)")
+      ->check(CLI::Range(0.05, 3600.0))->capture_default_str();
   // The default name "work_queue" would hide other queues: status means all.
   o->client.name.clear();
   return cmd;
@@ -134,16 +142,34 @@ void PrintText(const QueueStats& s) {
               static_cast<long long>(s.expired), static_cast<long long>(s.released),
               static_cast<long long>(s.duplicates));
   for (size_t e = 0; e < s.epochs.size(); ++e) {
-    std::printf("  epoch %zu: pending %lld  leased %lld  completed %lld\n", e,
+    const int width = 30;
+    const int filled = s.num_items > 0
+                           ? static_cast<int>(width * s.epochs[e].completed / s.num_items)
+                           : 0;
+    std::printf("  epoch %zu [%s%s] pending %lld  leased %lld  completed %lld\n", e,
+                std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
                 static_cast<long long>(s.epochs[e].pending),
                 static_cast<long long>(s.epochs[e].leased),
                 static_cast<long long>(s.epochs[e].completed));
   }
+  std::vector<double> rates;
+  for (const auto& [name, w] : s.workers) rates.push_back(w.items_per_second);
+  std::sort(rates.begin(), rates.end());
+  const double median = rates.empty() ? 0 : rates[rates.size() / 2];
   for (const auto& [name, w] : s.workers) {
-    std::printf("  worker %-24s completed %6lld  held %3lld  %.2f items/s\n", name.c_str(),
+    const bool slow = median > 0 && w.items_per_second < 0.5 * median;
+    std::printf("  worker %-24s completed %6lld  held %3lld  %.2f items/s%s\n", name.c_str(),
                 static_cast<long long>(w.completed), static_cast<long long>(w.held),
-                w.items_per_second);
+                w.items_per_second, slow ? "  <- straggler (< 0.5x median)" : "");
   }
+}
+
+// Fetches the queues the flags name.
+absl::StatusOr<std::vector<QueueStats>> Fetch(QueueBackend& backend, const std::string& name) {
+  if (name.empty()) return backend.AllStats();
+  absl::StatusOr<QueueStats> one = backend.Stats(name);
+  if (!one.ok()) return one.status();
+  return std::vector<QueueStats>{*std::move(one)};
 }
 
 }  // namespace
@@ -151,16 +177,27 @@ void PrintText(const QueueStats& s) {
 int RunStatus(const StatusOptions& o) {
   absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(o.client);
   if (!connected.ok()) return ReportError("status", connected.status());
-  std::vector<QueueStats> queues;
-  if (o.client.name.empty()) {
-    absl::StatusOr<std::vector<QueueStats>> all = connected->backend->AllStats();
-    if (!all.ok()) return ReportError("status", all.status());
-    queues = *std::move(all);
-  } else {
-    absl::StatusOr<QueueStats> one = connected->backend->Stats(o.client.name);
-    if (!one.ok()) return ReportError("status", one.status());
-    queues.push_back(*std::move(one));
+  if (o.watch) {
+    // Redraw every interval until every shown queue is finished (or ^C).
+    const bool tty = ::isatty(STDOUT_FILENO) != 0;
+    while (true) {
+      absl::StatusOr<std::vector<QueueStats>> queues = Fetch(*connected->backend, o.client.name);
+      if (!queues.ok()) return ReportError("status", queues.status());
+      if (tty) std::printf("\033[H\033[2J");
+      bool all_finished = !queues->empty();
+      for (const QueueStats& s : *queues) {
+        PrintText(s);
+        all_finished = all_finished && s.finished;
+      }
+      if (queues->empty()) std::printf("no queues\n");
+      std::fflush(stdout);
+      if (all_finished) return 0;
+      absl::SleepFor(absl::Seconds(o.watch_interval_seconds));
+    }
   }
+  absl::StatusOr<std::vector<QueueStats>> fetched = Fetch(*connected->backend, o.client.name);
+  if (!fetched.ok()) return ReportError("status", fetched.status());
+  std::vector<QueueStats> queues = *std::move(fetched);
   if (o.json) {
     nlohmann::json out = {{"queues", nlohmann::json::array()}};
     for (const QueueStats& s : queues) out["queues"].push_back(ToJson(s));

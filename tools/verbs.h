@@ -67,6 +67,8 @@ int RunWorker(const WorkerOptions& o);
 struct StatusOptions {
   ClientFlags client;
   bool json = false;
+  bool watch = false;
+  double watch_interval_seconds = 1;
 };
 CLI::App* AddStatus(CLI::App& app, StatusOptions* o);
 int RunStatus(const StatusOptions& o);

@@ -108,6 +108,10 @@ class WorkQueue final : public ItemSource {
   // worker of it. FAILED_PRECONDITION when a queue of that name exists.
   static absl::StatusOr<std::unique_ptr<WorkQueue>> RestoreCheckpoint(
       const WorkQueueOptions& options, const std::string& path, const std::string& name = "");
+  // As above, over a given backend; empty worker_id: a unique name.
+  static absl::StatusOr<std::unique_ptr<WorkQueue>> RestoreCheckpoint(
+      std::shared_ptr<QueueBackend> backend, const std::string& path, const std::string& name,
+      const std::string& worker_id);
 
   // The `input_dataset` shape: items one after another, each completed when
   // the next is requested.

@@ -212,6 +212,16 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
   return FromInfo(std::move(connected->backend), connected->worker_id, *info);
 }
 
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
+    std::shared_ptr<QueueBackend> backend, const std::string& path, const std::string& name,
+    const std::string& worker_id) {
+  absl::StatusOr<journal::Checkpoint> checkpoint = ReadCheckpointFile(path);
+  if (!checkpoint.ok()) return checkpoint.status();
+  absl::StatusOr<QueueInfo> info = backend->RestoreCheckpoint(*checkpoint, name);
+  if (!info.ok()) return info.status();
+  return FromInfo(std::move(backend), worker_id, *info);
+}
+
 absl::StatusOr<QueueStats> WorkQueue::Stats() { return backend_->Stats(name_); }
 
 void WorkQueue::StartHeartbeatsIfNeeded() {

@@ -163,3 +163,18 @@ def test_worker_releases_item_when_command_fails(coordinator, tmp_path):
     ok = run("worker", "--address", coordinator.address, "--name", "f", "--", "true")
     assert status_json(coordinator.address, "f")["completed"] == 1
     assert ok.returncode == 0
+
+
+def test_status_watch_draws_progress_until_finished(coordinator, tmp_path):
+    files = make_text_files(tmp_path, 2, 5)
+    run("create", "--address", coordinator.address, "--name", "watch", "--epochs", "2", *files)
+    watcher = subprocess.Popen([shardq_bin(), "status", "--address", coordinator.address,
+                                "--name", "watch", "--watch", "--interval", "0.1"],
+                               stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    assert watcher.poll() is None  # still watching: the queue is not finished
+    run("worker", "--address", coordinator.address, "--name", "watch", "--worker", "w",
+        "--", "true")
+    out, _ = watcher.communicate(timeout=20)
+    assert watcher.returncode == 0
+    assert "epoch 0 [" in out and "#" * 30 in out and "finished" in out

@@ -69,6 +69,9 @@ def test_coordinator_killed_three_times_loses_nothing_and_repeats_no_completion(
         assert [e["completed"] for e in status["per_epoch"]] == [200, 200]
         assert status["pending"] == 0 and status["leased"] == 0 and status["finished"]
         assert sum(w["completed"] for w in status["workers"]) == 400
+        # A duplicate needs a lease in flight at a crash: at most one per
+        # worker (num_clients=1) per crash.
+        assert status["duplicates"] <= 8 * 3
         done = set()
         for f in outputs.iterdir():
             done.update(tuple(line.split(" ", 1)) for line in f.read_text().splitlines())
@@ -107,6 +110,26 @@ def test_clean_restart_keeps_queues(tmp_path):
         os.kill(serve.pid, signal.SIGTERM)
         serve.wait(timeout=10)
         log.close()
+
+
+def test_truncated_state_dir_refuses_to_start(tmp_path):
+    port = free_port()
+    state = tmp_path / "state"
+    log = open(tmp_path / "serve.log", "ab")
+    serve = start_serve(port, state, log)
+    files = make_text_files(tmp_path, 2, 10)
+    run("create", "--address", f"127.0.0.1:{port}", "--name", "t", "--slices", "50", *files)
+    os.kill(serve.pid, signal.SIGTERM)
+    serve.wait(timeout=10)
+    log.close()
+    db = state / "state.db"
+    db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+    proc = subprocess.run([shardq_bin(), "serve", "--listen", "127.0.0.1:0",
+                           "--state-dir", str(state)], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode != 0
+    assert str(state) in proc.stderr
+    assert "DATA_LOSS" in proc.stderr or "INTERNAL" in proc.stderr
 
 
 def test_corrupt_state_dir_refuses_to_start(tmp_path):
