@@ -301,33 +301,31 @@ absl::StatusOr<CompleteOutcome> QueueState::ApplyComplete(
                                           lease_id));
 }
 
-absl::Status QueueState::ApplyRelease(const journal::Release& release) {
-  auto it = leases_.find(release.lease_id());
+absl::StatusOr<QueueState::Ref> QueueState::ReturnToFront(uint64_t lease_id,
+                                                         absl::string_view verb) {
+  auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
-    return absl::DataLossError(absl::StrCat("queue '", config_.name,
-                                            "': journal releases unknown lease ",
-                                            release.lease_id()));
+    return absl::DataLossError(absl::StrCat("queue '", config_.name, "': journal ", verb,
+                                            " unknown lease ", lease_id));
   }
   Lease lease = std::move(it->second);
   leases_.erase(it);
-  DropLease(release.lease_id(), lease);
+  DropLease(lease_id, lease);
   pending_.push_front(lease.ref);
+  return lease.ref;
+}
+
+absl::Status QueueState::ApplyRelease(const journal::Release& release) {
+  absl::StatusOr<Ref> ref = ReturnToFront(release.lease_id(), "releases");
+  if (!ref.ok()) return ref.status();
   ++released_;
   return absl::OkStatus();
 }
 
 absl::Status QueueState::ApplyExpire(const journal::Expire& expire) {
-  auto it = leases_.find(expire.lease_id());
-  if (it == leases_.end()) {
-    return absl::DataLossError(absl::StrCat("queue '", config_.name,
-                                            "': journal expires unknown lease ",
-                                            expire.lease_id()));
-  }
-  Lease lease = std::move(it->second);
-  leases_.erase(it);
-  DropLease(expire.lease_id(), lease);
-  expired_[expire.lease_id()] = lease.ref;
-  pending_.push_front(lease.ref);
+  absl::StatusOr<Ref> ref = ReturnToFront(expire.lease_id(), "expires");
+  if (!ref.ok()) return ref.status();
+  expired_[expire.lease_id()] = *ref;
   ++expired_count_;
   if (expired_.size() > kExpiredRecordsSoftLimit) PruneExpiredRecords();
   return absl::OkStatus();
@@ -397,8 +395,8 @@ absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
   return outcome;
 }
 
-absl::Status QueueState::Release(absl::string_view worker, uint64_t lease_id,
-                                 absl::Time now) {
+absl::StatusOr<QueueState::Lease*> QueueState::HeldBy(absl::string_view worker,
+                                                     uint64_t lease_id) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -409,6 +407,14 @@ absl::Status QueueState::Release(absl::string_view worker, uint64_t lease_id,
     return absl::PermissionDeniedError(absl::StrCat(
         "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
         it->second.worker, "', not '", worker, "'"));
+  }
+  return &it->second;
+}
+
+absl::Status QueueState::Release(absl::string_view worker, uint64_t lease_id,
+                                 absl::Time now) {
+  if (absl::StatusOr<Lease*> held = HeldBy(worker, lease_id); !held.ok()) {
+    return held.status();
   }
   journal::Update update = NewUpdate(now);
   update.mutable_release()->set_lease_id(lease_id);
@@ -417,22 +423,13 @@ absl::Status QueueState::Release(absl::string_view worker, uint64_t lease_id,
 
 absl::Status QueueState::ReportProgress(absl::string_view worker, uint64_t lease_id,
                                         int64_t offset) {
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "queue '", config_.name, "': lease ", lease_id,
-        " is not held (expired, completed or unknown)"));
-  }
-  if (it->second.worker != worker) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
-        it->second.worker, "', not '", worker, "'"));
-  }
+  absl::StatusOr<Lease*> held = HeldBy(worker, lease_id);
+  if (!held.ok()) return held.status();
   if (offset < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queue '", config_.name, "': progress offset ", offset, " is negative"));
   }
-  it->second.progress = std::max(it->second.progress, offset);
+  (*held)->progress = std::max((*held)->progress, offset);
   return absl::OkStatus();
 }
 

@@ -220,6 +220,11 @@ class QueueState {
   const std::string& ItemString(Ref ref) const;
   int64_t Slot(Ref ref) const { return ref.epoch * num_items() + ref.index; }
   void DropLease(uint64_t lease_id, const Lease& lease);
+  // The lease if `worker` holds it; NOT_FOUND / PERMISSION_DENIED otherwise.
+  absl::StatusOr<Lease*> HeldBy(absl::string_view worker, uint64_t lease_id);
+  // Removes a lease and puts its item at the front (release, expiry);
+  // DATA_LOSS naming `verb` when the journal names an unknown lease.
+  absl::StatusOr<Ref> ReturnToFront(uint64_t lease_id, absl::string_view verb);
   void PruneExpiredRecords();
   WorkerRecord& Worker(absl::string_view worker);
 

@@ -307,41 +307,42 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
   return items;
 }
 
-absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
-    absl::string_view queue, absl::string_view worker, uint64_t lease_id) {
-  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+template <typename Change>
+auto CoordinatorImpl::Mutate(absl::string_view queue, Change change)
+    -> decltype(change(std::declval<Entry&>())) {
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
-  absl::StatusOr<CompleteOutcome> outcome;
   uint64_t seq;
-  {
+  auto result = [&] {
     absl::MutexLock lock(&e.mu);
-    outcome = e.state->Complete(worker, lease_id, clock_->Now());
-    if (outcome.ok()) e.changed.SignalAll();
+    auto r = change(e);
     seq = AfterChange(e);
-  }
+    return r;
+  }();
   if (absl::Status s = Durable(seq); !s.ok()) return s;
-  return outcome;
+  return result;
+}
+
+absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
+    absl::string_view queue, absl::string_view worker, uint64_t lease_id) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    absl::StatusOr<CompleteOutcome> outcome = e.state->Complete(worker, lease_id, clock_->Now());
+    if (outcome.ok()) e.changed.SignalAll();
+    return outcome;
+  });
 }
 
 absl::Status CoordinatorImpl::Release(absl::string_view queue,
                                       absl::string_view worker,
                                       uint64_t lease_id) {
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
-  if (!entry.ok()) return entry.status();
-  Entry& e = **entry;
-  absl::Status status;
-  uint64_t seq;
-  {
-    absl::MutexLock lock(&e.mu);
-    status = e.state->Release(worker, lease_id, clock_->Now());
+  return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    absl::Status status = e.state->Release(worker, lease_id, clock_->Now());
     if (status.ok()) e.changed.SignalAll();
-    seq = AfterChange(e);
-  }
-  if (absl::Status s = Durable(seq); !s.ok()) return s;
-  return status;
+    return status;
+  });
 }
 
 absl::StatusOr<std::vector<uint64_t>> CoordinatorImpl::Heartbeat(
@@ -353,20 +354,12 @@ absl::StatusOr<std::vector<uint64_t>> CoordinatorImpl::Heartbeat(
         "heartbeat for queue '", queue, "' names ", lease_ids.size(),
         " leases; the limit is ", kMaxLeasesPerHeartbeat));
   }
-  absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
-  if (!entry.ok()) return entry.status();
-  Entry& e = **entry;
-  std::vector<uint64_t> lost;
-  uint64_t seq;
-  {
-    absl::MutexLock lock(&e.mu);
+  return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS
+                           -> absl::StatusOr<std::vector<uint64_t>> {
     const absl::Time now = clock_->Now();
     if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
-    lost = e.state->Heartbeat(worker, lease_ids, now);
-    seq = AfterChange(e);
-  }
-  if (absl::Status s = Durable(seq); !s.ok()) return s;
-  return lost;
+    return e.state->Heartbeat(worker, lease_ids, now);
+  });
 }
 
 absl::Status CoordinatorImpl::ReportProgress(
@@ -428,20 +421,12 @@ void CoordinatorImpl::Shutdown() {
 }
 
 absl::StatusOr<QueueStats> CoordinatorImpl::Stats(absl::string_view queue) {
-  absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
-  if (!entry.ok()) return entry.status();
-  Entry& e = **entry;
-  QueueStats stats;
-  uint64_t seq;
-  {
-    absl::MutexLock lock(&e.mu);
+  return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS
+                           -> absl::StatusOr<QueueStats> {
     const absl::Time now = clock_->Now();
-    if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
-    stats = e.state->Stats(now);
-    seq = AfterChange(e);
-  }
-  if (absl::Status s = Durable(seq); !s.ok()) return s;
-  return stats;
+    if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();  // expiries are journaled
+    return e.state->Stats(now);
+  });
 }
 
 absl::StatusOr<journal::QueueSnapshot> CoordinatorImpl::DebugSnapshot(

@@ -152,6 +152,12 @@ class CoordinatorImpl {
   uint64_t AfterChange(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Waits (without any lock) until `seq` is durable.
   absl::Status Durable(uint64_t seq);
+  // Runs `change(entry)` (returning absl::Status or StatusOr) under the
+  // queue's mutex, then waits, unlocked, until what it journaled is durable.
+  // NOT_FOUND for an unknown queue.
+  template <typename Change>
+  auto Mutate(absl::string_view queue, Change change)
+      -> decltype(change(std::declval<Entry&>()));
   static QueueInfo Describe(const QueueConfig& config, bool created);
 
   Clock* const clock_;

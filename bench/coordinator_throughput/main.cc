@@ -1,0 +1,899 @@
+// bench/coordinator_throughput: take+complete pairs per second and take
+// latency (p50/p99) of `shardq serve` next to Redis used as a reliable work
+// queue (LMOVE pending -> processing on take, LREM on completion), in one
+// run, measured by this one driver.
+//
+// Fairness: for both systems every client is one thread with its own
+// connection (a gRPC channel per thread for shardq, a hiredis context per
+// thread for Redis), the queue holds the same number of items, and each
+// client takes one item, completes it, and loops until the queue is drained.
+// A second shardq variant, "batched", asks for up to 8 items per take (a
+// shardq feature, the queue's num_clients = 8) and completes them one by one;
+// it is labelled as such and is not the apples-to-apples row.
+//
+// Measurement: each client first drains a small warm-up queue (connection
+// set-up, server threads, allocators; not measured), then waits at a start
+// gate; the clock runs from the gate's opening until the last client has
+// seen the queue drained. Each thread records take latencies in its own
+// histogram (no shared state, no lock in the loop); they are merged after
+// the threads are joined. Every item must be taken and completed exactly
+// once, checked on the driver side (per-item counts) and on the server side
+// (shardq's queue stats; Redis's pending and processing lists both empty).
+//
+// The servers are started and stopped by ./run; this program only connects.
+#include <hiredis/hiredis.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "proto/shardq/coordinator.grpc.pb.h"
+#include "src/client/backend.h"
+#include "src/client/remote_backend.h"
+#include "src/core/queue_state.h"
+
+namespace shardq {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+int64_t NanosSince(SteadyClock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start)
+      .count();
+}
+
+// ---------------------------------------------------------------------------
+// Latency histogram: log-linear buckets (32 per power of two above 64 ns,
+// exact below), so a quantile is within ~1.6% of the true value. One per
+// thread, merged at the end. Not thread-safe.
+class LatencyHistogram {
+ public:
+  void Record(int64_t nanos) {
+    const uint64_t v = static_cast<uint64_t>(std::max<int64_t>(nanos, 0));
+    ++counts_[BucketOf(v)];
+    ++count_;
+    min_ = std::min(min_, v);
+    max_ = std::max(max_, v);
+  }
+
+  void Merge(const LatencyHistogram& other) {
+    for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += other.counts_[i];
+    count_ += other.count_;
+    min_ = std::min(min_, other.min_);
+    max_ = std::max(max_, other.max_);
+  }
+
+  // The value below which a fraction q of the samples lie, in microseconds.
+  double QuantileMicros(double q) const {
+    if (count_ == 0) return 0;
+    const uint64_t rank =
+        std::max<uint64_t>(1, static_cast<uint64_t>(q * static_cast<double>(count_) + 0.999999));
+    uint64_t seen = 0;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      seen += counts_[i];
+      if (seen >= rank) {
+        uint64_t lower = 0, width = 0;
+        BucketRange(i, &lower, &width);
+        const uint64_t mid = std::clamp(lower + width / 2, min_, max_);
+        return static_cast<double>(mid) / 1000.0;
+      }
+    }
+    return static_cast<double>(max_) / 1000.0;
+  }
+
+ private:
+  static constexpr int kExact = 64;      // values below are their own bucket
+  static constexpr int kPerOctave = 32;  // sub-buckets per power of two above
+  static constexpr int kBuckets = kExact + 57 * kPerOctave;
+
+  static size_t BucketOf(uint64_t v) {
+    if (v < kExact) return static_cast<size_t>(v);
+    const int msb = 63 - __builtin_clzll(v);  // >= 6
+    const int shift = msb - 5;                // >= 1; v >> shift in [32, 64)
+    const uint64_t top = v >> shift;
+    return static_cast<size_t>(kExact + (shift - 1) * kPerOctave + (top - kPerOctave));
+  }
+
+  static void BucketRange(size_t index, uint64_t* lower, uint64_t* width) {
+    if (index < kExact) {
+      *lower = index;
+      *width = 1;
+      return;
+    }
+    const size_t j = index - kExact;
+    const int shift = static_cast<int>(j / kPerOctave) + 1;
+    const uint64_t top = j % kPerOctave + kPerOctave;
+    *lower = top << shift;
+    *width = uint64_t{1} << shift;
+  }
+
+  std::array<uint64_t, kBuckets> counts_{};
+  uint64_t count_ = 0;
+  uint64_t min_ = UINT64_MAX;
+  uint64_t max_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// What the harness needs from a system under test.
+
+// One leased item as the harness sees it.
+struct Taken {
+  int64_t index = 0;      // position in the item list, for the exactly-once check
+  uint64_t lease_id = 0;  // shardq only
+  std::string item;       // Redis only (LREM needs the value)
+};
+
+// One client's connection. Used by one thread only.
+class ClientSession {
+ public:
+  virtual ~ClientSession() = default;
+  // Leases the next item(s) of `queue` into `out` (cleared first). An empty
+  // `out` means the queue is drained.
+  virtual absl::Status Take(const std::string& queue, std::vector<Taken>* out) = 0;
+  // Completes one taken item; an error if the server did not count it as the
+  // item's first completion.
+  virtual absl::Status Complete(const std::string& queue, const Taken& taken) = 0;
+};
+
+// A system under test. Thread-safe: Connect is called from every client thread.
+class System {
+ public:
+  virtual ~System() = default;
+  // Creates `queue` holding `num_items` items named ItemName(0..num_items-1).
+  virtual absl::Status CreateQueue(const std::string& queue, int64_t num_items) = 0;
+  virtual absl::StatusOr<std::unique_ptr<ClientSession>> Connect(const std::string& worker) = 0;
+  // Checks on the server side that every item of the drained `queue` was
+  // completed exactly once and nothing is left; returns what it checked.
+  virtual absl::StatusOr<std::string> CheckDrained(const std::string& queue,
+                                                   int64_t num_items) = 0;
+};
+
+std::string ItemName(int64_t index) { return absl::StrFormat("item-%08d", index); }
+
+absl::StatusOr<int64_t> ItemIndex(absl::string_view item) {
+  int64_t index = 0;
+  if (!absl::ConsumePrefix(&item, "item-") || !absl::SimpleAtoi(item, &index)) {
+    return absl::InternalError(absl::StrCat("unexpected item '", item, "'"));
+  }
+  return index;
+}
+
+// ---------------------------------------------------------------------------
+// shardq: the internal remote client (src/client/remote_backend.h).
+
+class ShardqSession final : public ClientSession {
+ public:
+  ShardqSession(std::shared_ptr<QueueBackend> backend, std::string worker, int64_t batch)
+      : backend_(std::move(backend)), worker_(std::move(worker)), batch_(batch) {}
+
+  absl::Status Take(const std::string& queue, std::vector<Taken>* out) override {
+    out->clear();
+    while (true) {
+      absl::StatusOr<std::vector<WorkItem>> items =
+          backend_->Take(queue, worker_, batch_, absl::Now() + absl::Seconds(30));
+      if (absl::IsOutOfRange(items.status())) return absl::OkStatus();  // drained
+      if (!items.ok()) return items.status();
+      if (items->empty()) continue;  // long-poll ended with nothing: ask again
+      for (WorkItem& item : *items) {
+        Taken taken;
+        taken.index = item.index;
+        taken.lease_id = item.lease_id;
+        out->push_back(std::move(taken));
+      }
+      return absl::OkStatus();
+    }
+  }
+
+  absl::Status Complete(const std::string& queue, const Taken& taken) override {
+    absl::StatusOr<CompleteOutcome> outcome = backend_->Complete(queue, worker_, taken.lease_id);
+    if (!outcome.ok()) return outcome.status();
+    if (*outcome != CompleteOutcome::kCompleted) {
+      return absl::InternalError(absl::StrCat("shardq counted the completion of ",
+                                              ItemName(taken.index), " as a duplicate"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::shared_ptr<QueueBackend> backend_;
+  const std::string worker_;
+  const int64_t batch_;
+};
+
+// Diagnostic only (--diagnose-connections): the same two RPCs through a bare
+// generated stub whose channel has its own TCP connection. ConnectRemote's
+// channels all share one connection per process (gRPC's global subchannel
+// pool), unlike one Redis connection per client; this session shows what
+// that costs. No retries, no token: a bench against a local coordinator.
+class OwnConnectionSession final : public ClientSession {
+ public:
+  OwnConnectionSession(const std::string& address, std::string worker, int64_t batch)
+      : worker_(std::move(worker)), batch_(batch) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stub_ = v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+
+  absl::Status Take(const std::string& queue, std::vector<Taken>* out) override {
+    out->clear();
+    v1::TakeRequest req;
+    req.set_queue(queue);
+    req.set_worker(worker_);
+    req.set_max_items(batch_);
+    req.set_wait_ms(10'000);
+    while (true) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      v1::TakeResponse resp;
+      const grpc::Status s = stub_->Take(&ctx, req, &resp);
+      if (!s.ok()) return absl::UnavailableError(absl::StrCat("Take: ", s.error_message()));
+      if (resp.end_of_input()) return absl::OkStatus();
+      if (resp.items_size() == 0) continue;
+      for (const v1::WorkItem& item : resp.items()) {
+        Taken taken;
+        taken.index = item.index();
+        taken.lease_id = item.lease_id();
+        out->push_back(std::move(taken));
+      }
+      return absl::OkStatus();
+    }
+  }
+
+  absl::Status Complete(const std::string& queue, const Taken& taken) override {
+    v1::CompleteRequest req;
+    req.set_queue(queue);
+    req.set_worker(worker_);
+    req.set_lease_id(taken.lease_id);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::CompleteResponse resp;
+    const grpc::Status s = stub_->Complete(&ctx, req, &resp);
+    if (!s.ok()) return absl::UnavailableError(absl::StrCat("Complete: ", s.error_message()));
+    if (resp.duplicate()) {
+      return absl::InternalError(absl::StrCat("shardq counted the completion of ",
+                                              ItemName(taken.index), " as a duplicate"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string worker_;
+  const int64_t batch_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+RemoteOptions OptionsFor(const std::string& address) {
+  RemoteOptions options;
+  options.address = address;
+  return options;
+}
+
+class ShardqSystem final : public System {
+ public:
+  // `batch`: items asked for per take, and the queue's num_clients.
+  // `own_connection`: clients use OwnConnectionSession (diagnostic) rather
+  // than ConnectRemote.
+  static absl::StatusOr<std::unique_ptr<ShardqSystem>> Create(const std::string& address,
+                                                              int64_t batch,
+                                                              bool own_connection = false) {
+    absl::StatusOr<std::shared_ptr<QueueBackend>> control = ConnectRemote(OptionsFor(address));
+    if (!control.ok()) return control.status();
+    return std::unique_ptr<ShardqSystem>(
+        new ShardqSystem(address, batch, own_connection, *std::move(control)));
+  }
+
+  absl::Status CreateQueue(const std::string& queue, int64_t num_items) override {
+    QueueConfig config;
+    config.name = queue;
+    config.items.reserve(num_items);
+    for (int64_t i = 0; i < num_items; ++i) config.items.push_back(ItemName(i));
+    config.num_epochs = 1;
+    config.shuffle = false;  // FIFO, like the Redis list
+    config.seed = 1;
+    config.num_clients = batch_;
+    // Long enough that no lease expires during the bench.
+    config.lease_timeout = absl::Seconds(60);
+    absl::StatusOr<QueueInfo> info = control_->CreateQueue(config);
+    if (!info.ok()) return info.status();
+    if (!info->created) {
+      return absl::AlreadyExistsError(absl::StrCat("shardq queue '", queue, "' already existed"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<ClientSession>> Connect(const std::string& worker) override {
+    if (own_connection_) {
+      return std::unique_ptr<ClientSession>(
+          std::make_unique<OwnConnectionSession>(address_, worker, batch_));
+    }
+    // A channel per client thread, like one Redis connection per client.
+    absl::StatusOr<std::shared_ptr<QueueBackend>> backend = ConnectRemote(OptionsFor(address_));
+    if (!backend.ok()) return backend.status();
+    return std::unique_ptr<ClientSession>(
+        std::make_unique<ShardqSession>(*std::move(backend), worker, batch_));
+  }
+
+  absl::StatusOr<std::string> CheckDrained(const std::string& queue, int64_t num_items) override {
+    absl::StatusOr<QueueStats> stats = control_->Stats(queue);
+    if (!stats.ok()) return stats.status();
+    const std::string seen = absl::StrFormat(
+        "coordinator stats: completed %d, taken %d, pending %d, leased %d, expired %d, "
+        "released %d, duplicates %d, finished %s",
+        stats->completed, stats->taken, stats->pending, stats->leased, stats->expired,
+        stats->released, stats->duplicates, stats->finished ? "yes" : "no");
+    if (stats->completed != num_items || stats->taken != num_items || stats->pending != 0 ||
+        stats->leased != 0 || stats->expired != 0 || stats->released != 0 ||
+        stats->duplicates != 0 || !stats->finished) {
+      return absl::InternalError(absl::StrCat("shardq queue '", queue, "' of ", num_items,
+                                              " items is not cleanly drained: ", seen));
+    }
+    return seen;
+  }
+
+ private:
+  ShardqSystem(std::string address, int64_t batch, bool own_connection,
+               std::shared_ptr<QueueBackend> control)
+      : address_(std::move(address)),
+        batch_(batch),
+        own_connection_(own_connection),
+        control_(std::move(control)) {}
+
+  const std::string address_;
+  const int64_t batch_;
+  const bool own_connection_;
+  const std::shared_ptr<QueueBackend> control_;
+};
+
+// ---------------------------------------------------------------------------
+// Redis as a reliable work queue: <queue>:pending holds the items; a take is
+// LMOVE pending -> processing (atomic, so a crashed client's item stays in
+// processing for a reaper), a completion is LREM from processing.
+
+struct RedisReplyDeleter {
+  void operator()(redisReply* reply) const { freeReplyObject(reply); }
+};
+using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
+struct RedisContextDeleter {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using RedisContextPtr = std::unique_ptr<redisContext, RedisContextDeleter>;
+
+absl::StatusOr<RedisContextPtr> RedisConnect(const std::string& host, int port) {
+  const timeval timeout{5, 0};
+  RedisContextPtr c(redisConnectWithTimeout(host.c_str(), port, timeout));
+  if (c == nullptr) return absl::ResourceExhaustedError("redisConnect: out of memory");
+  if (c->err != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to redis at ", host, ":", port, ": ", c->errstr));
+  }
+  return c;
+}
+
+// Runs one command given as arguments (binary safe); an error reply or a
+// connection error is an error status.
+absl::StatusOr<RedisReplyPtr> RedisCall(redisContext* c, const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> argvlen;
+  for (const std::string& a : args) {
+    argv.push_back(a.data());
+    argvlen.push_back(a.size());
+  }
+  RedisReplyPtr reply(static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), argvlen.data())));
+  if (reply == nullptr) {
+    return absl::UnavailableError(absl::StrCat("redis ", args[0], ": ", c->errstr));
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    return absl::InternalError(absl::StrCat("redis ", args[0], ": ", reply->str));
+  }
+  return reply;
+}
+
+absl::StatusOr<int64_t> RedisInteger(redisContext* c, const std::vector<std::string>& args) {
+  absl::StatusOr<RedisReplyPtr> reply = RedisCall(c, args);
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type != REDIS_REPLY_INTEGER) {
+    return absl::InternalError(absl::StrCat("redis ", args[0], ": not an integer reply"));
+  }
+  return static_cast<int64_t>((*reply)->integer);
+}
+
+class RedisSession final : public ClientSession {
+ public:
+  explicit RedisSession(RedisContextPtr c) : c_(std::move(c)) {}
+
+  absl::Status Take(const std::string& queue, std::vector<Taken>* out) override {
+    out->clear();
+    absl::StatusOr<RedisReplyPtr> reply =
+        RedisCall(c_.get(), {"LMOVE", queue + ":pending", queue + ":processing", "LEFT", "RIGHT"});
+    if (!reply.ok()) return reply.status();
+    if ((*reply)->type == REDIS_REPLY_NIL) return absl::OkStatus();  // drained
+    if ((*reply)->type != REDIS_REPLY_STRING) {
+      return absl::InternalError("redis LMOVE: not a string reply");
+    }
+    Taken taken;
+    taken.item.assign((*reply)->str, (*reply)->len);
+    absl::StatusOr<int64_t> index = ItemIndex(taken.item);
+    if (!index.ok()) return index.status();
+    taken.index = *index;
+    out->push_back(std::move(taken));
+    return absl::OkStatus();
+  }
+
+  absl::Status Complete(const std::string& queue, const Taken& taken) override {
+    absl::StatusOr<int64_t> removed =
+        RedisInteger(c_.get(), {"LREM", queue + ":processing", "1", taken.item});
+    if (!removed.ok()) return removed.status();
+    if (*removed != 1) {
+      return absl::InternalError(
+          absl::StrCat("redis LREM of ", taken.item, " removed ", *removed, " entries"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  RedisContextPtr c_;
+};
+
+class RedisSystem final : public System {
+ public:
+  static absl::StatusOr<std::unique_ptr<RedisSystem>> Create(const std::string& host, int port) {
+    absl::StatusOr<RedisContextPtr> control = RedisConnect(host, port);
+    if (!control.ok()) return control.status();
+    return std::unique_ptr<RedisSystem>(new RedisSystem(host, port, *std::move(control)));
+  }
+
+  absl::Status CreateQueue(const std::string& queue, int64_t num_items) override {
+    absl::StatusOr<int64_t> deleted =
+        RedisInteger(control_.get(), {"DEL", queue + ":pending", queue + ":processing"});
+    if (!deleted.ok()) return deleted.status();
+    constexpr int64_t kPerPush = 1000;
+    for (int64_t start = 0; start < num_items; start += kPerPush) {
+      std::vector<std::string> args = {"RPUSH", queue + ":pending"};
+      for (int64_t i = start; i < std::min(num_items, start + kPerPush); ++i) {
+        args.push_back(ItemName(i));
+      }
+      absl::StatusOr<int64_t> length = RedisInteger(control_.get(), args);
+      if (!length.ok()) return length.status();
+    }
+    absl::StatusOr<int64_t> length = RedisInteger(control_.get(), {"LLEN", queue + ":pending"});
+    if (!length.ok()) return length.status();
+    if (*length != num_items) {
+      return absl::InternalError(absl::StrCat("redis list ", queue, ":pending holds ", *length,
+                                              " items, expected ", num_items));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<ClientSession>> Connect(const std::string& worker) override {
+    absl::StatusOr<RedisContextPtr> c = RedisConnect(host_, port_);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<ClientSession>(std::make_unique<RedisSession>(*std::move(c)));
+  }
+
+  absl::StatusOr<std::string> CheckDrained(const std::string& queue, int64_t num_items) override {
+    absl::StatusOr<int64_t> pending = RedisInteger(control_.get(), {"LLEN", queue + ":pending"});
+    if (!pending.ok()) return pending.status();
+    absl::StatusOr<int64_t> processing =
+        RedisInteger(control_.get(), {"LLEN", queue + ":processing"});
+    if (!processing.ok()) return processing.status();
+    const std::string seen =
+        absl::StrFormat("redis: LLEN pending %d, LLEN processing %d", *pending, *processing);
+    if (*pending != 0 || *processing != 0) {
+      return absl::InternalError(absl::StrCat("redis queue '", queue, "' is not drained: ", seen));
+    }
+    return seen;
+  }
+
+  // "7.0.15", from INFO server.
+  std::string Version() {
+    absl::StatusOr<RedisReplyPtr> reply = RedisCall(control_.get(), {"INFO", "server"});
+    if (!reply.ok() || (*reply)->type != REDIS_REPLY_STRING) {
+      return "unknown";
+    }
+    for (absl::string_view line :
+         absl::StrSplit(absl::string_view((*reply)->str, (*reply)->len), "\r\n")) {
+      if (absl::ConsumePrefix(&line, "redis_version:")) return std::string(line);
+    }
+    return "unknown";
+  }
+
+ private:
+  RedisSystem(std::string host, int port, RedisContextPtr control)
+      : host_(std::move(host)), port_(port), control_(std::move(control)) {}
+
+  const std::string host_;
+  const int port_;
+  RedisContextPtr control_;  // used by the main thread only
+};
+
+// ---------------------------------------------------------------------------
+// The harness.
+
+// Opens once every client is ready; then every waiter proceeds.
+class StartGate {
+ public:
+  explicit StartGate(int parties) : waiting_for_(parties) {}
+
+  // Called by each client thread when ready; returns when the gate opens.
+  void ArriveAndWait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (--waiting_for_ == 0) all_ready_.notify_all();
+    opened_.wait(lock, [this] { return open_; });
+  }
+  void WaitUntilAllArrived() {
+    std::unique_lock<std::mutex> lock(mu_);
+    all_ready_.wait(lock, [this] { return waiting_for_ == 0; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    opened_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable all_ready_;
+  std::condition_variable opened_;
+  int waiting_for_;
+  bool open_ = false;
+};
+
+// What one client thread measured. Written by that thread only.
+struct ClientResult {
+  absl::Status status;
+  LatencyHistogram take_latency;
+  LatencyHistogram complete_latency;
+  std::vector<int64_t> taken;  // item indices, in order
+  int64_t completed = 0;
+  int64_t takes = 0;           // take calls that leased something
+};
+
+// Takes and completes items of `queue` until it is drained. With `result`,
+// records every take that leased something and every completion; without,
+// it is a warm-up.
+absl::Status Drain(ClientSession& session, const std::string& queue, ClientResult* result) {
+  std::vector<Taken> batch;
+  while (true) {
+    const SteadyClock::time_point start = SteadyClock::now();
+    if (absl::Status s = session.Take(queue, &batch); !s.ok()) return s;
+    const int64_t nanos = NanosSince(start);
+    if (batch.empty()) return absl::OkStatus();  // drained: not a lease, not timed
+    if (result != nullptr) {
+      result->take_latency.Record(nanos);
+      ++result->takes;
+    }
+    for (const Taken& taken : batch) {
+      const SteadyClock::time_point complete_start = SteadyClock::now();
+      if (absl::Status s = session.Complete(queue, taken); !s.ok()) return s;
+      if (result != nullptr) {
+        result->complete_latency.Record(NanosSince(complete_start));
+        result->taken.push_back(taken.index);
+        ++result->completed;
+      }
+    }
+  }
+}
+
+struct RowResult {
+  int64_t items = 0;
+  double seconds = 0;
+  LatencyHistogram take_latency;
+  LatencyHistogram complete_latency;
+  int64_t takes = 0;
+  std::string verification;
+  double pairs_per_second() const { return static_cast<double>(items) / seconds; }
+};
+
+// Runs `clients` threads against `system`: each connects, drains its share
+// of `warmup_queue` (not measured), then all drain `queue` together on the
+// clock. Verifies that every item was taken and completed exactly once.
+absl::StatusOr<RowResult> RunRow(System& system, const std::string& label, int clients,
+                                 const std::string& warmup_queue, int64_t warmup_items,
+                                 const std::string& queue, int64_t num_items) {
+  if (absl::Status s = system.CreateQueue(warmup_queue, warmup_items); !s.ok()) return s;
+  if (absl::Status s = system.CreateQueue(queue, num_items); !s.ok()) return s;
+
+  std::vector<ClientResult> results(clients);
+  StartGate gate(clients);
+  std::vector<std::thread> threads;
+  threads.reserve(clients);
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      ClientResult& result = results[i];
+      absl::StatusOr<std::unique_ptr<ClientSession>> session =
+          system.Connect(absl::StrCat(label, "-c", clients, "-worker-", i));
+      if (session.ok()) {
+        result.status = Drain(**session, warmup_queue, nullptr);
+      } else {
+        result.status = session.status();
+      }
+      gate.ArriveAndWait();
+      if (result.status.ok()) {
+        result.taken.reserve(2 * num_items / clients + 16);
+        result.status = Drain(**session, queue, &result);
+      }
+    });
+  }
+  gate.WaitUntilAllArrived();
+  const SteadyClock::time_point start = SteadyClock::now();
+  gate.Open();
+  for (std::thread& t : threads) t.join();
+  const double seconds = static_cast<double>(NanosSince(start)) / 1e9;
+
+  RowResult row;
+  row.items = num_items;
+  row.seconds = seconds;
+  std::vector<int> times_taken(num_items, 0);
+  int64_t completed = 0;
+  for (int i = 0; i < clients; ++i) {
+    const ClientResult& r = results[i];
+    if (!r.status.ok()) {
+      return absl::Status(r.status.code(),
+                          absl::StrCat(label, " client ", i, ": ", r.status.message()));
+    }
+    row.take_latency.Merge(r.take_latency);
+    row.complete_latency.Merge(r.complete_latency);
+    row.takes += r.takes;
+    completed += r.completed;
+    for (int64_t index : r.taken) {
+      if (index < 0 || index >= num_items) {
+        return absl::InternalError(absl::StrCat(label, ": item index ", index, " out of range"));
+      }
+      ++times_taken[index];
+    }
+  }
+  int64_t never = 0, repeated = 0;
+  for (int n : times_taken) {
+    never += n == 0;
+    repeated += n > 1;
+  }
+  if (never != 0 || repeated != 0 || completed != num_items) {
+    return absl::InternalError(absl::StrFormat(
+        "%s, %d clients: %d items never taken, %d taken more than once, %d completions for %d "
+        "items",
+        label, clients, never, repeated, completed, num_items));
+  }
+  absl::StatusOr<std::string> server_side = system.CheckDrained(queue, num_items);
+  if (!server_side.ok()) return server_side.status();
+  row.verification = absl::StrFormat(
+      "all %d items taken exactly once and completed exactly once (%d completions); %s",
+      num_items, completed, *server_side);
+  return row;
+}
+
+// ---------------------------------------------------------------------------
+
+struct Flags {
+  std::string shardq_address;
+  std::string redis_address = "127.0.0.1:6379";
+  std::vector<int> clients = {1, 8, 32};
+  std::vector<int64_t> items = {20000, 40000, 60000};
+  int64_t warmup_items_per_client = 200;
+  int64_t batch = 8;
+  bool diagnose_connections = false;
+  int repeats = 3;
+};
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view view(line);
+    if (absl::ConsumePrefix(&view, "model name")) {
+      const size_t colon = view.find(':');
+      if (colon != absl::string_view::npos) {
+        return std::string(absl::StripAsciiWhitespace(view.substr(colon + 1)));
+      }
+    }
+  }
+  return "unknown CPU";
+}
+
+std::string Micros(double us) {
+  return us < 100 ? absl::StrFormat("%.1f", us) : absl::StrFormat("%.0f", us);
+}
+
+std::string LatencyCell(const LatencyHistogram& latency) {
+  return absl::StrCat(Micros(latency.QuantileMicros(0.50)), " / ",
+                      Micros(latency.QuantileMicros(0.99)));
+}
+
+// The repeats of one variant in one row.
+struct Summary {
+  std::vector<double> rates;  // pairs/s of each repeat
+  LatencyHistogram take_latency;
+
+  void Add(const RowResult& run) {
+    rates.push_back(run.pairs_per_second());
+    take_latency.Merge(run.take_latency);
+  }
+  double MedianRate() const {
+    std::vector<double> sorted = rates;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  }
+};
+
+// One way of running the shardq side (or Redis) in every row.
+struct Variant {
+  std::string label;       // progress lines and queue names
+  std::string table_name;  // the "shardq take" column; empty for Redis
+  std::unique_ptr<System> system;
+};
+
+int Run(const Flags& flags) {
+  if (flags.clients.size() != flags.items.size()) {
+    std::fprintf(stderr, "--clients has %zu entries but --items has %zu\n", flags.clients.size(),
+                 flags.items.size());
+    return 2;
+  }
+  const size_t colon = flags.redis_address.rfind(':');
+  int redis_port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(flags.redis_address.substr(colon + 1), &redis_port)) {
+    std::fprintf(stderr, "--redis '%s' is not HOST:PORT\n", flags.redis_address.c_str());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<RedisSystem>> redis =
+      RedisSystem::Create(flags.redis_address.substr(0, colon), redis_port);
+  if (!redis.ok()) {
+    std::fprintf(stderr, "coordinator_throughput: %s\n", redis.status().ToString().c_str());
+    return 1;
+  }
+  const std::string redis_version = (*redis)->Version();
+
+  // Run order within a row: shardq, Redis, then the extra shardq variants.
+  std::vector<Variant> variants;
+  auto add_shardq = [&](std::string label, std::string table_name, int64_t batch,
+                        bool own_connection) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<ShardqSystem>> system =
+        ShardqSystem::Create(flags.shardq_address, batch, own_connection);
+    if (!system.ok()) return system.status();
+    variants.push_back({std::move(label), std::move(table_name), *std::move(system)});
+    return absl::OkStatus();
+  };
+  absl::Status added = add_shardq("shardq", "1 item", 1, false);
+  variants.push_back({"redis", "", *std::move(redis)});
+  if (added.ok()) {
+    added = add_shardq("shardq-batched",
+                       absl::StrCat("batched, ≤", flags.batch, " items per take (shardq feature)"),
+                       flags.batch, false);
+  }
+  if (added.ok() && flags.diagnose_connections) {
+    added = add_shardq("shardq-own-conn",
+                       "1 item, own TCP connection per client (diagnostic, bare stub)", 1, true);
+  }
+  if (!added.ok()) {
+    std::fprintf(stderr, "coordinator_throughput: %s\n", added.ToString().c_str());
+    return 1;
+  }
+  const size_t redis_variant = 1;
+
+  std::printf("coordinator_throughput: %u hardware threads (%s); shardq serve at %s, "
+              "redis-server %s at %s\n",
+              std::thread::hardware_concurrency(), CpuModel().c_str(),
+              flags.shardq_address.c_str(), redis_version.c_str(), flags.redis_address.c_str());
+  std::printf("each client: its own thread and connection; take, complete, repeat until "
+              "drained; %d warm-up items per client first (not measured)\n\n",
+              static_cast<int>(flags.warmup_items_per_client));
+  std::fflush(stdout);
+
+  // summaries[row][variant]
+  std::vector<std::vector<Summary>> summaries;
+  const std::string run_id = absl::StrCat(getpid(), "-", absl::ToUnixMillis(absl::Now()));
+  for (size_t r = 0; r < flags.clients.size(); ++r) {
+    const int clients = flags.clients[r];
+    const int64_t items = flags.items[r];
+    const int64_t warmup = flags.warmup_items_per_client * clients;
+    summaries.emplace_back(variants.size());
+    // Repeats interleave the systems, so a disturbance (another process
+    // on the machine) hits them alike rather than one system's whole run.
+    for (int rep = 0; rep < flags.repeats; ++rep) {
+      for (size_t v = 0; v < variants.size(); ++v) {
+        const Variant& variant = variants[v];
+        const std::string queue =
+            absl::StrCat("bench-", variant.label, "-c", clients, "-r", rep, "-", run_id);
+        absl::StatusOr<RowResult> result = RunRow(*variant.system, variant.label, clients,
+                                                  queue + "-warmup", warmup, queue, items);
+        if (!result.ok()) {
+          std::fprintf(stderr, "coordinator_throughput: FAILED: %s\n",
+                       result.status().ToString().c_str());
+          return 1;
+        }
+        std::printf("%-15s %2d clients, %6d items: %6.2f s, %8.0f pairs/s, %7d takes, "
+                    "take p50/p99 %s us, complete p50/p99 %s us\n  verified: %s\n",
+                    variant.label.c_str(), clients, static_cast<int>(items), result->seconds,
+                    result->pairs_per_second(), static_cast<int>(result->takes),
+                    LatencyCell(result->take_latency).c_str(),
+                    LatencyCell(result->complete_latency).c_str(),
+                    result->verification.c_str());
+        std::fflush(stdout);
+        summaries[r][v].Add(*result);
+      }
+    }
+  }
+
+  std::printf("\n| clients | shardq take | items | shardq pairs/s | shardq take p50 / p99 (µs) "
+              "| Redis pairs/s | Redis take p50 / p99 (µs) | shardq / Redis |\n");
+  std::printf("|--:|---|--:|--:|--:|--:|--:|--:|\n");
+  for (size_t r = 0; r < summaries.size(); ++r) {
+    const Summary& redis_row = summaries[r][redis_variant];
+    for (size_t v = 0; v < variants.size(); ++v) {
+      if (v == redis_variant) continue;
+      const Summary& s = summaries[r][v];
+      std::printf("| %d | %s | %d | %.0f | %s | %.0f | %s | %.2f |\n", flags.clients[r],
+                  variants[v].table_name.c_str(), static_cast<int>(flags.items[r]),
+                  s.MedianRate(), LatencyCell(s.take_latency).c_str(), redis_row.MedianRate(),
+                  LatencyCell(redis_row.take_latency).c_str(),
+                  s.MedianRate() / redis_row.MedianRate());
+    }
+  }
+  std::printf("\nA pair is one take and one completion of one item; pairs/s = items / wall time "
+              "from the start gate until the queue is drained, the median of %d runs (latencies: "
+              "all runs' takes). Redis: LMOVE pending -> "
+              "processing, then LREM from processing, one item at a time; one Redis run per "
+              "client count, repeated on every line of that count. The 1-item line is the "
+              "like-for-like comparison. Batched: up to %d items per take call (latency is per "
+              "call), completed one by one.\n",
+              flags.repeats, static_cast<int>(flags.batch));
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardq
+
+int main(int argc, char** argv) {
+  shardq::Flags flags;
+  CLI::App app{"shardq coordinator vs Redis work queue: take+complete throughput and latency"};
+  app.add_option("--shardq", flags.shardq_address, "HOST:PORT of a running `shardq serve`")
+      ->required();
+  app.add_option("--redis", flags.redis_address, "HOST:PORT of a running redis-server")
+      ->capture_default_str();
+  app.add_option("--clients", flags.clients, "concurrent clients per row")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--items", flags.items, "items per row (one per --clients entry)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--warmup-items", flags.warmup_items_per_client,
+                 "warm-up items per client, drained before the clock starts")
+      ->capture_default_str();
+  app.add_option("--batch", flags.batch, "max items per take in the batched shardq variant")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--repeats", flags.repeats,
+                 "runs of every row and system, interleaved; the table shows the median")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  app.add_flag("--diagnose-connections", flags.diagnose_connections,
+               "also run shardq through a bare gRPC stub with its own TCP connection per "
+               "client (ConnectRemote's channels share one connection per process)");
+  CLI11_PARSE(app, argc, argv);
+  return shardq::Run(flags);
+}
