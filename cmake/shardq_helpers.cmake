@@ -40,4 +40,12 @@ function(shardq_cc_test)
   if(ARG_LABELS)
     set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}")
   endif()
+  # Debian's abseil is not built for ThreadSanitizer: the shim makes
+  # absl::Mutex visible to it (see src/pipeline/tsan_absl_mutex_shim.cc).
+  if(SHARDQ_TSAN AND absl_VERSION VERSION_EQUAL 20220623
+     AND NOT ${ARG_NAME} MATCHES "^pipeline_")
+    target_sources(${ARG_NAME} PRIVATE
+      ${PROJECT_SOURCE_DIR}/src/pipeline/tsan_absl_mutex_shim.cc)
+    target_link_libraries(${ARG_NAME} PRIVATE ${CMAKE_DL_LIBS})
+  endif()
 endfunction()
