@@ -1,0 +1,86 @@
+// How the reading stage of a pipeline (ReadItems in dataset.h) turns one
+// work item into records: a factory opens an ItemReader for an item string,
+// and the reader returns the item's records one by one.
+//
+//   RecordReaderFactory factory = TextReaderFactory();
+//   absl::StatusOr<std::unique_ptr<RecordReader>> reader =
+//       factory("data/part-3.txt?start=0&end=4096");
+//   Record record;
+//   while (*(*reader)->Next(&record)) ...   // (check the StatusOr first)
+//
+// A new record format is one more factory: anything that can open an item
+// string and return its records in order. The element type is a template
+// parameter so that a format whose records are not (key, bytes) pairs (the
+// typed rows of a table) gets its own ItemReader<Row> without squeezing its
+// values into strings.
+#ifndef SHARDQ_PIPELINE_RECORD_READER_H_
+#define SHARDQ_PIPELINE_RECORD_READER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "shardq/text_line_reader.h"  // Record
+#include "shardq/tfrecord_reader.h"   // TFRecordReaderOptions
+
+namespace shardq::pipeline {
+
+// Reads the records of one work item, in order. Not thread-safe: the
+// pipeline uses one reader from one thread at a time.
+template <typename R>
+class ItemReader {
+ public:
+  virtual ~ItemReader() = default;
+
+  // Reads the next record into *record (not null). Returns false after the
+  // item's last record. Errors name the file (and the byte offset where the
+  // format has one); after an error the reader is not called again.
+  virtual absl::StatusOr<bool> Next(R* record) = 0;
+
+  // Where the unread rest of the item starts, after the records returned so
+  // far, in the item's units and absolute like the item's start/end (bytes
+  // of a file, rows of a table): the offset ItemSource::NoteProgress takes.
+  // -1 when the format cannot resume an item in the middle (a compressed
+  // file); the pipeline then reports no progress for the item.
+  virtual int64_t resume_offset() const = 0;
+};
+
+// Opens the reader of an item string (a work name, optionally with a
+// range, see shardq/slice.h). Errors name the item or its file. May return
+// a reader that opens its file lazily, reporting a missing file from the
+// first Next(). Must be thread-safe: parallel reading threads call it
+// concurrently.
+template <typename R>
+using ItemReaderFactory =
+    std::function<absl::StatusOr<std::unique_ptr<ItemReader<R>>>(
+        const std::string& item)>;
+
+using RecordReader = ItemReader<Record>;
+using RecordReaderFactory = ItemReaderFactory<Record>;
+
+// Text lines: a line belongs to the item in which its first byte lies.
+// key "<item>:<byte offset of the line>", value the line without "\n" or
+// "\r\n". NOT_FOUND names a missing file. Resumable: resume_offset() is the
+// byte offset of the next line.
+RecordReaderFactory TextReaderFactory();
+
+// TFRecord records (plain, GZIP or ZLIB; see shardq/tfrecord_reader.h for
+// the slice rules and `options`). key "<item>:<byte offset of the record>",
+// value the record's data. Errors name the file: NOT_FOUND, DATA_LOSS with
+// the byte offset of a corrupt record, INVALID_ARGUMENT for a cut
+// compressed file. Reads a few records ahead of Next(). resume_offset() is
+// -1: TFRecord items are re-read whole after a failure.
+RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options = {});
+
+// The formats whose records are Records, for choosing one by name (a
+// command-line flag, a config file).
+enum class RecordFormat { kText, kTFRecord };
+
+// The factory of `format` with default options.
+RecordReaderFactory ReaderFactoryFor(RecordFormat format);
+
+}  // namespace shardq::pipeline
+
+#endif  // SHARDQ_PIPELINE_RECORD_READER_H_

@@ -1,0 +1,144 @@
+// Options of the pipeline stages in dataset.h. Plain structs: defaults live
+// here, and each field says what it trades off. Every stage checks its
+// options when the pipeline is built (Dataset::MakeIterator), which fails
+// with INVALID_ARGUMENT naming the stage and the field.
+#ifndef SHARDQ_PIPELINE_STAGE_OPTIONS_H_
+#define SHARDQ_PIPELINE_STAGE_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace shardq::pipeline {
+
+// ReadItems: takes items from an ItemSource and interleaves their records.
+struct InterleaveOptions {
+  // Names the stage in errors and stats.
+  std::string name = "read";
+
+  // Items read at once, taking turns. 0: max_items_held if that is finite
+  // (a WorkQueue's num_clients), else 1. More items mix records of more
+  // slices and hide the latency of opening one, but each is a lease held.
+  int64_t cycle_length = 0;
+
+  // Records taken from one item before moving to the next (>= 1). Larger
+  // blocks read more sequentially; 1 mixes finest.
+  int64_t block_length = 1;
+
+  // Threads reading items ahead of the merge, each serving
+  // cycle_length / num_parallel_reads of the items. <= 1: the merging
+  // thread reads itself (one thread in all). The merged order is the same
+  // for any number of threads.
+  int64_t num_parallel_reads = 1;
+
+  // With num_parallel_reads > 1: records each item's reader keeps ready
+  // ahead of the merge (at least block_length + 1; refilled in bursts when
+  // half are gone). Memory: cycle_length * read_ahead records. 0: the
+  // larger of 64 and 4 * block_length.
+  int64_t read_ahead = 0;
+
+  // Records held between this stage and the next.
+  int64_t buffer_size = 256;
+
+  // Items taken from the source and not yet completed, at most. An item is
+  // completed only once every one of its records has left the pipeline
+  // (returned by Iterator::Next, or dropped by Batch / Distribute), so the
+  // items whose records sit in later buffers (shuffle, batch, prefetch)
+  // count too. 0: the source's own limit (WorkQueue::num_clients, an
+  // InputProducer's capacity), unlimited for other sources. A WorkQueue
+  // refuses more than num_clients leases, so with a WorkQueue a value of 0
+  // or at most num_clients is required. Give the queue a num_clients
+  // comfortably larger than cycle_length: when every held item is fully
+  // read and waiting in buffers, reading pauses (stats().stalls), a
+  // shuffle buffer drains early, and a batch that cannot be filled from
+  // the held items fails with FAILED_PRECONDITION rather than hang. That
+  // never happens with max_items_held >= the batch size (each held item
+  // would have a record in the batch); with items much larger than a
+  // batch, a few more than cycle_length is plenty.
+  int64_t max_items_held = 0;
+
+  // true: an item slot whose item ran out waits for the source's next item
+  // in its turn, so the order of records is a function of the order of
+  // items (and of these options) only. false: the other slots go on
+  // reading while the next item is being fetched. Either way a slot never
+  // waits while the source has nothing to hand out right now (the end of
+  // the data, or every remaining item held by others) or the held limit is
+  // reached; the order then depends on timing.
+  bool deterministic = true;
+
+  // How often a take from a WorkQueue that is waiting for items held by
+  // other workers wakes to check whether the pipeline is being destroyed.
+  absl::Duration take_poll_interval = absl::Milliseconds(100);
+};
+
+// Map: applies a function to every element.
+struct MapOptions {
+  std::string name = "map";
+
+  // Threads calling the function. 0: the function runs in the thread that
+  // pulls from this stage (the consumer's, or a Prefetch thread).
+  int64_t num_threads = 1;
+
+  // true: results leave in input order (a slow element holds back those
+  // after it). false: in the order they finish; the order then depends on
+  // timing. Errors are reported at their element's position when true.
+  bool deterministic = true;
+
+  // Elements taken in and not yet handed on, at most (at least
+  // num_threads). Elements move between threads in chunks of what is
+  // ready, so a larger buffer means fewer, larger hand-offs. 0: the larger
+  // of 256 and 4 * num_threads.
+  int64_t buffer_size = 0;
+};
+
+// Shuffle: a shuffle buffer, as tf.data's shuffle(buffer_size, seed).
+struct ShuffleOptions {
+  std::string name = "shuffle";
+
+  // Elements to choose from (>= 1): an element is handed on only once the
+  // buffer is full (or the input ended), and then a uniformly random one.
+  // Larger mixes better, costs memory, and delays the first element.
+  int64_t buffer_size = 1024;
+
+  // Seeds the choices (SplitMix64, see src/core/rng.h): the same seed and
+  // the same input order give the same output order on every machine.
+  uint64_t seed = 0;
+};
+
+// Batch: groups consecutive elements into a Batch.
+struct BatchOptions {
+  // Rows per batch (>= 1).
+  int64_t batch_size = 32;
+
+  // At the end of the data, drop a last batch that has fewer than
+  // batch_size rows (its records still count as consumed, so their items
+  // are completed). false: hand it on short.
+  bool drop_remainder = false;
+};
+
+// Distribute: splits every global batch into one batch per replica, as
+// tf.distribute's experimental_distribute_dataset.
+struct DistributeOptions {
+  // Replicas, R >= 1. The batch size of the batched input must be a
+  // multiple of R; each replica's batch has batch_size / R rows.
+  int64_t num_replicas = 1;
+
+  // What happens to a global batch with fewer rows than the batch size
+  // (the last one, or one made short by a source that ran dry, see
+  // stats().short_batches). Either way every replica gets a batch in every
+  // step, so synchronous replicas never wait for one that has none.
+  enum class Remainder {
+    // Drop it (its records count as consumed).
+    kDrop,
+    // Spread its real rows over the replicas as evenly as possible (they
+    // differ by at most one row) and pad every replica's batch to full
+    // size with default-constructed rows marked in Batch::padded.
+    kPad,
+  };
+  Remainder remainder = Remainder::kPad;
+};
+
+}  // namespace shardq::pipeline
+
+#endif  // SHARDQ_PIPELINE_STAGE_OPTIONS_H_

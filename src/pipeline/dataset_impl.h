@@ -1,0 +1,306 @@
+// Template definitions for include/shardq/pipeline/dataset.h; include that
+// header, not this one.
+//
+// A Dataset holds a Node: a function that builds its stage into a
+// PipelineContext, after building its input's. MakeIterator builds the
+// whole chain, and only then runs the context's starters (threads), so a
+// bad option anywhere fails the build before any thread runs.
+#ifndef SHARDQ_SRC_PIPELINE_DATASET_IMPL_H_
+#define SHARDQ_SRC_PIPELINE_DATASET_IMPL_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/memory/memory.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "shardq/pipeline/dataset.h"
+#include "src/pipeline/buffer_stages.h"
+#include "src/pipeline/map_stage.h"
+#include "src/pipeline/prefetch_stage.h"
+#include "src/pipeline/read_setup.h"
+#include "src/pipeline/read_stage.h"
+#include "src/pipeline/stage.h"
+
+namespace shardq::pipeline {
+namespace internal {
+
+template <typename T>
+class Node {
+ public:
+  using Builder = std::function<absl::StatusOr<std::unique_ptr<Stage<T>>>(
+      PipelineContext*)>;
+
+  // `batch_size`: the rows per batch of the elements, when they are
+  // batches made by Batch (for Distribute).
+  explicit Node(Builder build, std::optional<int64_t> batch_size = {})
+      : build_(std::move(build)), batch_size_(batch_size) {}
+
+  absl::StatusOr<std::unique_ptr<Stage<T>>> Build(
+      PipelineContext* context) const {
+    return build_(context);
+  }
+  std::optional<int64_t> batch_size() const { return batch_size_; }
+
+ private:
+  const Builder build_;
+  const std::optional<int64_t> batch_size_;
+};
+
+template <typename T>
+std::shared_ptr<const Node<T>> MakeNode(typename Node<T>::Builder build,
+                                        std::optional<int64_t> batch_size = {}) {
+  return std::make_shared<const Node<T>>(std::move(build), batch_size);
+}
+
+inline absl::Status BadStageOption(const std::string& stage,
+                                   const std::string& field, int64_t value,
+                                   const std::string& requirement) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      stage, ": ", field, " = ", value, ", must be ", requirement));
+}
+
+}  // namespace internal
+
+// --- Iterator ---
+
+template <typename T>
+Iterator<T>::Iterator(std::unique_ptr<internal::PipelineContext> context,
+                      std::unique_ptr<internal::Stage<T>> stage)
+    : context_(std::move(context)), stage_(std::move(stage)) {}
+
+template <typename T>
+Iterator<T>::~Iterator() {
+  context_->coordinator.RequestStop();
+  context_->coordinator.Join().IgnoreError();
+  if (context_->ledger != nullptr) context_->ledger->ReleaseHeld();
+}
+
+template <typename T>
+absl::StatusOr<T> Iterator<T>::Next() {
+  if (!status_.ok()) return status_;
+  while (true) {
+    internal::Envelope<T> next = stage_->Next();
+    if (!next.ok()) {
+      status_ = next.status();
+      if (absl::IsOutOfRange(status_)) {
+        // A stage's end; the end of the data unless a thread failed.
+        absl::Status error = context_->coordinator.error();
+        if (!error.ok()) status_ = error;
+      }
+      if (!absl::IsOutOfRange(status_)) context_->coordinator.RequestStop();
+      return status_;
+    }
+    if (next->marker) continue;
+    if (context_->ledger != nullptr) {
+      absl::Status consumed = context_->ledger->Consume(next->tags);
+      if (!consumed.ok()) {
+        // This element is delivered; the pipeline ends with the error.
+        status_ = std::move(consumed);
+        context_->coordinator.RequestStop();
+      }
+    }
+    return std::move(next->value);
+  }
+}
+
+template <typename T>
+PipelineStats Iterator<T>::stats() const {
+  PipelineStats stats;
+  if (context_->ledger != nullptr) {
+    const internal::LedgerStats ledger = context_->ledger->stats();
+    stats.items_taken = ledger.items_taken;
+    stats.items_completed = ledger.items_completed;
+    stats.items_held = ledger.items_held;
+    stats.records_read = ledger.records_read;
+    stats.records_consumed = ledger.records_consumed;
+    stats.stalls = ledger.stalls;
+  }
+  stats.records_dropped = context_->records_dropped.load();
+  stats.shuffle_drains = context_->shuffle_drains.load();
+  stats.short_batches = context_->short_batches.load();
+  return stats;
+}
+
+// --- Dataset ---
+
+template <typename T>
+template <typename Fn>
+Dataset<internal::MapResult<Fn, T>> Dataset<T>::Map(Fn fn,
+                                                    MapOptions options) const {
+  using Out = internal::MapResult<Fn, T>;
+  internal::MapFunction<T, Out> function(std::move(fn));
+  auto input = node_;
+  return Dataset<Out>(internal::MakeNode<Out>(
+      [input, function, options](internal::PipelineContext* context)
+          -> absl::StatusOr<std::unique_ptr<internal::Stage<Out>>> {
+        const std::string stage = absl::StrCat("Map '", options.name, "'");
+        if (options.num_threads < 0) {
+          return internal::BadStageOption(stage, "num_threads",
+                                          options.num_threads, ">= 0");
+        }
+        if (options.buffer_size < 0) {
+          return internal::BadStageOption(stage, "buffer_size",
+                                          options.buffer_size, ">= 0");
+        }
+        absl::StatusOr<std::unique_ptr<internal::Stage<T>>> in =
+            input->Build(context);
+        if (!in.ok()) return in.status();
+        if (options.num_threads == 0) {
+          return std::make_unique<internal::InlineMapStage<T, Out>>(
+              *std::move(in), function, options);
+        }
+        MapOptions resolved = options;
+        resolved.buffer_size =
+            options.buffer_size == 0
+                ? std::max<int64_t>(256, 4 * options.num_threads)
+                : std::max(options.buffer_size, options.num_threads);
+        return std::make_unique<internal::ParallelMapStage<T, Out>>(
+            context, *std::move(in), function, resolved);
+      }));
+}
+
+template <typename T>
+Dataset<T> Dataset<T>::Shuffle(ShuffleOptions options) const {
+  auto input = node_;
+  return Dataset<T>(internal::MakeNode<T>(
+      [input, options](internal::PipelineContext* context)
+          -> absl::StatusOr<std::unique_ptr<internal::Stage<T>>> {
+        if (options.buffer_size < 1) {
+          return internal::BadStageOption(
+              absl::StrCat("Shuffle '", options.name, "'"), "buffer_size",
+              options.buffer_size, ">= 1");
+        }
+        absl::StatusOr<std::unique_ptr<internal::Stage<T>>> in =
+            input->Build(context);
+        if (!in.ok()) return in.status();
+        return std::make_unique<internal::ShuffleStage<T>>(
+            context, *std::move(in), options);
+      },
+      input->batch_size()));
+}
+
+template <typename T>
+Dataset<pipeline::Batch<T>> Dataset<T>::Batch(BatchOptions options) const {
+  using Out = pipeline::Batch<T>;
+  auto input = node_;
+  return Dataset<Out>(internal::MakeNode<Out>(
+      [input, options](internal::PipelineContext* context)
+          -> absl::StatusOr<std::unique_ptr<internal::Stage<Out>>> {
+        if (options.batch_size < 1) {
+          return internal::BadStageOption("Batch", "batch_size",
+                                          options.batch_size, ">= 1");
+        }
+        absl::StatusOr<std::unique_ptr<internal::Stage<T>>> in =
+            input->Build(context);
+        if (!in.ok()) return in.status();
+        return std::make_unique<internal::BatchStage<T>>(
+            context, *std::move(in), options);
+      },
+      options.batch_size));
+}
+
+template <typename T>
+template <typename B>
+Dataset<PerReplicaBatches<typename internal::BatchRow<B>::type>>
+Dataset<T>::Distribute(DistributeOptions options) const {
+  using Row = typename internal::BatchRow<B>::type;
+  using Out = PerReplicaBatches<Row>;
+  auto input = node_;
+  return Dataset<Out>(internal::MakeNode<Out>(
+      [input, options](internal::PipelineContext* context)
+          -> absl::StatusOr<std::unique_ptr<internal::Stage<Out>>> {
+        const std::optional<int64_t> batch_size = input->batch_size();
+        if (!batch_size.has_value()) {
+          return absl::InvalidArgumentError(
+              "Distribute: its input must be batched by Batch (optionally "
+              "followed by Shuffle or Prefetch), so that the global batch "
+              "size is known");
+        }
+        if (options.num_replicas < 1) {
+          return internal::BadStageOption("Distribute", "num_replicas",
+                                          options.num_replicas, ">= 1");
+        }
+        if (*batch_size % options.num_replicas != 0) {
+          return internal::BadStageOption(
+              "Distribute", "num_replicas", options.num_replicas,
+              absl::StrCat("a divisor of the batch size ", *batch_size));
+        }
+        absl::StatusOr<std::unique_ptr<internal::Stage<B>>> in =
+            input->Build(context);
+        if (!in.ok()) return in.status();
+        return std::make_unique<internal::DistributeStage<Row>>(
+            context, *std::move(in), *batch_size, options);
+      }));
+}
+
+template <typename T>
+Dataset<T> Dataset<T>::Prefetch(int64_t buffer_size) const {
+  auto input = node_;
+  return Dataset<T>(internal::MakeNode<T>(
+      [input, buffer_size](internal::PipelineContext* context)
+          -> absl::StatusOr<std::unique_ptr<internal::Stage<T>>> {
+        if (buffer_size < 1) {
+          return internal::BadStageOption("Prefetch", "buffer_size",
+                                          buffer_size, ">= 1");
+        }
+        absl::StatusOr<std::unique_ptr<internal::Stage<T>>> in =
+            input->Build(context);
+        if (!in.ok()) return in.status();
+        return std::make_unique<internal::PrefetchStage<T>>(
+            context, *std::move(in), buffer_size);
+      },
+      input->batch_size()));
+}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<Iterator<T>>> Dataset<T>::MakeIterator() const {
+  auto context = std::make_unique<internal::PipelineContext>();
+  absl::StatusOr<std::unique_ptr<internal::Stage<T>>> stage =
+      node_->Build(context.get());
+  if (!stage.ok()) return stage.status();
+  for (const auto& start : context->starters) start();
+  return absl::WrapUnique(
+      new Iterator<T>(std::move(context), *std::move(stage)));
+}
+
+// --- Sources ---
+
+template <typename R>
+Dataset<R> ReadItems(ItemSource* source, ItemReaderFactory<R> factory,
+                     InterleaveOptions options) {
+  return Dataset<R>(internal::MakeNode<R>(
+      [source, factory, options](internal::PipelineContext* context)
+          -> absl::StatusOr<std::unique_ptr<internal::Stage<R>>> {
+        if (!factory) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "ReadItems '", options.name, "': the reader factory is empty"));
+        }
+        absl::StatusOr<InterleaveOptions> resolved =
+            internal::PrepareRead(source, options, context);
+        if (!resolved.ok()) return resolved.status();
+        return std::make_unique<internal::ReadStage<R>>(context, factory,
+                                                        *resolved);
+      }));
+}
+
+template <typename T>
+Dataset<T> FromVector(std::vector<T> elements) {
+  auto shared = std::make_shared<const std::vector<T>>(std::move(elements));
+  return Dataset<T>(internal::MakeNode<T>(
+      [shared](internal::PipelineContext*)
+          -> absl::StatusOr<std::unique_ptr<internal::Stage<T>>> {
+        return std::make_unique<internal::VectorStage<T>>(shared);
+      }));
+}
+
+}  // namespace shardq::pipeline
+
+#endif  // SHARDQ_SRC_PIPELINE_DATASET_IMPL_H_

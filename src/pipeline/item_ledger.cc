@@ -1,0 +1,298 @@
+#include "src/pipeline/item_ledger.h"
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "shardq/work_queue.h"
+
+namespace shardq::pipeline::internal {
+
+ItemLedger::ItemLedger(ItemSource* source, WorkQueue* work_queue,
+                       LedgerOptions options)
+    : source_(source), work_queue_(work_queue), options_(std::move(options)) {}
+
+void ItemLedger::Start(ThreadCoordinator* coordinator) {
+  coordinator_ = coordinator;
+  coordinator->AddStopCallback([this] {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    changed_cv_.SignalAll();
+    fetch_cv_.SignalAll();
+  });
+  coordinator->Launch(absl::StrCat(options_.name, " item fetcher"),
+                      [this] { return FetchLoop(); });
+}
+
+bool ItemLedger::AtLimitLocked() const {
+  return options_.max_items_held > 0 && held_ >= options_.max_items_held;
+}
+
+void ItemLedger::ChangedLocked() {
+  ++changes_;
+  changed_cv_.SignalAll();
+}
+
+absl::Status ItemLedger::FetchLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && !end_ && fetch_error_.ok() &&
+             (fetched_.has_value() || AtLimitLocked())) {
+        fetch_cv_.Wait(&mu_);
+      }
+      if (stopping_ || end_ || !fetch_error_.ok()) return absl::OkStatus();
+      ++held_;  // reserved for the item being fetched
+      fetching_ = true;
+      ChangedLocked();
+    }
+    bool stopped = false;
+    absl::StatusOr<WorkItem> item = FetchOne(&stopped);
+    absl::MutexLock lock(&mu_);
+    fetching_ = false;
+    dry_ = false;
+    if (item.ok()) {
+      if (work_queue_ != nullptr) held_items_[item->lease_id] = *item;
+      fetched_ = *std::move(item);
+      ++stats_.items_taken;
+    } else {
+      --held_;
+      if (stopped || stopping_) return absl::OkStatus();
+      if (absl::IsOutOfRange(item.status())) {
+        end_ = true;
+      } else {
+        fetch_error_ = absl::Status(
+            item.status().code(),
+            absl::StrCat(options_.name, ": taking the next item: ",
+                         item.status().message()));
+      }
+    }
+    ChangedLocked();
+  }
+}
+
+absl::StatusOr<WorkItem> ItemLedger::FetchOne(bool* stopped) {
+  if (work_queue_ == nullptr) return source_->NextItem();
+  // A first take that does not wait tells "dry" (nothing to hand out now)
+  // from "an item is on its way".
+  absl::StatusOr<WorkItem> item = work_queue_->Take(absl::ZeroDuration());
+  if (!absl::IsDeadlineExceeded(item.status())) return item;
+  {
+    absl::MutexLock lock(&mu_);
+    dry_ = true;
+    ChangedLocked();
+  }
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) {
+        *stopped = true;
+        return absl::CancelledError("pipeline stopping");
+      }
+    }
+    item = work_queue_->Take(options_.take_poll_interval);
+    if (!absl::IsDeadlineExceeded(item.status())) return item;
+  }
+}
+
+ItemLedger::Poll ItemLedger::TryTakeItem(std::shared_ptr<ItemTicket>* ticket,
+                                         absl::Status* error) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return Poll::kStopped;
+  if (fetched_.has_value()) {
+    *ticket = std::shared_ptr<ItemTicket>(new ItemTicket(*std::move(fetched_)));
+    fetched_.reset();
+    fetch_cv_.Signal();
+    return Poll::kItem;
+  }
+  if (!fetch_error_.ok()) {
+    *error = fetch_error_;
+    return Poll::kError;
+  }
+  if (end_) return Poll::kEnd;
+  if (dry_) return Poll::kNoItemNow;
+  if (fetching_) return Poll::kPending;
+  if (AtLimitLocked()) return Poll::kNoItemNow;
+  return Poll::kPending;  // the fetcher is about to start
+}
+
+int64_t ItemLedger::Emit(const std::shared_ptr<ItemTicket>& ticket,
+                         const std::vector<int64_t>& resume_offsets) {
+  const int64_t n = static_cast<int64_t>(resume_offsets.size());
+  absl::MutexLock lock(&mu_);
+  const int64_t first = ticket->emitted_;
+  ticket->emitted_ += n;
+  in_flight_ += n;
+  stats_.records_read += n;
+  for (int64_t offset : resume_offsets) {
+    ticket->consumed_flags_.push_back(false);
+    ticket->resume_offsets_.push_back(offset);
+  }
+  return first;
+}
+
+absl::Status ItemLedger::FinishReading(
+    const std::shared_ptr<ItemTicket>& ticket) {
+  {
+    absl::MutexLock lock(&mu_);
+    ticket->read_all_ = true;
+    if (ticket->done_ || ticket->consumed_ != ticket->emitted_) {
+      return absl::OkStatus();
+    }
+    ticket->done_ = true;
+    ++completing_;
+  }
+  return CompleteItems({ticket});
+}
+
+void ItemLedger::SetReaderIdle(bool idle) {
+  absl::MutexLock lock(&mu_);
+  if (idle && !reader_idle_) ++stats_.stalls;
+  reader_idle_ = idle;
+  reader_idle_hint_.store(idle, std::memory_order_release);
+}
+
+ItemLedger::WaitingHold::WaitingHold(ItemLedger* ledger, int64_t records)
+    : ledger_(ledger),
+      records_(ledger != nullptr && records > 0 && ledger->reader_idle_hint()
+                   ? records
+                   : 0) {
+  if (records_ > 0) ledger_->AddWaitingHold(records_);
+}
+
+ItemLedger::WaitingHold::~WaitingHold() {
+  if (records_ > 0) ledger_->AddWaitingHold(-records_);
+}
+
+void ItemLedger::AddWaitingHold(int64_t records) {
+  absl::MutexLock lock(&mu_);
+  waiting_held_ += records;
+  ChangedLocked();
+}
+
+uint64_t ItemLedger::change_count() const {
+  absl::MutexLock lock(&mu_);
+  return changes_;
+}
+
+uint64_t ItemLedger::AwaitChange(uint64_t seen) {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_ && changes_ == seen) changed_cv_.Wait(&mu_);
+  return changes_;
+}
+
+bool ItemLedger::ConsumeLocked(ItemTicket& ticket, int64_t seq,
+                               int64_t* progress) {
+  ++ticket.consumed_;
+  --in_flight_;
+  ++stats_.records_consumed;
+  const int64_t index = seq - ticket.in_order_;
+  if (index >= 0 && index < static_cast<int64_t>(ticket.consumed_flags_.size())) {
+    ticket.consumed_flags_[static_cast<size_t>(index)] = true;
+  }
+  while (!ticket.consumed_flags_.empty() && ticket.consumed_flags_.front()) {
+    *progress = ticket.resume_offsets_.front();
+    ticket.consumed_flags_.pop_front();
+    ticket.resume_offsets_.pop_front();
+    ++ticket.in_order_;
+  }
+  if (ticket.done_ || !ticket.read_all_ ||
+      ticket.consumed_ != ticket.emitted_) {
+    return false;
+  }
+  ticket.done_ = true;
+  ++completing_;
+  return true;
+}
+
+absl::Status ItemLedger::Consume(const RecordTags& tags) {
+  if (tags.empty()) return absl::OkStatus();
+  std::vector<std::shared_ptr<ItemTicket>> done;
+  // The latest in-order progress of each item touched, in first-touch order.
+  std::vector<std::pair<ItemTicket*, int64_t>> progress;
+  {
+    absl::MutexLock lock(&mu_);
+    tags.ForEach([&](const RecordTag& tag) {
+      int64_t offset = -1;
+      if (ConsumeLocked(*tag.ticket, tag.seq, &offset)) {
+        done.push_back(tag.ticket);
+      } else if (offset >= 0) {
+        if (!progress.empty() && progress.back().first == tag.ticket.get()) {
+          progress.back().second = offset;
+        } else {
+          progress.emplace_back(tag.ticket.get(), offset);
+        }
+      }
+    });
+    ChangedLocked();
+  }
+  // Tickets stay alive: `tags` holds them.
+  for (const auto& [ticket, offset] : progress) {
+    bool finished = false;
+    for (const auto& d : done) finished = finished || d.get() == ticket;
+    if (!finished) source_->NoteProgress(ticket->item(), offset);
+  }
+  if (done.empty()) return absl::OkStatus();
+  return CompleteItems(done);
+}
+
+absl::Status ItemLedger::CompleteItems(
+    const std::vector<std::shared_ptr<ItemTicket>>& done) {
+  absl::Status first_error;
+  for (const auto& ticket : done) {
+    absl::Status s = source_->ItemDone(ticket->item());
+    if (!s.ok() && first_error.ok()) {
+      first_error = absl::Status(
+          s.code(), absl::StrCat(options_.name, ": completing item '",
+                                 ticket->item().item, "': ", s.message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(done.size());
+  for (const auto& ticket : done) held_items_.erase(ticket->item().lease_id);
+  completing_ -= n;
+  held_ -= n;
+  stats_.items_completed += n;
+  fetch_cv_.Signal();
+  ChangedLocked();
+  return first_error;
+}
+
+StallReason ItemLedger::Stalled(int64_t own_records) const {
+  absl::MutexLock lock(&mu_);
+  if (!reader_idle_ || completing_ > 0 || fetched_.has_value() ||
+      in_flight_ == 0 || in_flight_ != waiting_held_ + own_records || end_ ||
+      !fetch_error_.ok()) {
+    return StallReason::kNone;
+  }
+  if (dry_) return StallReason::kDry;
+  if (fetching_) return StallReason::kNone;
+  if (AtLimitLocked()) return StallReason::kLimit;
+  return StallReason::kNone;
+}
+
+void ItemLedger::ReleaseHeld() {
+  std::map<uint64_t, WorkItem> held;
+  {
+    absl::MutexLock lock(&mu_);
+    held.swap(held_items_);
+  }
+  // Best effort, as in ~WorkQueue: an item whose lease is gone meanwhile
+  // is back in the queue anyway.
+  for (const auto& [lease, item] : held) work_queue_->Release(item).IgnoreError();
+}
+
+LedgerStats ItemLedger::stats() const {
+  absl::MutexLock lock(&mu_);
+  LedgerStats stats = stats_;
+  stats.items_held = held_ - (fetching_ ? 1 : 0);
+  return stats;
+}
+
+}  // namespace shardq::pipeline::internal

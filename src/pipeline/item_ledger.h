@@ -1,0 +1,298 @@
+// Internal to the pipeline: which work items the pipeline holds, which of
+// their records are still inside it, and when an item may be completed.
+//
+// Accounting. Every record that leaves the reading stage carries a
+// RecordTag: its item's ticket and its sequence number within the item.
+// The ledger counts, per item, the records handed on (Emit) and the records
+// that left the pipeline (Consume: returned to the consumer, or dropped on
+// purpose by Batch / Distribute). An item is completed (ItemSource::ItemDone)
+// once its reader has reached its end (FinishReading) and every record it
+// handed on was consumed, never earlier, so a crash re-reads it. Records
+// consumed in order advance the item's progress, sent with NoteProgress.
+// Records that die with a destroyed pipeline are neither: their items stay
+// held and go back to the queue (released by ~WorkQueue, or lease expiry).
+//
+// Fetching. A fetcher thread takes the next item from the source ahead of
+// need, keeping at most max_items_held items taken and not completed. From
+// a WorkQueue it takes with a timeout, so it notices a stop within
+// take_poll_interval and can report that the queue has nothing to hand out
+// right now ("dry": the end of the data, or the rest held by others); other
+// sources are called blocking.
+//
+// Stalls. When the reading stage has nothing to read (every slot empty)
+// and no item can be had because the source is dry or the held limit is
+// reached, it is idle, and the pipeline can only move if later stages hand
+// on the records they hold. A stage that holds records (a shuffle buffer,
+// a partial batch) declares them with a WaitingHold while it waits for
+// input; once every record in the pipeline is held that way, waiting would
+// be forever, and Stalled() says so. The reading stage then sends a stall
+// marker down the stream (and one when it first goes idle, so that stages
+// already blocked wake to declare what they hold); the first holding stage
+// that receives it while Stalled() hands its records on.
+//
+// Thread-safe.
+#ifndef SHARDQ_SRC_PIPELINE_ITEM_LEDGER_H_
+#define SHARDQ_SRC_PIPELINE_ITEM_LEDGER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "shardq/item_source.h"
+#include "shardq/pipeline/coordinator.h"
+#include "shardq/work_item.h"
+
+namespace shardq {
+class WorkQueue;
+}  // namespace shardq
+
+namespace shardq::pipeline::internal {
+
+class ItemLedger;
+
+// One item taken from the source. Shared by the records of the item that
+// are in flight; its fields are guarded by the ledger's mutex.
+class ItemTicket {
+ public:
+  const WorkItem& item() const { return item_; }
+
+ private:
+  friend class ItemLedger;
+  explicit ItemTicket(WorkItem item) : item_(std::move(item)) {}
+
+  const WorkItem item_;
+  int64_t emitted_ = 0;
+  int64_t consumed_ = 0;
+  bool read_all_ = false;
+  bool done_ = false;
+  // Progress: records [0, in_order_) were all consumed. For records from
+  // in_order_ on: whether each was consumed, and the resume offset after
+  // it (-1: unknown).
+  int64_t in_order_ = 0;
+  std::deque<bool> consumed_flags_;
+  std::deque<int64_t> resume_offsets_;
+};
+
+// Which record of which item an element carries.
+struct RecordTag {
+  std::shared_ptr<ItemTicket> ticket;
+  int64_t seq = 0;
+};
+// The records an element is made of: one for a record, many for a batch.
+// The first is held inline and the rest on the heap, so that the many
+// moves of a single record's element are cheap. Iterable.
+class RecordTags {
+ public:
+  bool empty() const { return first_.ticket == nullptr; }
+  size_t size() const { return empty() ? 0 : 1 + (rest_ ? rest_->size() : 0); }
+  void push_back(RecordTag tag) {
+    if (empty()) {
+      first_ = std::move(tag);
+      return;
+    }
+    if (!rest_) rest_ = std::make_unique<std::vector<RecordTag>>();
+    rest_->push_back(std::move(tag));
+  }
+  void reserve(size_t n) {
+    if (n <= 1) return;
+    if (!rest_) rest_ = std::make_unique<std::vector<RecordTag>>();
+    rest_->reserve(n - 1);
+  }
+  void clear() {
+    first_ = RecordTag();
+    rest_.reset();
+  }
+  // Calls f(tag) for every tag, in order.
+  template <typename F>
+  void ForEach(F f) const {
+    if (empty()) return;
+    f(first_);
+    if (rest_) {
+      for (const RecordTag& tag : *rest_) f(tag);
+    }
+  }
+  // Moves every tag of `other` to the end of this.
+  void Append(RecordTags&& other) {
+    if (other.empty()) return;
+    if (empty()) {
+      *this = std::move(other);
+      return;
+    }
+    push_back(std::move(other.first_));
+    if (other.rest_) {
+      for (RecordTag& tag : *other.rest_) push_back(std::move(tag));
+    }
+    other.clear();
+  }
+
+ private:
+  RecordTag first_;
+  std::unique_ptr<std::vector<RecordTag>> rest_;
+};
+
+struct LedgerOptions {
+  std::string name;              // the reading stage's, for errors
+  int64_t max_items_held = 0;    // resolved: > 0, or 0 for unlimited
+  absl::Duration take_poll_interval = absl::Milliseconds(100);
+};
+
+// Why a stalled pipeline cannot get more records.
+enum class StallReason {
+  kNone,   // not stalled: records or items may still come
+  kDry,    // the source has nothing to hand out until held items complete
+  kLimit,  // max_items_held items are held
+};
+
+struct LedgerStats {
+  int64_t items_taken = 0;
+  int64_t items_completed = 0;
+  int64_t items_held = 0;
+  int64_t records_read = 0;      // handed on by the reading stage
+  int64_t records_consumed = 0;  // left the pipeline (including dropped)
+  int64_t stalls = 0;            // times the reading stage went idle
+};
+
+class ItemLedger {
+ public:
+  // `source` must outlive the ledger's threads. `work_queue` is `source`
+  // when it is a WorkQueue (taken from with a timeout), else null.
+  ItemLedger(ItemSource* source, WorkQueue* work_queue, LedgerOptions options);
+  ItemLedger(const ItemLedger&) = delete;
+  ItemLedger& operator=(const ItemLedger&) = delete;
+
+  // Launches the fetcher thread in `coordinator`, whose stop wakes every
+  // wait of the ledger. Call once.
+  void Start(ThreadCoordinator* coordinator);
+
+  // --- The reading stage ---
+
+  enum class Poll {
+    kItem,       // *ticket is the next item, now held
+    kPending,    // a fetch is in progress and may succeed soon
+    kNoItemNow,  // dry or at the held limit: none until items complete
+    kEnd,        // the source is exhausted
+    kError,      // the source failed: *error
+    kStopped,    // the pipeline is stopping
+  };
+  // Never blocks.
+  Poll TryTakeItem(std::shared_ptr<ItemTicket>* ticket, absl::Status* error);
+
+  // Counts `resume_offsets.size()` more records of `ticket` handed on, in
+  // order, and returns the sequence number of the first. Call before the
+  // records can reach a consumer.
+  int64_t Emit(const std::shared_ptr<ItemTicket>& ticket,
+               const std::vector<int64_t>& resume_offsets);
+
+  // Every record of `ticket` has been handed on. Completes the item now if
+  // they were all consumed already (an empty item). Errors are ItemDone's.
+  absl::Status FinishReading(const std::shared_ptr<ItemTicket>& ticket);
+
+  // The reading stage has no readable item (idle = true) or has one again.
+  void SetReaderIdle(bool idle);
+
+  // Counts changes that may let a waiting reading stage go on: an item
+  // fetched, the source's state, a record consumed, an item completed.
+  uint64_t change_count() const;
+  // Blocks until change_count() differs from `seen` or a stop; returns it.
+  uint64_t AwaitChange(uint64_t seen);
+
+  // --- Later stages and the consumer ---
+
+  // The records of `tags` left the pipeline (returned to the consumer, or
+  // dropped on purpose). Completes the items none of whose records remain
+  // and notes the progress of the others. Returns the first error of
+  // ItemDone; the accounting is updated regardless.
+  absl::Status Consume(const RecordTags& tags);
+
+  // Whether the pipeline is stalled: the reading stage is idle (for the
+  // reason returned), no item is being completed, and every record in the
+  // pipeline is either one of the `own_records` the caller holds or held
+  // by a stage waiting for input (see WaitingHold).
+  StallReason Stalled(int64_t own_records) const;
+
+  // True while the reading stage is idle; a hint read without the lock.
+  bool reader_idle_hint() const {
+    return reader_idle_hint_.load(std::memory_order_acquire);
+  }
+
+  // Declares, for its lifetime, that a stage holding `records` records is
+  // waiting for input. Only counted while the reading stage is idle (no
+  // cost otherwise): a stage that blocked before the stall began is woken
+  // by the first stall marker and declares its records on its next wait.
+  class WaitingHold {
+   public:
+    WaitingHold(ItemLedger* ledger, int64_t records);
+    ~WaitingHold();
+    WaitingHold(const WaitingHold&) = delete;
+    WaitingHold& operator=(const WaitingHold&) = delete;
+
+   private:
+    ItemLedger* const ledger_;
+    const int64_t records_;
+  };
+
+  // Gives the items still held back to a WorkQueue source (Release: to the
+  // front of the queue, for this or another worker to read again), as
+  // ~WorkQueue would. Call after every thread using the ledger was joined.
+  // Other sources have no way to take items back; they keep them.
+  void ReleaseHeld();
+
+  int64_t max_items_held() const { return options_.max_items_held; }
+  LedgerStats stats() const;
+
+ private:
+  // The fetcher thread's body.
+  absl::Status FetchLoop();
+  // One fetch from the source (no lock held).
+  absl::StatusOr<WorkItem> FetchOne(bool* dry);
+  bool AtLimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts consumed records of `ticket`; true when the item is now done.
+  bool ConsumeLocked(ItemTicket& ticket, int64_t seq, int64_t* progress)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls ItemDone for `done` items (no lock held), then un-holds them.
+  absl::Status CompleteItems(const std::vector<std::shared_ptr<ItemTicket>>& done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddWaitingHold(int64_t records) ABSL_LOCKS_EXCLUDED(mu_);
+
+  ItemSource* const source_;
+  WorkQueue* const work_queue_;
+  const LedgerOptions options_;
+  ThreadCoordinator* coordinator_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_cv_;  // the reading stage waits here
+  absl::CondVar fetch_cv_;    // the fetcher waits here
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Items taken (including one being fetched) and not yet completed.
+  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool fetching_ ABSL_GUARDED_BY(mu_) = false;
+  bool dry_ ABSL_GUARDED_BY(mu_) = false;
+  bool end_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status fetch_error_ ABSL_GUARDED_BY(mu_);
+  std::optional<WorkItem> fetched_ ABSL_GUARDED_BY(mu_);
+  bool reader_idle_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> reader_idle_hint_{false};
+  // Records declared by WaitingHolds.
+  int64_t waiting_held_ ABSL_GUARDED_BY(mu_) = 0;
+  // Items whose ItemDone call is under way.
+  int64_t completing_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // WorkQueue source only: the items taken and not completed, by lease.
+  std::map<uint64_t, WorkItem> held_items_ ABSL_GUARDED_BY(mu_);
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  LedgerStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardq::pipeline::internal
+
+#endif  // SHARDQ_SRC_PIPELINE_ITEM_LEDGER_H_

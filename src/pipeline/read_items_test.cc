@@ -1,0 +1,433 @@
+// Pipelines fed by a real embedded WorkQueue: every record exactly once,
+// determinism, errors from readers and map functions, and the rule that an
+// item is completed only after its records were consumed.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "shardq/input_producer.h"
+#include "shardq/pipeline/dataset.h"
+#include "shardq/work_queue.h"
+#include "src/io/tfrecord.h"
+#include "src/pipeline/dataset_test_util.h"
+#include "src/pipeline/test_util.h"
+
+namespace shardq::pipeline {
+namespace {
+
+using ::shardq::pipeline::testutil::Drain;
+using ::shardq::pipeline::testutil::DrainDataset;
+using ::shardq::pipeline::testutil::Eventually;
+using ::shardq::pipeline::testutil::ExpectedLines;
+using ::shardq::pipeline::testutil::MakeQueue;
+using ::shardq::pipeline::testutil::UniqueName;
+using ::shardq::pipeline::testutil::ValueOrDie;
+using ::shardq::pipeline::testutil::Values;
+using ::shardq::pipeline::testutil::WriteTextFiles;
+using ::testing::HasSubstr;
+
+std::vector<std::string> Sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+std::vector<std::string> Repeat(const std::vector<std::string>& v, int times) {
+  std::vector<std::string> out;
+  for (int i = 0; i < times; ++i) out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
+struct Config {
+  std::string label;
+  int64_t cycle_length = 0;
+  int64_t block_length = 1;
+  int64_t parallel_reads = 1;
+  int64_t map_threads = 1;
+  bool deterministic = true;
+  int64_t shuffle = 0;  // buffer size; 0: no shuffle
+  int64_t batch = 16;
+  int64_t prefetch = 2;
+};
+
+Dataset<Batch<Record>> MakePipeline(WorkQueue* queue, const Config& c,
+                                    uint64_t shuffle_seed = 5) {
+  InterleaveOptions read;
+  read.cycle_length = c.cycle_length;
+  read.block_length = c.block_length;
+  read.num_parallel_reads = c.parallel_reads;
+  read.deterministic = c.deterministic;
+  read.buffer_size = 64;
+  MapOptions map;
+  map.num_threads = c.map_threads;
+  map.deterministic = c.deterministic;
+  Dataset<Record> records =
+      ReadItems(queue, TextReaderFactory(), read)
+          .Map([](Record r) { return r; }, map);
+  if (c.shuffle > 0) {
+    ShuffleOptions shuffle;
+    shuffle.buffer_size = c.shuffle;
+    shuffle.seed = shuffle_seed;
+    records = records.Shuffle(shuffle);
+  }
+  BatchOptions batch;
+  batch.batch_size = c.batch;
+  Dataset<Batch<Record>> batches = records.Batch(batch);
+  if (c.prefetch > 0) batches = batches.Prefetch(c.prefetch);
+  return batches;
+}
+
+class EveryRecordOnce : public ::testing::TestWithParam<Config> {};
+
+TEST_P(EveryRecordOnce, OverSlicesAndEpochs) {
+  const Config& c = GetParam();
+  const std::string tag = UniqueName("once");
+  std::vector<std::string> files = WriteTextFiles(tag, 5, 97);
+  // num_clients >= every batch size: no batch can wait forever on items
+  // whose records it holds (see InterleaveOptions::max_items_held).
+  std::unique_ptr<WorkQueue> queue =
+      MakeQueue(files, /*num_slices=*/23, /*num_clients=*/32, /*seed=*/3,
+                /*num_epochs=*/2);
+  auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+  std::vector<std::string> values = Values(Drain(*it));
+  EXPECT_EQ(Sorted(values), Sorted(Repeat(ExpectedLines(tag, 5, 97), 2)));
+
+  const PipelineStats stats = it->stats();
+  EXPECT_EQ(stats.items_completed, queue->num_items() * 2);
+  EXPECT_EQ(stats.items_held, 0);
+  EXPECT_EQ(stats.records_read, 5 * 97 * 2);
+  EXPECT_EQ(stats.records_consumed, stats.records_read);
+  QueueStats queue_stats = ValueOrDie(queue->Stats());
+  EXPECT_TRUE(queue_stats.finished);
+  EXPECT_EQ(queue_stats.completed, queue->num_items() * 2);
+  EXPECT_EQ(queue_stats.duplicates, 0);
+  EXPECT_EQ(queue->held(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, EveryRecordOnce,
+    ::testing::Values(
+        Config{"serial"},
+        Config{"blocks", 3, 4, 1, 0, true, 0, 7, 0},
+        Config{"parallel_reads", 4, 2, 3, 2, true, 50, 16, 2},
+        Config{"nondeterministic", 6, 1, 2, 3, false, 100, 32, 3},
+        Config{"big_shuffle", 8, 5, 4, 1, true, 400, 10, 1}),
+    [](const ::testing::TestParamInfo<Config>& info) {
+      return info.param.label;
+    });
+
+TEST(ReadItems, TwoWorkersSharingAQueueReadEveryRecordOnce) {
+  const std::string tag = UniqueName("workers");
+  std::vector<std::string> files = WriteTextFiles(tag, 4, 150);
+  const std::string name = UniqueName("shared");
+  // num_clients >= the batch size (16), see EveryRecordOnce.
+  std::unique_ptr<WorkQueue> a = MakeQueue(files, 30, 16, 9, 1, name);
+  std::unique_ptr<WorkQueue> b = MakeQueue(files, 30, 16, 9, 1, name);
+  Config c;
+  c.cycle_length = 3;
+  c.shuffle = 20;
+  std::vector<std::string> from_a, from_b;
+  std::thread ta([&] { from_a = Values(DrainDataset(MakePipeline(a.get(), c))); });
+  std::thread tb([&] { from_b = Values(DrainDataset(MakePipeline(b.get(), c))); });
+  ta.join();
+  tb.join();
+  from_a.insert(from_a.end(), from_b.begin(), from_b.end());
+  EXPECT_EQ(Sorted(from_a), Sorted(ExpectedLines(tag, 4, 150)));
+  EXPECT_EQ(ValueOrDie(a->Stats()).duplicates, 0);
+}
+
+class Determinism : public ::testing::TestWithParam<Config> {};
+
+TEST_P(Determinism, OrderIsIdenticalAcrossRunsWithSeeds) {
+  const std::string tag = UniqueName("determinism");
+  std::vector<std::string> files = WriteTextFiles(tag, 6, 80);
+  const Config& c = GetParam();
+  auto run = [&](uint64_t shuffle_seed) {
+    // A queue of its own per run: same plan and seed, a new name.
+    std::unique_ptr<WorkQueue> queue = MakeQueue(files, 20, 64, /*seed=*/11, 2);
+    return Values(DrainDataset(MakePipeline(queue.get(), c, shuffle_seed)));
+  };
+  const std::vector<std::string> first = run(5);
+  ASSERT_EQ(first.size(), 6u * 80u * 2u);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<std::string> again = run(5);
+    size_t same = 0;
+    while (same < again.size() && again[same] == first[same]) ++same;
+    EXPECT_EQ(same, first.size()) << "run " << i << " differs at " << same;
+  }
+  if (c.shuffle > 0) {
+    EXPECT_NE(run(6), first);  // the shuffle seed matters
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, Determinism,
+    ::testing::Values(
+        Config{"one_thread_per_stage", 4, 3, 1, 1, true, 64, 10, 0},
+        Config{"inline_map", 4, 3, 1, 0, true, 0, 10, 0},
+        Config{"parallel_reads", 4, 3, 3, 1, true, 0, 10, 0},
+        Config{"parallel_map", 4, 3, 1, 3, true, 0, 10, 2},
+        Config{"all_parallel", 4, 3, 2, 3, true, 64, 10, 2}),
+    [](const ::testing::TestParamInfo<Config>& info) {
+      return info.param.label;
+    });
+
+TEST(ReadItems, OrderDoesNotDependOnTheNumberOfThreads) {
+  const std::string tag = UniqueName("threads");
+  std::vector<std::string> files = WriteTextFiles(tag, 5, 60);
+  std::vector<std::string> reference;
+  for (int64_t threads : {1, 2, 3, 5}) {
+    Config c;
+    c.cycle_length = 5;
+    c.block_length = 4;
+    c.parallel_reads = threads;
+    c.map_threads = threads - 1;
+    c.shuffle = 32;
+    c.batch = 8;
+    std::unique_ptr<WorkQueue> queue = MakeQueue(files, 17, 64, /*seed=*/4);
+    std::vector<std::string> values =
+        Values(DrainDataset(MakePipeline(queue.get(), c)));
+    if (reference.empty()) reference = values;
+    EXPECT_EQ(values, reference) << threads << " threads";
+  }
+}
+
+TEST(ReadItems, ReadsTFRecordItems) {
+  const std::string tag = UniqueName("tfrecord");
+  std::vector<std::string> files;
+  std::vector<std::string> expected;
+  for (int f = 0; f < 3; ++f) {
+    const std::string path =
+        absl::StrCat(::testing::TempDir(), "/", tag, "-", f, ".tfrecord");
+    auto writer = ValueOrDie(TFRecordWriter::Create(path));
+    for (int r = 0; r < 70; ++r) {
+      const std::string value = absl::StrCat(tag, " ", f, " ", r);
+      ASSERT_TRUE(writer->Write(value).ok());
+      expected.push_back(value);
+    }
+    ASSERT_TRUE(writer->Close().ok());
+    files.push_back(path);
+  }
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 11, 16);
+  InterleaveOptions read;
+  read.cycle_length = 8;
+  read.num_parallel_reads = 2;
+  BatchOptions batch;
+  batch.batch_size = 9;
+  std::vector<std::string> values = Values(DrainDataset(
+      ReadItems(queue.get(), TFRecordReaderFactory(), read).Batch(batch)));
+  EXPECT_EQ(Sorted(values), Sorted(expected));
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+TEST(ReadItems, MissingFileReachesTheConsumerAsNotFoundNamingIt) {
+  const std::string tag = UniqueName("missing");
+  std::vector<std::string> files = WriteTextFiles(tag, 3, 40);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, 16);
+  ASSERT_EQ(std::remove(files[1].c_str()), 0);  // gone after planning
+  for (int64_t parallel : {1, 3}) {
+    Config c;
+    c.parallel_reads = parallel;
+    c.cycle_length = 3;
+    auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+    absl::Status status;
+    while (status.ok()) status = it->Next().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+    EXPECT_THAT(status.message(), HasSubstr(files[1]));
+    EXPECT_THAT(status.message(), HasSubstr("read: item"));
+    EXPECT_EQ(it->Next().status(), status);  // sticky
+    it.reset();
+    // The failed item was not completed.
+    EXPECT_FALSE(ValueOrDie(queue->Stats()).finished);
+  }
+}
+
+TEST(ReadItems, MapErrorReachesTheConsumerAndItsItemStaysIncomplete) {
+  const std::string tag = UniqueName("maperror");
+  std::vector<std::string> files = WriteTextFiles(tag, 2, 30);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, 4);
+  MapOptions map;
+  map.name = "parse";
+  map.num_threads = 2;
+  const std::string poison = absl::StrCat(tag, " 1 17");
+  auto dataset = ReadItems(queue.get(), TextReaderFactory())
+                     .Map(
+                         [poison](Record r) -> absl::StatusOr<std::string> {
+                           if (r.value == poison) {
+                             return absl::DataLossError("cannot parse " + r.value);
+                           }
+                           return r.value;
+                         },
+                         map);
+  auto it = ValueOrDie(dataset.MakeIterator());
+  absl::Status status;
+  int64_t good = 0;
+  while (true) {
+    absl::StatusOr<std::string> next = it->Next();
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    ++good;
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("parse: element"));
+  EXPECT_THAT(status.message(), HasSubstr(poison));
+  EXPECT_LT(good, 60);
+  EXPECT_LT(ValueOrDie(queue->Stats()).completed, 2);
+}
+
+// The item ("<path>" of a whole-file item) that a record's key names.
+std::string ItemOf(const Record& record) {
+  return record.key.substr(0, record.key.rfind(':'));
+}
+
+TEST(ReadItems, CompletesAnItemOnlyOnceItsLastRecordIsConsumed) {
+  const std::string tag = UniqueName("consume");
+  std::vector<std::string> files = WriteTextFiles(tag, 3, 20);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/3);
+  InterleaveOptions read;
+  read.cycle_length = 1;
+  read.buffer_size = 1000;  // the reader runs ahead through everything
+  auto it = ValueOrDie(
+      ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator());
+  std::map<std::string, int> left;  // records of each item not yet consumed
+  for (const std::string& f : files) left[f] = 20;
+  int64_t completed = 0;
+  for (int i = 0; i < 60; ++i) {
+    if (i == 0) {
+      // Every item taken and read, none consumed: none completed.
+      ASSERT_TRUE(Eventually([&] { return it->stats().records_read == 60; }));
+      EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 0);
+    }
+    Record record = ValueOrDie(it->Next());
+    const bool last = --left[ItemOf(record)] == 0;
+    if (last) ++completed;
+    // Completion happens inside Next, before it returns the last record.
+    EXPECT_EQ(ValueOrDie(queue->Stats()).completed, completed) << record.key;
+    EXPECT_EQ(it->stats().items_completed, completed);
+  }
+  EXPECT_TRUE(absl::IsOutOfRange(it->Next().status()));
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+TEST(ReadItems, DroppedRemaindersStillCompleteTheirItems) {
+  const std::string tag = UniqueName("drop");
+  std::vector<std::string> files = WriteTextFiles(tag, 3, 50);  // 150 lines
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 7, 8);
+  BatchOptions batch;
+  batch.batch_size = 7;
+  batch.drop_remainder = true;
+  auto it = ValueOrDie(
+      ReadItems(queue.get(), TextReaderFactory()).Batch(batch).MakeIterator());
+  std::vector<Batch<Record>> batches = Drain(*it);
+  EXPECT_EQ(batches.size(), 150u / 7u);
+  for (const auto& b : batches) EXPECT_EQ(b.size(), 7);
+  EXPECT_EQ(it->stats().records_dropped, 150 % 7);
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+// With few items held at once and a shuffle buffer larger than their
+// records, the buffer drains early instead of waiting forever; holding at
+// least batch_size items, a batch can always be filled.
+TEST(ReadItems, SmallHeldLimitDrainsTheShuffleBuffer) {
+  const std::string tag = UniqueName("limit");
+  std::vector<std::string> files = WriteTextFiles(tag, 12, 5);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/4);
+  Config c;
+  c.cycle_length = 1;
+  c.shuffle = 100;
+  c.batch = 4;
+  auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+  EXPECT_EQ(Sorted(Values(Drain(*it))), Sorted(ExpectedLines(tag, 12, 5)));
+  EXPECT_GT(it->stats().shuffle_drains, 0);
+  EXPECT_GT(it->stats().stalls, 1);
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+// A batch that needs more records than the held items have cannot be
+// filled: a clear error rather than a hang.
+TEST(ReadItems, BatchLargerThanTheHeldItemsFailsWithAnExplanation) {
+  const std::string tag = UniqueName("toolarge");
+  std::vector<std::string> files = WriteTextFiles(tag, 6, 5);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/2);
+  Config c;
+  c.cycle_length = 1;
+  c.batch = 32;
+  auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+  absl::Status status = it->Next().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(), HasSubstr("num_clients"));
+}
+
+TEST(ReadItems, RefusesOptionsTheQueueCannotHonour) {
+  std::vector<std::string> files = WriteTextFiles(UniqueName("opts"), 1, 3);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, 2);
+  InterleaveOptions read;
+  read.max_items_held = 3;
+  absl::Status s =
+      ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("max_items_held = 3"));
+  read.max_items_held = 0;
+  read.cycle_length = 4;
+  s = ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
+  EXPECT_THAT(s.message(), HasSubstr("cycle_length = 4"));
+  read.cycle_length = 1;
+  read.block_length = 0;
+  s = ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
+  EXPECT_THAT(s.message(), HasSubstr("block_length = 0"));
+  auto producer = queue->MakeInputProducer();
+  s = ReadItems(producer.get(), TextReaderFactory()).MakeIterator().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("InputProducer"));
+}
+
+TEST(Distribute, EveryReplicaGetsTheSameNumberOfBatchesFromAQueue) {
+  const std::string tag = UniqueName("replicas");
+  std::vector<std::string> files = WriteTextFiles(tag, 3, 33);  // 99 lines
+  for (auto mode : {DistributeOptions::Remainder::kPad,
+                    DistributeOptions::Remainder::kDrop}) {
+    std::unique_ptr<WorkQueue> queue = MakeQueue(files, 9, 8);
+    BatchOptions batch;
+    batch.batch_size = 8;
+    DistributeOptions distribute;
+    distribute.num_replicas = 4;
+    distribute.remainder = mode;
+    auto it = ValueOrDie(ReadItems(queue.get(), TextReaderFactory())
+                             .Batch(batch)
+                             .Prefetch(2)
+                             .Distribute(distribute)
+                             .MakeIterator());
+    std::vector<PerReplicaBatches<Record>> steps = Drain(*it);
+    int64_t real = 0;
+    for (const auto& step : steps) {
+      ASSERT_EQ(step.num_replicas(), 4);
+      for (const auto& b : step.replicas) {
+        EXPECT_EQ(b.size(), 2);
+        real += b.num_real();
+      }
+    }
+    if (mode == DistributeOptions::Remainder::kPad) {
+      EXPECT_EQ(steps.size(), 13u);  // 12 full steps and 3 rows padded
+      EXPECT_EQ(real, 99);
+    } else {
+      EXPECT_EQ(steps.size(), 12u);
+      EXPECT_EQ(real, 96);
+      EXPECT_EQ(it->stats().records_dropped, 3);
+    }
+    EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+  }
+}
+
+}  // namespace
+}  // namespace shardq::pipeline

@@ -1,0 +1,119 @@
+#include "src/pipeline/read_setup.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "shardq/input_producer.h"
+#include "shardq/work_queue.h"
+#include "src/pipeline/item_ledger.h"
+
+namespace shardq::pipeline::internal {
+namespace {
+
+absl::Status BadOption(const InterleaveOptions& options,
+                       const std::string& field, int64_t value,
+                       const std::string& requirement) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("ReadItems '", options.name, "': ", field, " = ", value,
+                   ", must be ", requirement));
+}
+
+}  // namespace
+
+absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
+                                              const InterleaveOptions& options,
+                                              PipelineContext* context) {
+  if (source == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadItems '", options.name, "': source is null"));
+  }
+  if (context->ledger != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ReadItems '", options.name,
+        "': a pipeline may read from one source only"));
+  }
+  if (dynamic_cast<InputProducer*>(source) != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReadItems '", options.name,
+        "': an InputProducer cannot be a source (its NextItem waits for "
+        "items the pipeline holds until their records are consumed); pass "
+        "its WorkQueue, the pipeline fetches items ahead itself"));
+  }
+  if (options.block_length < 1) {
+    return BadOption(options, "block_length", options.block_length, ">= 1");
+  }
+  if (options.buffer_size < 1) {
+    return BadOption(options, "buffer_size", options.buffer_size, ">= 1");
+  }
+  if (options.cycle_length < 0) {
+    return BadOption(options, "cycle_length", options.cycle_length, ">= 0");
+  }
+  if (options.num_parallel_reads < 0) {
+    return BadOption(options, "num_parallel_reads", options.num_parallel_reads,
+                     ">= 0");
+  }
+  if (options.read_ahead < 0) {
+    return BadOption(options, "read_ahead", options.read_ahead, ">= 0");
+  }
+  if (options.max_items_held < 0) {
+    return BadOption(options, "max_items_held", options.max_items_held,
+                     ">= 0");
+  }
+  if (options.take_poll_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReadItems '", options.name, "': take_poll_interval = ",
+        absl::FormatDuration(options.take_poll_interval), ", must be > 0"));
+  }
+
+  InterleaveOptions resolved = options;
+  WorkQueue* work_queue = dynamic_cast<WorkQueue*>(source);
+  if (work_queue != nullptr) {
+    if (options.max_items_held > work_queue->num_clients()) {
+      return BadOption(options, "max_items_held", options.max_items_held,
+                       absl::StrCat("<= the num_clients of WorkQueue '",
+                                    work_queue->name(), "' (",
+                                    work_queue->num_clients(), ")"));
+    }
+    if (resolved.max_items_held == 0) {
+      resolved.max_items_held = work_queue->num_clients();
+    }
+  }
+  if (resolved.cycle_length == 0) {
+    resolved.cycle_length =
+        resolved.max_items_held > 0 ? resolved.max_items_held : 1;
+  }
+  if (resolved.max_items_held > 0 &&
+      resolved.cycle_length > resolved.max_items_held) {
+    return BadOption(options, "cycle_length", resolved.cycle_length,
+                     absl::StrCat("<= max_items_held (",
+                                  resolved.max_items_held,
+                                  ", by default the WorkQueue's num_clients)"));
+  }
+  resolved.num_parallel_reads =
+      std::min(resolved.num_parallel_reads, resolved.cycle_length);
+  if (resolved.read_ahead == 0) {
+    resolved.read_ahead = std::max<int64_t>(64, 4 * resolved.block_length);
+  }
+  // A slot holds one record more than a block before the merge takes it
+  // (see ReadStage::TakeBlock).
+  resolved.read_ahead =
+      std::max(resolved.read_ahead, resolved.block_length + 1);
+
+  LedgerOptions ledger_options;
+  ledger_options.name = resolved.name;
+  ledger_options.max_items_held = resolved.max_items_held;
+  ledger_options.take_poll_interval = resolved.take_poll_interval;
+  context->ledger =
+      std::make_unique<ItemLedger>(source, work_queue, ledger_options);
+  ItemLedger* ledger = context->ledger.get();
+  ThreadCoordinator* coordinator = &context->coordinator;
+  context->starters.push_back([ledger, coordinator] { ledger->Start(coordinator); });
+  return resolved;
+}
+
+}  // namespace shardq::pipeline::internal

@@ -1,0 +1,132 @@
+#include "shardq/pipeline/record_reader.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "shardq/item_source.h"
+#include "shardq/text_line_reader.h"
+#include "shardq/tfrecord_reader.h"
+#include "shardq/work_item.h"
+#include "src/io/text_slice_reader.h"
+
+namespace shardq::pipeline {
+namespace {
+
+class TextItemReader final : public RecordReader {
+ public:
+  TextItemReader(std::string item, std::unique_ptr<TextSliceReader> slice)
+      : item_(std::move(item)), slice_(std::move(slice)) {}
+
+  absl::StatusOr<bool> Next(Record* record) override {
+    int64_t offset = 0;
+    absl::StatusOr<bool> more = slice_->Next(&record->value, &offset);
+    if (!more.ok() || !*more) return more;
+    record->key = absl::StrCat(item_, ":", offset);
+    return true;
+  }
+
+  int64_t resume_offset() const override { return slice_->position(); }
+
+ private:
+  const std::string item_;
+  const std::unique_ptr<TextSliceReader> slice_;
+};
+
+// Hands out one item, once: lets the public TFRecordReader, which reads
+// from an ItemSource, read exactly one item (and so keep its handling of
+// compression, corruption policies and slice boundaries in one place).
+class OneItemSource final : public ItemSource {
+ public:
+  explicit OneItemSource(std::string item) { item_.item = std::move(item); }
+
+  absl::StatusOr<WorkItem> NextItem() override {
+    if (handed_out_) {
+      return absl::OutOfRangeError(
+          absl::StrCat("item '", item_.item, "' already handed out"));
+    }
+    handed_out_ = true;
+    return item_;
+  }
+  absl::Status ItemDone(const WorkItem&) override { return absl::OkStatus(); }
+
+ private:
+  WorkItem item_;
+  bool handed_out_ = false;
+};
+
+class TFRecordItemReader final : public RecordReader {
+ public:
+  // Records read per call of the underlying reader: enough to amortise
+  // its per-call work, few enough that large records stay cheap to hold.
+  static constexpr int64_t kChunk = 32;
+
+  TFRecordItemReader(std::string item, const TFRecordReaderOptions& options)
+      : reader_(options), source_(std::move(item)) {}
+
+  absl::StatusOr<bool> Next(Record* record) override {
+    if (next_ == chunk_.size()) {
+      if (exhausted_) return false;
+      absl::StatusOr<std::vector<Record>> chunk =
+          reader_.ReadUpTo(source_, kChunk);
+      if (absl::IsOutOfRange(chunk.status())) {
+        exhausted_ = true;
+        return false;
+      }
+      if (!chunk.ok()) return chunk.status();
+      chunk_ = *std::move(chunk);
+      next_ = 0;
+      if (chunk_.empty()) {
+        exhausted_ = true;
+        return false;
+      }
+    }
+    *record = std::move(chunk_[next_++]);
+    return true;
+  }
+
+  int64_t resume_offset() const override { return -1; }
+
+ private:
+  TFRecordReader reader_;
+  OneItemSource source_;
+  std::vector<Record> chunk_;
+  size_t next_ = 0;
+  bool exhausted_ = false;
+};
+
+}  // namespace
+
+RecordReaderFactory TextReaderFactory() {
+  return [](const std::string& item)
+             -> absl::StatusOr<std::unique_ptr<RecordReader>> {
+    absl::StatusOr<std::unique_ptr<TextSliceReader>> slice =
+        OpenTextItem(item);
+    if (!slice.ok()) return slice.status();
+    return std::make_unique<TextItemReader>(item, *std::move(slice));
+  };
+}
+
+RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options) {
+  return [options](const std::string& item)
+             -> absl::StatusOr<std::unique_ptr<RecordReader>> {
+    return std::make_unique<TFRecordItemReader>(item, options);
+  };
+}
+
+RecordReaderFactory ReaderFactoryFor(RecordFormat format) {
+  switch (format) {
+    case RecordFormat::kText:
+      return TextReaderFactory();
+    case RecordFormat::kTFRecord:
+      return TFRecordReaderFactory();
+  }
+  return TextReaderFactory();
+}
+
+}  // namespace shardq::pipeline

@@ -1,0 +1,163 @@
+// Internal to the pipeline: what flows between stages, the interface of a
+// built stage, and the state one built pipeline shares.
+//
+// Stages form a chain; each pulls from its input with Next(). A stage that
+// owns threads (ReadItems, Map with threads, Prefetch) fills a bounded
+// queue from them and its Next() takes from that queue; the others (Map
+// with 0 threads, Shuffle, Batch, Distribute, FromVector) do their work in
+// the calling thread. Errors travel in-band, at their position in the
+// stream: a stage hands an error on as its next result, and the pipeline
+// ends there.
+#ifndef SHARDQ_SRC_PIPELINE_STAGE_H_
+#define SHARDQ_SRC_PIPELINE_STAGE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "shardq/pipeline/coordinator.h"
+#include "shardq/pipeline/queues.h"
+#include "src/pipeline/item_ledger.h"
+
+namespace shardq::pipeline::internal {
+
+// What a stage returns once its pipeline is stopping.
+inline absl::Status StoppingError(absl::string_view stage) {
+  return absl::CancelledError(absl::StrCat(stage, ": pipeline is stopping"));
+}
+
+// An element in flight, with the records it is made of. A stall marker
+// (see item_ledger.h) carries no value: the reading stage sends one when it
+// goes idle so that stages holding records (a shuffle buffer, a partial
+// batch) can tell whether to hand them on. Markers never reach the
+// consumer.
+template <typename T>
+struct Tracked {
+  T value{};
+  RecordTags tags;
+  bool marker = false;
+
+  static Tracked Marker() {
+    Tracked tracked;
+    tracked.marker = true;
+    return tracked;
+  }
+};
+
+// What a stage's queue holds: an element, or the error that ends the
+// stream at that position.
+template <typename T>
+using Envelope = absl::StatusOr<Tracked<T>>;
+
+// Records carried by `tags`.
+inline int64_t NumRecords(const RecordTags& tags) {
+  return static_cast<int64_t>(tags.size());
+}
+
+// A built stage. Next() is called by one thread at a time (the stage
+// downstream, or the consumer); it returns the next element or marker,
+// OUT_OF_RANGE at the end of the data, CANCELLED once the pipeline is
+// stopping, or the error that ends the stream.
+template <typename T>
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  virtual Envelope<T> Next() = 0;
+
+  // Appends the next result (waiting for it, as Next) and then up to
+  // max - 1 more that are ready without waiting, stopping after a non-OK
+  // one (the end or an error). Lets a threaded consumer take work in
+  // bursts. Default: one Next().
+  virtual void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) {
+    out->push_back(Next());
+  }
+};
+
+// The single consumer of a stage's output queue. Takes everything the
+// queue holds at once, so that its lock is taken once per burst rather
+// than once per element (the queue's producers see the room at once, too:
+// a stage may hold up to twice its buffer_size). Not thread-safe.
+template <typename T>
+class QueueDrain {
+ public:
+  QueueDrain(Queue<Envelope<T>>* queue, std::string stage)
+      : queue_(queue), stage_(std::move(stage)) {}
+
+  Envelope<T> Next() {
+    if (buffer_.empty()) Fill();
+    Envelope<T> next = std::move(buffer_.front());
+    buffer_.pop_front();
+    return next;
+  }
+
+  void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) {
+    if (buffer_.empty()) Fill();
+    for (int64_t n = 0; n < max && !buffer_.empty(); ++n) {
+      out->push_back(std::move(buffer_.front()));
+      buffer_.pop_front();
+      if (!out->back().ok()) break;
+    }
+  }
+
+ private:
+  // Waits for one result (an OUT_OF_RANGE or CANCELLED status once the
+  // queue is closed and drained), then takes what else is there.
+  void Fill() {
+    absl::StatusOr<Envelope<T>> first = queue_->Dequeue();
+    if (!first.ok()) {
+      buffer_.push_back(absl::IsOutOfRange(first.status())
+                            ? first.status()
+                            : StoppingError(stage_));
+      return;
+    }
+    buffer_.push_back(*std::move(first));
+    const int64_t ready = queue_->size();
+    if (ready == 0) return;
+    // The only consumer: the `ready` elements stay there for us.
+    absl::StatusOr<std::vector<Envelope<T>>> rest =
+        queue_->DequeueMany(ready, absl::ZeroDuration());
+    if (!rest.ok()) return;
+    for (Envelope<T>& e : *rest) buffer_.push_back(std::move(e));
+  }
+
+  Queue<Envelope<T>>* const queue_;
+  const std::string stage_;
+  std::deque<Envelope<T>> buffer_;
+};
+
+// Shared by the stages of one built pipeline. Declared in the order of
+// destruction that keeps threads from outliving what they use: the
+// coordinator (whose destruction stops and joins every thread) goes first.
+struct PipelineContext {
+  // Run once every stage is built, to launch the threads: a pipeline that
+  // fails to build never starts any.
+  std::vector<std::function<void()>> starters;
+  // Set by the reading stage; null for a pipeline without one (FromVector).
+  std::unique_ptr<ItemLedger> ledger;
+  // Counters for PipelineStats, bumped by the stages.
+  std::atomic<int64_t> short_batches{0};
+  std::atomic<int64_t> records_dropped{0};
+  std::atomic<int64_t> shuffle_drains{0};
+  ThreadCoordinator coordinator;
+
+  // See ItemLedger::Stalled.
+  StallReason Stalled(int64_t own_records) const {
+    return ledger == nullptr ? StallReason::kNone
+                             : ledger->Stalled(own_records);
+  }
+};
+
+
+}  // namespace shardq::pipeline::internal
+
+#endif  // SHARDQ_SRC_PIPELINE_STAGE_H_

@@ -1,0 +1,286 @@
+// The stages over FromVector (no work items): order, errors, shuffling,
+// batching, per-replica split and option checks.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "shardq/pipeline/dataset.h"
+#include "src/pipeline/dataset_test_util.h"
+#include "src/pipeline/test_util.h"
+
+namespace shardq::pipeline {
+namespace {
+
+using ::shardq::pipeline::testutil::Drain;
+using ::shardq::pipeline::testutil::DrainDataset;
+using ::shardq::pipeline::testutil::ValueOrDie;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<int> Range(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// A map function whose duration varies by element, so that parallel
+// workers finish out of order.
+int SlowSquare(int x) {
+  absl::SleepFor(absl::Microseconds((x * 7919) % 13 * 50));
+  return x * x;
+}
+
+std::vector<int> Squares(int n) {
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(i * i);
+  return v;
+}
+
+TEST(Map, KeepsInputOrderWithManyThreads) {
+  MapOptions options;
+  options.num_threads = 4;
+  EXPECT_EQ(DrainDataset(FromVector(Range(300)).Map(SlowSquare, options)),
+            Squares(300));
+}
+
+TEST(Map, RunsInTheCallingThreadWithZeroThreads) {
+  MapOptions options;
+  options.num_threads = 0;
+  EXPECT_EQ(DrainDataset(FromVector(Range(50)).Map(SlowSquare, options)),
+            Squares(50));
+}
+
+TEST(Map, NonDeterministicHandsOnEveryResultOnce) {
+  MapOptions options;
+  options.num_threads = 4;
+  options.deterministic = false;
+  std::vector<int> out =
+      DrainDataset(FromVector(Range(300)).Map(SlowSquare, options));
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, Squares(300));
+}
+
+TEST(Map, ChangesTheElementType) {
+  std::vector<std::string> out = DrainDataset(FromVector(Range(3)).Map(
+      [](int x) -> absl::StatusOr<std::string> { return absl::StrCat("#", x); }));
+  EXPECT_THAT(out, ElementsAre("#0", "#1", "#2"));
+}
+
+TEST(Map, ErrorReachesTheConsumerAtItsPosition) {
+  for (int threads : {0, 1, 4}) {
+    MapOptions options;
+    options.name = "parse";
+    options.num_threads = threads;
+    auto dataset = FromVector(Range(200)).Map(
+        [](int x) -> absl::StatusOr<int> {
+          if (x == 57) return absl::InvalidArgumentError("bad value 57");
+          return SlowSquare(x);
+        },
+        options);
+    auto it = ValueOrDie(dataset.MakeIterator());
+    for (int i = 0; i < 57; ++i) {
+      absl::StatusOr<int> next = it->Next();
+      ASSERT_TRUE(next.ok()) << threads << " threads: " << next.status();
+      EXPECT_EQ(*next, i * i);
+    }
+    absl::StatusOr<int> error = it->Next();
+    EXPECT_EQ(error.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(error.status().message(), HasSubstr("parse: element 57"));
+    EXPECT_THAT(error.status().message(), HasSubstr("bad value 57"));
+    // Sticky.
+    EXPECT_EQ(it->Next().status(), error.status());
+  }
+}
+
+TEST(Shuffle, IsAPermutationFixedByTheSeed) {
+  ShuffleOptions options;
+  options.buffer_size = 64;
+  options.seed = 42;
+  std::vector<int> a = DrainDataset(FromVector(Range(1000)).Shuffle(options));
+  std::vector<int> b = DrainDataset(FromVector(Range(1000)).Shuffle(options));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, Range(1000));
+  options.seed = 43;
+  EXPECT_NE(DrainDataset(FromVector(Range(1000)).Shuffle(options)), a);
+  std::sort(a.begin(), a.end());
+  EXPECT_EQ(a, Range(1000));
+}
+
+TEST(Shuffle, BufferOfOneKeepsTheOrder) {
+  ShuffleOptions options;
+  options.buffer_size = 1;
+  EXPECT_EQ(DrainDataset(FromVector(Range(100)).Shuffle(options)), Range(100));
+}
+
+std::vector<int64_t> BatchSizes(const std::vector<Batch<int>>& batches) {
+  std::vector<int64_t> sizes;
+  for (const Batch<int>& b : batches) {
+    sizes.push_back(b.size());
+    EXPECT_EQ(b.padded.size(), b.rows.size());
+    EXPECT_EQ(b.num_padded(), 0);
+  }
+  return sizes;
+}
+
+TEST(Batch, LastBatchIsShortUnlessDropped) {
+  BatchOptions options;
+  options.batch_size = 3;
+  std::vector<Batch<int>> batches =
+      DrainDataset(FromVector(Range(10)).Batch(options));
+  EXPECT_THAT(BatchSizes(batches), ElementsAre(3, 3, 3, 1));
+  EXPECT_THAT(batches[1].rows, ElementsAre(3, 4, 5));
+  options.drop_remainder = true;
+  auto it = ValueOrDie(FromVector(Range(10)).Batch(options).MakeIterator());
+  EXPECT_THAT(BatchSizes(Drain(*it)), ElementsAre(3, 3, 3));
+  EXPECT_EQ(it->stats().records_dropped, 0);  // no records: FromVector
+  EXPECT_EQ(it->stats().short_batches, 1);
+}
+
+TEST(Prefetch, HandsOnEverythingInOrder) {
+  EXPECT_EQ(DrainDataset(FromVector(Range(500)).Prefetch(3)), Range(500));
+  MapOptions map;
+  map.num_threads = 3;
+  EXPECT_EQ(DrainDataset(FromVector(Range(200)).Prefetch(1).Map(SlowSquare, map)
+                             .Prefetch(2)),
+            Squares(200));
+}
+
+// Checks the per-replica invariant: every step has R batches of
+// batch_size / R rows; returns the real rows per replica, per step.
+std::vector<std::vector<int64_t>> RealRows(
+    const std::vector<PerReplicaBatches<int>>& steps, int64_t replicas,
+    int64_t per_replica) {
+  std::vector<std::vector<int64_t>> real;
+  for (const PerReplicaBatches<int>& step : steps) {
+    EXPECT_EQ(step.num_replicas(), replicas);
+    std::vector<int64_t> counts;
+    for (const Batch<int>& batch : step.replicas) {
+      EXPECT_EQ(batch.size(), per_replica);
+      EXPECT_EQ(batch.padded.size(), batch.rows.size());
+      counts.push_back(batch.num_real());
+    }
+    real.push_back(counts);
+  }
+  return real;
+}
+
+Dataset<PerReplicaBatches<int>> Distributed(int n, int64_t batch_size,
+                                            int64_t replicas,
+                                            DistributeOptions::Remainder mode) {
+  BatchOptions batch;
+  batch.batch_size = batch_size;
+  DistributeOptions distribute;
+  distribute.num_replicas = replicas;
+  distribute.remainder = mode;
+  return FromVector(Range(n)).Batch(batch).Distribute(distribute);
+}
+
+TEST(Distribute, PadGivesEveryReplicaABatchInEveryStep) {
+  using V = std::vector<int64_t>;
+  const auto kPad = DistributeOptions::Remainder::kPad;
+  // 11 rows, global batch 6, 3 replicas: one full step, then 5 rows spread
+  // 2, 2, 1 and padded to 2 each.
+  std::vector<PerReplicaBatches<int>> steps =
+      DrainDataset(Distributed(11, 6, 3, kPad));
+  EXPECT_THAT(RealRows(steps, 3, 2), ElementsAre(V{2, 2, 2}, V{2, 2, 1}));
+  EXPECT_THAT(steps[0].replicas[1].rows, ElementsAre(2, 3));
+  EXPECT_THAT(steps[1].replicas[2].rows, ElementsAre(10, 0));
+  EXPECT_THAT(steps[1].replicas[2].padded, ElementsAre(0, 1));
+  // Fewer rows left than replicas: the others get all-padding batches.
+  steps = DrainDataset(Distributed(13, 12, 4, kPad));
+  EXPECT_THAT(RealRows(steps, 4, 3),
+              ElementsAre(V{3, 3, 3, 3}, V{1, 0, 0, 0}));
+  // An even split needs no padding.
+  steps = DrainDataset(Distributed(12, 4, 2, kPad));
+  EXPECT_THAT(RealRows(steps, 2, 2), ElementsAre(V{2, 2}, V{2, 2}, V{2, 2}));
+}
+
+TEST(Distribute, DropLeavesOutTheShortLastBatch) {
+  using V = std::vector<int64_t>;
+  const auto kDrop = DistributeOptions::Remainder::kDrop;
+  EXPECT_THAT(RealRows(DrainDataset(Distributed(11, 6, 3, kDrop)), 3, 2),
+              ElementsAre(V{2, 2, 2}));
+  EXPECT_TRUE(DrainDataset(Distributed(5, 6, 3, kDrop)).empty());
+}
+
+TEST(Distribute, FollowsShuffleAndPrefetchOfBatches) {
+  BatchOptions batch;
+  batch.batch_size = 4;
+  ShuffleOptions shuffle;
+  shuffle.buffer_size = 3;
+  DistributeOptions distribute;
+  distribute.num_replicas = 2;
+  std::vector<PerReplicaBatches<int>> steps = DrainDataset(
+      FromVector(Range(10)).Batch(batch).Shuffle(shuffle).Prefetch(2)
+          .Distribute(distribute));
+  ASSERT_EQ(steps.size(), 3u);
+  int64_t real = 0;
+  for (const auto& step : steps) {
+    for (const auto& b : step.replicas) real += b.num_real();
+  }
+  EXPECT_EQ(real, 10);
+}
+
+absl::Status BuildStatus(absl::StatusOr<std::unique_ptr<Iterator<int>>> it) {
+  return it.status();
+}
+
+TEST(Options, BadValuesAreNamedAndStartNothing) {
+  BatchOptions batch;
+  batch.batch_size = 0;
+  absl::Status s = FromVector(Range(3)).Batch(batch).MakeIterator().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("batch_size = 0"));
+
+  MapOptions map;
+  map.name = "decode";
+  map.num_threads = -1;
+  s = BuildStatus(FromVector(Range(3)).Map(SlowSquare, map).MakeIterator());
+  EXPECT_THAT(s.message(), HasSubstr("Map 'decode': num_threads = -1"));
+
+  ShuffleOptions shuffle;
+  shuffle.buffer_size = 0;
+  s = BuildStatus(FromVector(Range(3)).Shuffle(shuffle).MakeIterator());
+  EXPECT_THAT(s.message(), HasSubstr("buffer_size = 0"));
+
+  s = BuildStatus(FromVector(Range(3)).Prefetch(0).MakeIterator());
+  EXPECT_THAT(s.message(), HasSubstr("Prefetch: buffer_size = 0"));
+
+  batch.batch_size = 6;
+  DistributeOptions distribute;
+  distribute.num_replicas = 4;
+  s = FromVector(Range(3)).Batch(batch).Distribute(distribute).MakeIterator()
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("divisor of the batch size 6"));
+
+  // A bad option after a threaded stage: nothing was started, nothing
+  // hangs.
+  map.num_threads = 2;
+  batch.batch_size = -1;
+  s = FromVector(Range(3)).Map(SlowSquare, map).Prefetch(2).Batch(batch)
+          .MakeIterator()
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Distribute, NeedsABatchedInput) {
+  Dataset<Batch<int>> not_from_batch =
+      FromVector(std::vector<Batch<int>>(2, Batch<int>()));
+  DistributeOptions distribute;
+  distribute.num_replicas = 2;
+  absl::Status s = not_from_batch.Distribute(distribute).MakeIterator().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("must be batched by Batch"));
+}
+
+}  // namespace
+}  // namespace shardq::pipeline
