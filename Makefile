@@ -6,7 +6,7 @@ JOBS          ?= $(shell nproc)
 PYTHON        := /usr/bin/python3
 CMAKE_FLAGS   := -G Ninja -DPython_EXECUTABLE=$(PYTHON)
 
-.PHONY: all deps build test test-cc test-py demo test-asan test-tsan bench clean
+.PHONY: all deps build test test-cc test-py demo test-asan test-tsan bench fuzz clean
 
 all: build
 
@@ -33,12 +33,14 @@ demo: deps build
 	$(BUILD_DIR)/bin/shardq demo
 
 test-asan: deps
-	cmake -S . -B $(ASAN_DIR) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDQ_SANITIZE=ON
+	cmake -S . -B $(ASAN_DIR) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDQ_SANITIZE=ON \
+	  -DSHARDQ_BUILD_PYTHON=OFF -DSHARDQ_BUILD_BENCH=OFF
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 test-tsan: deps
-	cmake -S . -B $(TSAN_DIR) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDQ_TSAN=ON
+	cmake -S . -B $(TSAN_DIR) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDQ_TSAN=ON \
+	  -DSHARDQ_BUILD_PYTHON=OFF -DSHARDQ_BUILD_BENCH=OFF
 	cmake --build $(TSAN_DIR) -j $(JOBS)
 	cd $(TSAN_DIR) && ctest --output-on-failure -j $(JOBS) -L concurrency
 
@@ -46,6 +48,12 @@ bench: deps build
 	@found=0; for b in bench/*/run; do [ -x "$$b" ] || continue; found=1; \
 	  echo "== $$b"; $$b || exit 1; done; \
 	  [ $$found = 1 ] || echo "no benchmarks under bench/ yet"
+
+# libFuzzer targets (clang, in build-fuzz/), each run FUZZ_SECONDS (default
+# 60); `make test` only replays their corpus, with GCC.
+fuzz: deps
+	fuzz/install-fuzz-deps
+	fuzz/run-fuzzers
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)
