@@ -194,26 +194,33 @@ class ReadBuffer {
     return absl::string_view(data_.get(), want);
   }
 
-  // Copies the n bytes at `offset`, all inside the file, to dst.
-  absl::Status Read(int64_t offset, size_t n, char* dst) {
+  // Replaces *dst with the n bytes at `offset`, all inside the file, and
+  // returns their CRC32C. One pass over the data: each piece is checksummed
+  // right after it is copied, while it is still in the L1 cache, and the
+  // string is filled by append (no zero-fill of its new bytes first).
+  absl::StatusOr<uint32_t> ReadWithCrc(int64_t offset, size_t n,
+                                       std::string* dst) {
+    if (n >= capacity_) return ReadLargeWithCrc(offset, n, dst);
+    uint32_t crc = 0;
+    dst->clear();
+    dst->reserve(n);
     while (n > 0) {
-      if (Holds(offset)) {
-        const size_t take =
-            std::min(n, size_ - static_cast<size_t>(offset - offset_));
-        std::memcpy(dst, data_.get() + (offset - offset_), take);
-        offset += static_cast<int64_t>(take);
-        dst += take;
-        n -= take;
-        continue;
+      if (!Holds(offset)) {
+        absl::StatusOr<absl::string_view> refilled = Peek(offset, n);
+        if (!refilled.ok()) return refilled.status();
       }
-      // Big reads go straight to their destination.
-      if (n >= capacity_) return ReadFromFile(offset, n, dst);
-      absl::StatusOr<absl::string_view> bytes = Peek(offset, n);
-      if (!bytes.ok()) return bytes.status();
-      std::memcpy(dst, bytes->data(), bytes->size());
-      return absl::OkStatus();
+      const char* src = data_.get() + (offset - offset_);
+      const size_t take =
+          std::min(n, size_ - static_cast<size_t>(offset - offset_));
+      for (size_t done = 0; done < take; done += kCrcPieceBytes) {
+        const size_t piece = std::min(kCrcPieceBytes, take - done);
+        dst->append(src + done, piece);
+        crc = Crc32cExtend(crc, src + done, piece);
+      }
+      offset += static_cast<int64_t>(take);
+      n -= take;
     }
-    return absl::OkStatus();
+    return crc;
   }
 
   // CRC32C of the n bytes at `offset`, all inside the file, read through
@@ -232,6 +239,38 @@ class ReadBuffer {
   }
 
  private:
+  // Bytes copied then checksummed at a time: small enough to stay in L1.
+  static constexpr size_t kCrcPieceBytes = 16 << 10;
+
+  // ReadWithCrc for records of at least a buffer: the bytes the buffer
+  // holds are copied, the rest is read straight into the string, one
+  // buffer-sized pread at a time, each checksummed while it is in cache.
+  absl::StatusOr<uint32_t> ReadLargeWithCrc(int64_t offset, size_t n,
+                                            std::string* dst) {
+    dst->resize(n);
+    char* out = dst->data();
+    uint32_t crc = 0;
+    if (Holds(offset)) {
+      const char* src = data_.get() + (offset - offset_);
+      const size_t take =
+          std::min(n, size_ - static_cast<size_t>(offset - offset_));
+      std::memcpy(out, src, take);
+      crc = Crc32cExtend(crc, src, take);
+      out += take;
+      offset += static_cast<int64_t>(take);
+      n -= take;
+    }
+    while (n > 0) {
+      const size_t take = std::min(n, capacity_);
+      if (absl::Status s = ReadFromFile(offset, take, out); !s.ok()) return s;
+      crc = Crc32cExtend(crc, out, take);
+      out += take;
+      offset += static_cast<int64_t>(take);
+      n -= take;
+    }
+    return crc;
+  }
+
   bool Holds(int64_t offset) const {
     return offset >= offset_ && offset < offset_ + static_cast<int64_t>(size_);
   }
@@ -465,12 +504,10 @@ absl::StatusOr<TFRecordSliceReader::Probe> TFRecordSliceReader::ProbeAt(
   const int64_t data_offset = offset + kTFRecordHeaderBytes;
   const size_t length = static_cast<size_t>(probe.length);
   if (data != nullptr) {
-    data->resize(length);
-    if (absl::Status s = buffer_->Read(data_offset, length, data->data());
-        !s.ok()) {
-      return s;
-    }
-    probe.computed_crc = Crc32c(*data);
+    absl::StatusOr<uint32_t> crc =
+        buffer_->ReadWithCrc(data_offset, length, data);
+    if (!crc.ok()) return crc.status();
+    probe.computed_crc = *crc;
   } else {
     absl::StatusOr<uint32_t> crc = buffer_->Crc(data_offset, length);
     if (!crc.ok()) return crc.status();
