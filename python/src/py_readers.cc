@@ -2,6 +2,7 @@
 // returns (keys, values) like TF's readers, and raises OutOfRangeError once
 // the source is exhausted.
 #include <memory>
+#include <type_traits>
 #include <variant>
 #include <string>
 #include <vector>
@@ -61,6 +62,23 @@ py::tuple RowsToKeysValues(std::vector<Row> rows) {
   return py::make_tuple(keys, values);
 }
 
+// read_up_to for any reader: GIL released while reading, results converted
+// to (keys, values).
+template <typename Reader>
+py::tuple ReadUpTo(Reader& reader, py::object source, int64_t num_records) {
+  ItemSource* items = SourceOf(source);
+  auto records = [&] {
+    py::gil_scoped_release release;
+    return reader.ReadUpTo(*items, num_records);
+  }();
+  auto values = ValueOrThrow(std::move(records));
+  if constexpr (std::is_same_v<typename decltype(values)::value_type, Row>) {
+    return RowsToKeysValues(std::move(values));
+  } else {
+    return ToKeysValues(std::move(values));
+  }
+}
+
 TFRecordReaderOptions::OnCorrupt ParseOnCorrupt(const std::string& mode) {
   if (mode == "fail") return TFRecordReaderOptions::OnCorrupt::kFail;
   if (mode == "skip") return TFRecordReaderOptions::OnCorrupt::kSkip;
@@ -80,15 +98,7 @@ void BindReaders(py::module_& m) {
            py::arg("on_corrupt") = "fail")
       .def(
           "read_up_to",
-          [](TFRecordReader& reader, py::object source, int64_t num_records) {
-            ItemSource* items = SourceOf(source);
-            absl::StatusOr<std::vector<Record>> records;
-            {
-              py::gil_scoped_release release;
-              records = reader.ReadUpTo(*items, num_records);
-            }
-            return ToKeysValues(ValueOrThrow(std::move(records)));
-          },
+          &ReadUpTo<TFRecordReader>,
           py::arg("source"), py::arg("num_records"),
           "Up to num_records (keys, values): key '<item>:<offset>', value the record "
           "bytes. OutOfRangeError at the end; DataLossError names file and offset.")
@@ -120,15 +130,7 @@ void BindReaders(py::module_& m) {
       .def(py::init<>())
       .def(
           "read_up_to",
-          [](TableReader& reader, py::object source, int64_t num_records) {
-            ItemSource* items = SourceOf(source);
-            absl::StatusOr<std::vector<Row>> rows;
-            {
-              py::gil_scoped_release release;
-              rows = reader.ReadUpTo(*items, num_records);
-            }
-            return RowsToKeysValues(ValueOrThrow(std::move(rows)));
-          },
+          &ReadUpTo<TableReader>,
           py::arg("source"), py::arg("num_records"),
           "Up to num_records (keys, rows), each row a dict column -> None, int, "
           "float, str or bytes. OutOfRangeError at the end.");
@@ -138,15 +140,7 @@ void BindReaders(py::module_& m) {
       .def(py::init<>())
       .def(
           "read_up_to",
-          [](TextLineReader& reader, py::object source, int64_t num_records) {
-            ItemSource* items = SourceOf(source);
-            absl::StatusOr<std::vector<Record>> records;
-            {
-              py::gil_scoped_release release;
-              records = reader.ReadUpTo(*items, num_records);
-            }
-            return ToKeysValues(ValueOrThrow(std::move(records)));
-          },
+          &ReadUpTo<TextLineReader>,
           py::arg("source"), py::arg("num_records"),
           "Up to num_records (keys, values): key '<item>:<offset>', value the line "
           "as bytes. Completes items once read out. OutOfRangeError at the end.")

@@ -34,6 +34,8 @@ class PyWorkQueue {
 
  private:
   std::unique_ptr<WorkQueue> queue_;
+  // Removes `item` from taken_ and returns it; NotFoundError otherwise.
+  WorkItem Untrack(const std::string& item);
   std::deque<WorkItem> taken_;  // leased through take(), oldest first
 };
 

@@ -108,38 +108,31 @@ std::string PyWorkQueue::Take(std::optional<double> timeout_seconds) {
   return item.item;
 }
 
-void PyWorkQueue::Complete(const std::string& item) {
+WorkItem PyWorkQueue::Untrack(const std::string& item) {
   for (auto it = taken_.begin(); it != taken_.end(); ++it) {
     if (it->item != item) continue;
-    WorkItem done = *it;
+    WorkItem found = *it;
     taken_.erase(it);
-    absl::Status s;
-    {
-      py::gil_scoped_release release;
-      s = queue_->Complete(done);
-    }
-    ThrowIfError(s);
-    return;
+    return found;
   }
   ThrowStatus(absl::NotFoundError(absl::StrCat(
       "queue '", queue_->name(), "': item '", item, "' is not held by this worker")));
 }
 
+void PyWorkQueue::Complete(const std::string& item) {
+  const WorkItem done = Untrack(item);
+  ThrowIfError([&] {
+    py::gil_scoped_release release;
+    return queue_->Complete(done);
+  }());
+}
+
 void PyWorkQueue::Release(const std::string& item) {
-  for (auto it = taken_.begin(); it != taken_.end(); ++it) {
-    if (it->item != item) continue;
-    WorkItem given_back = *it;
-    taken_.erase(it);
-    absl::Status s;
-    {
-      py::gil_scoped_release release;
-      s = queue_->Release(given_back);
-    }
-    ThrowIfError(s);
-    return;
-  }
-  ThrowStatus(absl::NotFoundError(absl::StrCat(
-      "queue '", queue_->name(), "': item '", item, "' is not held by this worker")));
+  const WorkItem given_back = Untrack(item);
+  ThrowIfError([&] {
+    py::gil_scoped_release release;
+    return queue_->Release(given_back);
+  }());
 }
 
 py::dict PyWorkQueue::Stats() {
