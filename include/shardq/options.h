@@ -50,6 +50,18 @@ struct WorkQueueOptions {
   // item of a dead worker waits before someone else gets it.
   absl::Duration lease_timeout = absl::Seconds(30);
 
+  // How often held leases are renewed and progress reported; also how soon
+  // a split proposal reaches this worker. Capped at lease_timeout / 3.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+
+  // Tail rebalancing: when a worker finds nothing left to take, the
+  // coordinator may split an item another worker is still reading; that
+  // worker stops at the split point and the rest becomes a new item. On by
+  // default; set when the queue is created.
+  bool split = true;
+  // Smallest range split off, in item units (bytes; rows for tables).
+  int64_t split_min_residual = 1;
+
   // Coordinator address ("host:port"). Empty: taken from the environment
   // (SHARDQ_ADDRESS, TF_CONFIG's "shardq" job, torchrun's MASTER_ADDR with
   // SHARDQ_PORT); if none is set the queue lives inside this process (the

@@ -111,6 +111,7 @@ class TableReader {
   absl::Status deferred_error_;
   int64_t rows_read_ = 0;
   int64_t items_done_ = 0;
+  int64_t next_rank_ = 0;  // rank of the next row of item_ in its table
 };
 
 }  // namespace shardq

@@ -4,10 +4,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace shardq {
+
+class SplittableRange;
 
 // One item handed out by a WorkQueue. Valid until completed or released.
 struct WorkItem {
@@ -15,7 +18,15 @@ struct WorkItem {
   int64_t epoch = 0;      // 0-based epoch this hand-out belongs to
   int64_t index = 0;      // position of the item in the slice plan
   uint64_t lease_id = 0;  // identifies this hand-out; pass it to Complete
+  // Set by a WorkQueue when the coordinator may split this item while it
+  // is read (shardq/splittable_range.h): readers claim each record's start
+  // offset and stop where a split ended the range. Null: read to the end.
+  std::shared_ptr<SplittableRange> range;
 };
+
+// True when the record starting at `offset` belongs to `item` (always, for
+// an item that cannot be split). Readers call it before handing a record out.
+bool ClaimRecord(const WorkItem& item, int64_t offset);
 
 struct EpochStats {
   int64_t pending = 0;    // not handed out, or returned by expiry/release
@@ -44,6 +55,10 @@ struct QueueStats {
   int64_t released = 0;    // leases given back by their worker
   int64_t duplicates = 0;  // completions of an item already completed
   bool finished = false;   // every item of every epoch is completed
+  // Tail rebalancing: held items split so far, and the ranges split off
+  // that are not completed yet (they are counted in no epoch above).
+  int64_t splits = 0;
+  int64_t split_items_open = 0;
   std::vector<EpochStats> epochs;
   std::map<std::string, WorkerStats> workers;
 };

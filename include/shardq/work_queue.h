@@ -24,9 +24,11 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -36,6 +38,8 @@
 #include "src/core/process.h"
 
 namespace shardq {
+
+struct SplitProposal;  // src/core/queue_state.h
 
 class QueueBackend;
 struct QueueInfo;
@@ -82,7 +86,9 @@ class WorkQueue final : public ItemSource {
   // Marks the item done. A completion of an item someone else completed
   // first (after this worker's lease expired) is OK and counted as a
   // duplicate. NOT_FOUND / PERMISSION_DENIED for a lease this worker never
-  // held.
+  // held. An item whose reader stopped at a split the coordinator never
+  // recorded (the lease was lost meanwhile) is released instead, so that
+  // it is read again whole elsewhere: nothing is skipped.
   absl::Status Complete(const WorkItem& item);
 
   // Gives the item back unfinished: it goes to the front of the queue.
@@ -142,6 +148,11 @@ class WorkQueue final : public ItemSource {
                                              const QueueInfo& info);
   void HeartbeatLoop();
   void StartHeartbeatsIfNeeded();
+  // Answers the coordinator's split proposals (heartbeat thread).
+  void AnswerSplits(const std::vector<SplitProposal>& proposals);
+  // Waits until no split answer of `lease_id` is in flight; true when the
+  // item may be completed (false: release it instead).
+  bool SettleSplit(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<QueueBackend> backend_;
   const std::string name_;
@@ -151,6 +162,7 @@ class WorkQueue final : public ItemSource {
   int64_t num_epochs_ = 0;
   int64_t num_clients_ = 1;
   absl::Duration lease_timeout_;
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
@@ -159,6 +171,11 @@ class WorkQueue final : public ItemSource {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar stop_changed_;  // signalled when stopping_ is set
   bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;
+  // Leases whose split answer is being sent, and leases whose reader was cut
+  // short by a split the coordinator did not record.
+  absl::flat_hash_set<uint64_t> split_in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> split_unrecorded_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar split_settled_;
   std::thread heartbeat_thread_;
   OwnerProcess owner_;  // see src/core/process.h
 };

@@ -42,11 +42,15 @@ class QueueBackend {
   virtual absl::Status Release(absl::string_view queue,
                                absl::string_view worker, uint64_t lease_id) = 0;
   // Renews the leases and records progress (lease id, consumed offset);
-  // returns the leases the worker no longer holds.
-  virtual absl::StatusOr<std::vector<uint64_t>> Heartbeat(
+  // returns the leases the worker no longer holds and the split proposals
+  // awaiting its answer.
+  virtual absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids,
       const std::vector<std::pair<uint64_t, int64_t>>& progress) = 0;
+  // Answers a split proposal (see CoordinatorImpl::AcceptSplit).
+  virtual absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
+                                           uint64_t lease_id, int64_t split_point) = 0;
   // Records progress synchronously (see CoordinatorImpl::ReportProgress).
   virtual absl::Status ReportProgress(
       absl::string_view queue, absl::string_view worker,

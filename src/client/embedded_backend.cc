@@ -29,12 +29,16 @@ class CoordinatorBackend final : public QueueBackend {
                        uint64_t lease_id) override {
     return coordinator_->Release(queue, worker, lease_id);
   }
-  absl::StatusOr<std::vector<uint64_t>> Heartbeat(
+  absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids,
       const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
     if (!progress.empty()) coordinator_->ReportProgress(queue, worker, progress).IgnoreError();
     return coordinator_->Heartbeat(queue, worker, lease_ids);
+  }
+  absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
+                                   uint64_t lease_id, int64_t split_point) override {
+    return coordinator_->AcceptSplit(queue, worker, lease_id, split_point);
   }
   absl::Status ReportProgress(
       absl::string_view queue, absl::string_view worker,

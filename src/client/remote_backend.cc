@@ -102,7 +102,7 @@ class RemoteBackend final : public QueueBackend {
     });
   }
 
-  absl::StatusOr<std::vector<uint64_t>> Heartbeat(
+  absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids,
       const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
@@ -120,8 +120,22 @@ class RemoteBackend final : public QueueBackend {
       return stub_->Heartbeat(ctx, req, &resp);
     });
     if (!s.ok()) return s;
-    return std::vector<uint64_t>(resp.lost_lease_ids().begin(),
-                                 resp.lost_lease_ids().end());
+    return FromProto(resp);
+  }
+
+  absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
+                                   uint64_t lease_id, int64_t split_point) override {
+    v1::AcceptSplitRequest req;
+    req.set_queue(std::string(queue));
+    req.set_worker(std::string(worker));
+    req.set_lease_id(lease_id);
+    req.set_split_point(split_point);
+    v1::AcceptSplitResponse resp;
+    absl::Status s = Unary("AcceptSplit", [&](grpc::ClientContext* ctx) {
+      return stub_->AcceptSplit(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    return resp.accepted();
   }
 
   absl::StatusOr<QueueStats> Stats(absl::string_view queue) override {

@@ -2,13 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "shardq/input_producer.h"
+#include "shardq/slice.h"
+#include "shardq/splittable_range.h"
 #include "src/client/backend.h"
 #include "src/client/checkpoint_file.h"
 #include "src/client/planner.h"
@@ -45,7 +49,10 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
   absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
       options.address, options.token, options.tls_ca_file, options.worker_id);
   if (!connected.ok()) return connected.status();
-  return Attach(options.name, std::move(connected->backend), connected->worker_id);
+  absl::StatusOr<std::unique_ptr<WorkQueue>> queue =
+      Attach(options.name, std::move(connected->backend), connected->worker_id);
+  if (queue.ok()) (*queue)->heartbeat_interval_ = options.heartbeat_interval;
+  return queue;
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
@@ -90,9 +97,13 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
   config.seed = options.seed;
   config.num_clients = options.num_clients;
   config.lease_timeout = options.lease_timeout;
+  config.split = options.split;
+  config.split_min_residual = options.split_min_residual;
   absl::StatusOr<QueueInfo> info = backend->CreateQueue(config);
   if (!info.ok()) return info.status();
-  return FromInfo(std::move(backend), options.worker_id, *info);
+  std::unique_ptr<WorkQueue> queue = FromInfo(std::move(backend), options.worker_id, *info);
+  queue->heartbeat_interval_ = options.heartbeat_interval;
+  return queue;
 }
 
 WorkQueue::WorkQueue(std::shared_ptr<QueueBackend> backend, std::string name,
@@ -141,6 +152,12 @@ absl::StatusOr<WorkItem> WorkQueue::Take(absl::Duration timeout) {
     if (!items.ok()) return items.status();
     if (!items->empty()) {
       WorkItem item = std::move(items->front());
+      // Items with a range can be split while they are read.
+      if (absl::StatusOr<SliceSpec> spec = ParseItem(item.item);
+          spec.ok() && spec->start.has_value() && spec->end.has_value() &&
+          *spec->end > *spec->start) {
+        item.range = std::make_shared<SplittableRange>(*spec->start, *spec->end);
+      }
       {
         absl::MutexLock lock(&mu_);
         held_[item.lease_id] = item;
@@ -156,7 +173,25 @@ absl::StatusOr<WorkItem> WorkQueue::Take(absl::Duration timeout) {
   }
 }
 
+bool WorkQueue::SettleSplit(uint64_t lease_id) {
+  while (split_in_flight_.contains(lease_id)) split_settled_.Wait(&mu_);
+  return split_unrecorded_.erase(lease_id) == 0;
+}
+
 absl::Status WorkQueue::Complete(const WorkItem& item) {
+  bool complete;
+  {
+    absl::MutexLock lock(&mu_);
+    complete = SettleSplit(item.lease_id);
+  }
+  if (!complete) {
+    std::fprintf(stderr,
+                 "shardq: queue '%s': the split of '%s' was not recorded (lease lost); "
+                 "releasing it so that it is read again whole\n",
+                 name_.c_str(), item.item.c_str());
+    absl::Status s = Release(item);
+    return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : s;
+  }
   absl::StatusOr<CompleteOutcome> outcome =
       backend_->Complete(name_, worker_id_, item.lease_id);
   if (outcome.ok()) {
@@ -168,6 +203,10 @@ absl::Status WorkQueue::Complete(const WorkItem& item) {
 }
 
 absl::Status WorkQueue::Release(const WorkItem& item) {
+  {
+    absl::MutexLock lock(&mu_);
+    SettleSplit(item.lease_id);
+  }
   absl::Status s = backend_->Release(name_, worker_id_, item.lease_id);
   absl::MutexLock lock(&mu_);
   // Gone from the coordinator either way: released now, or lost earlier.
@@ -232,9 +271,9 @@ void WorkQueue::StartHeartbeatsIfNeeded() {
 }
 
 void WorkQueue::HeartbeatLoop() {
-  // Renew three times per lease period: one lost heartbeat never expires a
-  // lease of a live worker.
-  const absl::Duration interval = lease_timeout_ / 3;
+  // At least three renewals per lease period: one lost heartbeat never
+  // expires a lease of a live worker.
+  const absl::Duration interval = std::min(lease_timeout_ / 3, heartbeat_interval_);
   while (true) {
     std::vector<uint64_t> leases;
     std::vector<std::pair<uint64_t, int64_t>> progress;
@@ -250,7 +289,33 @@ void WorkQueue::HeartbeatLoop() {
     if (leases.empty()) continue;
     // Lost leases stay in held_: completing one later may still count (a
     // late first completion) and is otherwise recorded as a duplicate.
-    backend_->Heartbeat(name_, worker_id_, leases, progress).IgnoreError();
+    absl::StatusOr<HeartbeatReply> reply =
+        backend_->Heartbeat(name_, worker_id_, leases, progress);
+    if (reply.ok() && !reply->splits.empty()) AnswerSplits(reply->splits);
+  }
+}
+
+void WorkQueue::AnswerSplits(const std::vector<SplitProposal>& proposals) {
+  for (const SplitProposal& p : proposals) {
+    std::shared_ptr<SplittableRange> range;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = held_.find(p.lease_id);
+      if (it == held_.end()) continue;  // completed meanwhile
+      range = it->second.range;
+      split_in_flight_.insert(p.lease_id);
+    }
+    // Where our reader will stop, if it is not already too close to the end.
+    std::optional<int64_t> at;
+    if (range != nullptr) at = range->Split(p.split_point, p.min_residual);
+    absl::StatusOr<bool> recorded =
+        backend_->AcceptSplit(name_, worker_id_, p.lease_id, at.value_or(-1));
+    absl::MutexLock lock(&mu_);
+    split_in_flight_.erase(p.lease_id);
+    // The reader stops at `at` whatever happens; if the coordinator did not
+    // record the split, completing the item would skip [at, end).
+    if (at.has_value() && !(recorded.ok() && *recorded)) split_unrecorded_.insert(p.lease_id);
+    split_settled_.SignalAll();
   }
 }
 

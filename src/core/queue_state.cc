@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "shardq/slice.h"
 #include "src/core/rng.h"
 
 namespace shardq {
@@ -74,6 +75,11 @@ absl::Status ValidateConfig(const QueueConfig& config) {
         "queue '", config.name, "': num_clients must be >= 1, got ",
         config.num_clients));
   }
+  if (config.split_min_residual < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config.name, "': split_min_residual must be >= 1, got ",
+        config.split_min_residual));
+  }
   if (config.lease_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queue '", config.name, "': lease_timeout must be positive, got ",
@@ -120,12 +126,17 @@ uint64_t QueueState::MakeLeaseId(Ref ref) {
 std::optional<QueueState::Ref> QueueState::DecodeLeaseId(uint64_t lease_id) const {
   if ((lease_id & kLeaseSequenceMask) == 0) return std::nullopt;
   const uint64_t slot = lease_id >> kLeaseSequenceBits;
-  if (slot >= static_cast<uint64_t>(total_work())) return std::nullopt;
   const int64_t s = static_cast<int64_t>(slot);
+  if (slot >= static_cast<uint64_t>(total_work())) {
+    const int64_t k = s - total_work();
+    if (k >= static_cast<int64_t>(extras_.size())) return std::nullopt;
+    return Ref{extras_[static_cast<size_t>(k)].epoch, num_items() + k};
+  }
   return Ref{s / num_items(), s % num_items()};
 }
 
 bool QueueState::IsCompleted(Ref ref) const {
+  if (IsExtra(ref)) return ExtraOf(ref).completed;
   const size_t e = static_cast<size_t>(ref.epoch);
   if (completed_per_epoch_[e] == num_items()) return true;
   const std::vector<bool>& bits = completed_bits_[e];
@@ -134,6 +145,14 @@ bool QueueState::IsCompleted(Ref ref) const {
 
 void QueueState::MarkCompleted(Ref ref, const std::string& worker,
                                absl::Time now) {
+  WorkerRecord& w = Worker(worker);
+  ++w.completed;
+  w.last_completion = now;
+  if (IsExtra(ref)) {
+    ExtraOf(ref).completed = true;
+    ++extras_completed_;
+    return;
+  }
   const size_t e = static_cast<size_t>(ref.epoch);
   std::vector<bool>& bits = completed_bits_[e];
   if (bits.empty()) bits.assign(static_cast<size_t>(num_items()), false);
@@ -144,12 +163,10 @@ void QueueState::MarkCompleted(Ref ref, const std::string& worker,
   if (completed_per_epoch_[e] == num_items()) {
     std::vector<bool>().swap(bits);  // the count alone now says "all done"
   }
-  WorkerRecord& w = Worker(worker);
-  ++w.completed;
-  w.last_completion = now;
 }
 
 const std::string& QueueState::ItemString(Ref ref) const {
+  if (IsExtra(ref)) return ExtraOf(ref).item;
   auto it = overrides_.find(Slot(ref));
   if (it != overrides_.end()) return it->second;
   return config_.items[static_cast<size_t>(ref.index)];
@@ -197,9 +214,25 @@ QueueState::WorkerRecord& QueueState::Worker(absl::string_view worker) {
   return it->second;
 }
 
+void QueueState::SetItemString(Ref ref, std::string item) {
+  if (IsExtra(ref)) {
+    ExtraOf(ref).item = std::move(item);
+  } else {
+    overrides_[Slot(ref)] = std::move(item);
+  }
+}
+
+void QueueState::CountLease(Ref ref, int delta) {
+  if (IsExtra(ref)) {
+    extras_leased_ += delta;
+  } else {
+    leased_per_epoch_[static_cast<size_t>(ref.epoch)] += delta;
+  }
+}
+
 void QueueState::DropLease(uint64_t lease_id, const Lease& lease) {
   deadlines_.erase({lease.deadline, lease_id});
-  --leased_per_epoch_[static_cast<size_t>(lease.ref.epoch)];
+  CountLease(lease.ref, -1);
   --Worker(lease.worker).held;
 }
 
@@ -240,6 +273,8 @@ absl::Status QueueState::ApplyInternal(const journal::Update& update,
       return ApplyRelease(update.release());
     case journal::Update::kExpire:
       return ApplyExpire(update.expire());
+    case journal::Update::kSplit:
+      return ApplySplit(update.split());
     default:
       return absl::DataLossError(absl::StrCat(
           "queue '", config_.name, "': update of kind ", update.kind_case(),
@@ -258,9 +293,14 @@ absl::Status QueueState::ApplyLease(const journal::Lease& lease, absl::Time now)
   pending_.pop_front();
   ++lease_sequence_;
   const absl::Time deadline = now + config_.lease_timeout;
-  leases_[lease.lease_id()] = Lease{ref, lease.worker(), deadline, -1};
+  Lease& held = leases_[lease.lease_id()];
+  held = Lease();
+  held.ref = ref;
+  held.worker = lease.worker();
+  held.deadline = deadline;
+  held.granted = now;
   deadlines_.insert({deadline, lease.lease_id()});
-  ++leased_per_epoch_[static_cast<size_t>(ref.epoch)];
+  CountLease(ref, +1);
   WorkerRecord& w = Worker(lease.worker());
   ++w.held;
   ++w.taken;
@@ -351,6 +391,7 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
   const std::optional<Ref> front = PeekFront();
   if (!front.has_value()) {
     result.outcome = Finished() ? TakeOutcome::kEndOfInput : TakeOutcome::kWait;
+    if (result.outcome == TakeOutcome::kWait && config_.split) ProposeSplit(worker, now);
     return result;
   }
   const Ref ref = *front;
@@ -422,40 +463,203 @@ absl::Status QueueState::Release(absl::string_view worker, uint64_t lease_id,
 }
 
 absl::Status QueueState::ReportProgress(absl::string_view worker, uint64_t lease_id,
-                                        int64_t offset) {
+                                        int64_t offset, absl::Time now) {
   absl::StatusOr<Lease*> held = HeldBy(worker, lease_id);
   if (!held.ok()) return held.status();
   if (offset < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queue '", config_.name, "': progress offset ", offset, " is negative"));
   }
-  (*held)->progress = std::max((*held)->progress, offset);
+  Lease& lease = **held;
+  if (offset <= lease.progress) return absl::OkStatus();
+  if (lease.first_progress < 0) {
+    lease.first_progress = offset;
+    lease.first_progress_time = now;
+  }
+  lease.progress = offset;
+  lease.progress_time = now;
+  // The worker's rate over this lease so far feeds the split point of the
+  // proposals it asks for (an exponentially weighted mean over reports).
+  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
+  if (spec.ok() && lease.granted != absl::InfinitePast() && now > lease.granted) {
+    const double rate = static_cast<double>(offset - spec->start.value_or(0)) /
+                        absl::ToDoubleSeconds(now - lease.granted);
+    WorkerRecord& w = Worker(worker);
+    w.unit_rate = w.unit_rate <= 0 ? rate : 0.5 * w.unit_rate + 0.5 * rate;
+  }
   return absl::OkStatus();
 }
 
-std::vector<uint64_t> QueueState::Heartbeat(absl::string_view worker,
-                                            const std::vector<uint64_t>& lease_ids,
-                                            absl::Time now) {
-  std::vector<uint64_t> lost;
+HeartbeatReply QueueState::Heartbeat(absl::string_view worker,
+                                     const std::vector<uint64_t>& lease_ids,
+                                     absl::Time now) {
+  HeartbeatReply reply;
   for (uint64_t id : lease_ids) {
     auto it = leases_.find(id);
     if (it == leases_.end() || it->second.worker != worker) {
-      lost.push_back(id);
+      reply.lost.push_back(id);
       continue;
     }
     deadlines_.erase({it->second.deadline, id});
     it->second.deadline = now + config_.lease_timeout;
     deadlines_.insert({it->second.deadline, id});
+    if (it->second.proposal >= 0) {
+      reply.splits.push_back({id, it->second.proposal, config_.split_min_residual});
+    }
   }
-  return lost;
+  return reply;
 }
 
 void QueueState::ResetDeadlines(absl::Time now) {
   deadlines_.clear();
   for (auto& [id, lease] : leases_) {
     lease.deadline = now + config_.lease_timeout;
+    lease.granted = now;
     deadlines_.insert({lease.deadline, id});
   }
+}
+
+namespace {
+
+// Where a lease's reader is now, how fast it goes and where its range ends,
+// as far as the coordinator can tell.
+struct Estimate {
+  int64_t start = 0;
+  int64_t end = 0;
+  double position = 0;
+  double rate = 0;  // units per second; 0: unknown
+};
+
+}  // namespace
+
+bool QueueState::ProposeSplit(absl::string_view asker, absl::Time now) {
+  const int64_t min_residual = config_.split_min_residual;
+  Lease* best = nullptr;
+  double best_finish = 0;  // seconds from now
+  int64_t best_point = -1;
+  double rate_sum = 0;
+  int64_t rate_count = 0;
+  for (const auto& [name, w] : workers_) {
+    if (w.unit_rate > 0) {
+      rate_sum += w.unit_rate;
+      ++rate_count;
+    }
+  }
+  auto asker_record = workers_.find(asker);
+  double asker_rate = asker_record != workers_.end() ? asker_record->second.unit_rate : 0;
+  if (asker_rate <= 0 && rate_count > 0) asker_rate = rate_sum / static_cast<double>(rate_count);
+  for (auto& [id, lease] : leases_) {
+    if (lease.proposal >= 0 && lease.proposed_for == asker) return false;  // one each
+  }
+  for (auto& [id, lease] : leases_) {
+    if (lease.no_split || lease.proposal >= 0 || lease.worker == asker) continue;
+    absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
+    if (!spec.ok() || !spec->start.has_value() || !spec->end.has_value()) continue;
+    Estimate e;
+    e.start = *spec->start;
+    e.end = *spec->end;
+    e.position = static_cast<double>(e.start);
+    if (lease.progress >= 0) {
+      const double seconds = absl::ToDoubleSeconds(lease.progress_time - lease.granted);
+      if (lease.first_progress >= 0 && lease.progress_time > lease.first_progress_time) {
+        e.rate = static_cast<double>(lease.progress - lease.first_progress) /
+                 absl::ToDoubleSeconds(lease.progress_time - lease.first_progress_time);
+      } else if (seconds > 0) {
+        e.rate = static_cast<double>(lease.progress - e.start) / seconds;
+      }
+      e.position = static_cast<double>(lease.progress) +
+                   e.rate * absl::ToDoubleSeconds(now - lease.progress_time);
+    }
+    e.position = std::min(e.position, static_cast<double>(e.end));
+    const double left = static_cast<double>(e.end) - e.position;
+    if (left < static_cast<double>(2 * min_residual)) continue;
+    // Unknown rates (no progress yet): assume the asker's pace, and split
+    // what is left in half.
+    const double holder_rate = e.rate > 0 ? e.rate : asker_rate;
+    const double finish = holder_rate > 0 ? left / holder_rate : left;
+    if (best != nullptr && finish <= best_finish) continue;
+    // Both finish together: the holder reads [position, S) at its rate,
+    // the asker [S, end) at its own.
+    const double share = (holder_rate > 0 && asker_rate > 0)
+                             ? holder_rate / (holder_rate + asker_rate)
+                             : 0.5;
+    int64_t point = static_cast<int64_t>(e.position + left * share);
+    point = std::max(point, static_cast<int64_t>(e.position) + min_residual);
+    point = std::min(point, e.end - min_residual);
+    if (point <= e.start || point >= e.end) continue;
+    best = &lease;
+    best_finish = finish;
+    best_point = point;
+  }
+  if (best == nullptr) return false;
+  best->proposal = best_point;
+  best->proposed_for = std::string(asker);
+  return true;
+}
+
+absl::StatusOr<bool> QueueState::AcceptSplit(absl::string_view worker, uint64_t lease_id,
+                                             int64_t split_point, absl::Time now) {
+  absl::StatusOr<Lease*> held = HeldBy(worker, lease_id);
+  if (!held.ok()) return held.status();
+  Lease& lease = **held;
+  const int64_t proposed = lease.proposal;
+  lease.proposal = -1;
+  lease.proposed_for.clear();
+  if (split_point < 0) {
+    lease.no_split = true;
+    return false;
+  }
+  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
+  if (!spec.ok()) return spec.status();
+  if (!spec->start.has_value() || !spec->end.has_value() || split_point <= *spec->start ||
+      split_point >= *spec->end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config_.name, "': split point ", split_point, " of lease ", lease_id,
+        " is not inside its item '", ItemString(lease.ref), "'"));
+  }
+  if (proposed >= 0 && split_point < proposed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config_.name, "': split point ", split_point, " of lease ", lease_id,
+        " is before the proposed ", proposed));
+  }
+  if (Slot(Ref{0, num_items() + static_cast<int64_t>(extras_.size())}) >= kMaxTotalWork) {
+    lease.no_split = true;
+    return false;
+  }
+  journal::Update update = NewUpdate(now);
+  update.mutable_split()->set_lease_id(lease_id);
+  update.mutable_split()->set_split_point(split_point);
+  if (absl::Status s = Commit(update); !s.ok()) return s;
+  return true;
+}
+
+absl::Status QueueState::ApplySplit(const journal::Split& split) {
+  auto it = leases_.find(split.lease_id());
+  if (it == leases_.end()) {
+    return absl::DataLossError(absl::StrCat("queue '", config_.name,
+                                            "': journal splits unknown lease ",
+                                            split.lease_id()));
+  }
+  const Ref ref = it->second.ref;
+  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(ref));
+  if (!spec.ok() || !spec->start.has_value() || !spec->end.has_value() ||
+      split.split_point() <= *spec->start || split.split_point() >= *spec->end) {
+    return absl::DataLossError(absl::StrCat("queue '", config_.name, "': journal splits lease ",
+                                            split.lease_id(), " at ", split.split_point(),
+                                            " outside its item"));
+  }
+  SliceSpec head = *spec;
+  head.end = split.split_point();
+  SliceSpec rest = *std::move(spec);
+  rest.start = split.split_point();
+  const int64_t parent = IsExtra(ref) ? ExtraOf(ref).parent : ref.index;
+  extras_.push_back(Extra{ref.epoch, parent, FormatItem(rest), false});
+  SetItemString(ref, FormatItem(head));
+  pending_.push_front(Ref{ref.epoch, num_items() + static_cast<int64_t>(extras_.size()) - 1});
+  it->second.proposal = -1;
+  it->second.proposed_for.clear();
+  ++splits_;
+  return absl::OkStatus();
 }
 
 int64_t QueueState::ExpireLeases(absl::Time now) {
@@ -497,6 +701,8 @@ QueueStats QueueState::Stats(absl::Time now) const {
   stats.released = released_;
   stats.duplicates = duplicates_;
   stats.finished = Finished();
+  stats.splits = splits_;
+  stats.split_items_open = static_cast<int64_t>(extras_.size()) - extras_completed_;
   for (int64_t e = 0; e < config_.num_epochs; ++e) {
     EpochStats es;
     es.completed = completed_per_epoch_[static_cast<size_t>(e)];

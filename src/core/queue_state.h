@@ -11,7 +11,14 @@
 //    completed (the first completion counts);
 //  * Take reports end of input only when every item of every epoch is
 //    completed; while items are only leased elsewhere it says "wait";
-//  * a worker holds at most num_clients leases.
+//  * a worker holds at most num_clients leases;
+//  * tail rebalancing (config.split): when a worker asks for work and
+//    nothing is pending, the held item expected to finish last is proposed
+//    a split point (ProposeSplit, inside Take). Its holder answers with
+//    AcceptSplit: its item becomes [start, S) and [S, end) a new "extra"
+//    item at the front of the queue. A planned item counts as completed
+//    when its own (head) range is; extras are completed on their own and
+//    the queue is finished only when every extra is too.
 //
 // Epochs are materialised lazily: the order of epoch e+1 is generated when
 // the pending items of epoch e run out, so memory holds at most two epochs'
@@ -58,6 +65,13 @@ struct QueueConfig {
   std::optional<uint64_t> seed;    // unset only in requests; resolved state always has one
   int64_t num_clients = 1;
   absl::Duration lease_timeout = absl::Seconds(30);
+  // Tail rebalancing (see the top of this file). Not part of a queue's
+  // identity: the creator's settings hold.
+  bool split = true;
+  // Smallest range split off, in item units (bytes, or rows for tables).
+  int64_t split_min_residual = kDefaultSplitMinResidual;
+
+  static constexpr int64_t kDefaultSplitMinResidual = 1;
 };
 
 // Field names on which `requested` disagrees with `existing`, e.g.
@@ -80,6 +94,19 @@ struct TakeResult {
 };
 
 enum class CompleteOutcome { kCompleted, kDuplicate };
+
+// "Stop reading lease `lease_id` at `split_point`", for the lease's holder.
+struct SplitProposal {
+  uint64_t lease_id = 0;
+  int64_t split_point = 0;
+  int64_t min_residual = 1;  // refuse if less than this would be split off
+};
+
+// What a heartbeat tells the worker.
+struct HeartbeatReply {
+  std::vector<uint64_t> lost;          // leases the worker no longer holds
+  std::vector<SplitProposal> splits;   // proposals awaiting its answer
+};
 
 // Called with every update applied to a QueueState, in order.
 using UpdateSink = std::function<void(const journal::Update&)>;
@@ -124,14 +151,36 @@ class QueueState {
 
   // Records that the holder of `lease_id` has consumed its item up to
   // `offset` (bytes for files, rows for tables; absolute, like the item's
-  // start/end). In memory only. NOT_FOUND / PERMISSION_DENIED as Release.
+  // start/end) at `now`; the rate of progress feeds split decisions. In
+  // memory only. NOT_FOUND / PERMISSION_DENIED as Release.
   absl::Status ReportProgress(absl::string_view worker, uint64_t lease_id,
-                              int64_t offset);
+                              int64_t offset, absl::Time now);
 
   // Expires overdue leases, then leases the next pending item to `worker`.
+  // When nothing is pending (kWait) and splitting is on, proposes a split
+  // on behalf of `worker` (ProposeSplit).
   // FAILED_PRECONDITION when the worker already holds num_clients items.
   // INVALID_ARGUMENT for an empty worker name.
   absl::StatusOr<TakeResult> Take(absl::string_view worker, absl::Time now);
+
+  // Picks the held item with the latest estimated finish (from its
+  // holder's reported offset and rate) and records a proposed split point
+  // that lets `asker` (at its own rate) and the holder finish together.
+  // At most one proposal per asker is outstanding; items whose holder
+  // refused, items without a byte/row range and items too short to leave
+  // split_min_residual on both sides are skipped. Proposals are soft
+  // state (not journaled). Returns whether one was made.
+  bool ProposeSplit(absl::string_view asker, absl::Time now);
+
+  // The holder's answer to a proposal: `split_point` >= the proposed point
+  // where its reader will stop, or -1 to refuse (the lease is then never
+  // proposed again). An accepted split is journaled (Update.split) and
+  // returns true. NOT_FOUND / PERMISSION_DENIED as Release (the holder
+  // must then not complete the item: it is read again whole elsewhere);
+  // INVALID_ARGUMENT for a point outside (start, end) or before the one
+  // proposed.
+  absl::StatusOr<bool> AcceptSplit(absl::string_view worker, uint64_t lease_id,
+                                   int64_t split_point, absl::Time now);
 
   // Completes the item of `lease_id`. kDuplicate (and no other change) when
   // the item was already completed. NOT_FOUND for a lease that was never
@@ -147,10 +196,11 @@ class QueueState {
 
   // Renews `worker`'s leases to now + lease_timeout. Returns the lease ids
   // of `lease_ids` that the worker no longer holds (expired, completed,
-  // unknown or someone else's), which the worker should stop reading.
-  std::vector<uint64_t> Heartbeat(absl::string_view worker,
-                                  const std::vector<uint64_t>& lease_ids,
-                                  absl::Time now);
+  // unknown or someone else's), which the worker should stop reading, and
+  // the split proposals awaiting its answer.
+  HeartbeatReply Heartbeat(absl::string_view worker,
+                           const std::vector<uint64_t>& lease_ids,
+                           absl::Time now);
 
   // Returns every lease whose deadline is <= now to the front of the queue.
   // Returns how many expired.
@@ -160,7 +210,10 @@ class QueueState {
   absl::Time NextDeadline() const;
 
   // True when every item of every epoch is completed.
-  bool Finished() const { return total_completed_ == total_work(); }
+  bool Finished() const {
+    return total_completed_ == total_work() &&
+           extras_completed_ == static_cast<int64_t>(extras_.size());
+  }
 
   QueueStats Stats(absl::Time now) const;
   const QueueConfig& config() const { return config_; }
@@ -176,6 +229,14 @@ class QueueState {
     std::string worker;
     absl::Time deadline;
     int64_t progress = -1;  // last reported consumed offset; -1: none
+    // Soft state for split decisions (not journaled; reset on recovery).
+    absl::Time granted = absl::InfinitePast();
+    absl::Time progress_time = absl::InfinitePast();
+    int64_t first_progress = -1;
+    absl::Time first_progress_time = absl::InfinitePast();
+    int64_t proposal = -1;  // split point proposed and not yet answered
+    std::string proposed_for;  // the asker of that proposal
+    bool no_split = false;  // the holder refused a split
   };
   struct WorkerRecord {
     int64_t taken = 0;
@@ -183,6 +244,15 @@ class QueueState {
     int64_t held = 0;
     absl::Time first_take = absl::InfinitePast();
     absl::Time last_completion = absl::InfinitePast();
+    double unit_rate = 0;  // units (bytes/rows) per second; soft state
+  };
+  // A range split off a held item. Refs to extra k have index
+  // num_items() + k; its lease ids use slot total_work() + k.
+  struct Extra {
+    int64_t epoch = 0;
+    int64_t parent = 0;  // index of the planned item it came from
+    std::string item;
+    bool completed = false;
   };
 
   explicit QueueState(QueueConfig config);
@@ -194,6 +264,11 @@ class QueueState {
   // lease ever issued: id = ((epoch * num_items + index) << 20) | sequence.
   uint64_t MakeLeaseId(Ref ref);
   std::optional<Ref> DecodeLeaseId(uint64_t lease_id) const;
+  bool IsExtra(Ref ref) const { return ref.index >= num_items(); }
+  Extra& ExtraOf(Ref ref) { return extras_[static_cast<size_t>(ref.index - num_items())]; }
+  const Extra& ExtraOf(Ref ref) const {
+    return extras_[static_cast<size_t>(ref.index - num_items())];
+  }
   bool IsCompleted(Ref ref) const;
   void MarkCompleted(Ref ref, const std::string& worker, absl::Time now);
   // Generates the next epoch's order into pending_ (skipping completed
@@ -218,7 +293,15 @@ class QueueState {
   absl::Status ApplyExpire(const journal::Expire& expire);
   absl::Status ApplyRestore(const journal::Checkpoint& checkpoint);
   const std::string& ItemString(Ref ref) const;
-  int64_t Slot(Ref ref) const { return ref.epoch * num_items() + ref.index; }
+  int64_t Slot(Ref ref) const {
+    return IsExtra(ref) ? total_work() + (ref.index - num_items())
+                        : ref.epoch * num_items() + ref.index;
+  }
+  // Sets the item string a ref hands out (a split head).
+  void SetItemString(Ref ref, std::string item);
+  absl::Status ApplySplit(const journal::Split& split);
+  // Leases per epoch count planned items only; extras are counted apart.
+  void CountLease(Ref ref, int delta);
   void DropLease(uint64_t lease_id, const Lease& lease);
   // The lease if `worker` holds it; NOT_FOUND / PERMISSION_DENIED otherwise.
   absl::StatusOr<Lease*> HeldBy(absl::string_view worker, uint64_t lease_id);
@@ -241,6 +324,10 @@ class QueueState {
   std::map<std::string, WorkerRecord, std::less<>> workers_;
   // Residual ranges that replace planned items (by slot), after a restore.
   absl::flat_hash_map<int64_t, std::string> overrides_;
+  std::vector<Extra> extras_;
+  int64_t extras_completed_ = 0;
+  int64_t extras_leased_ = 0;
+  int64_t splits_ = 0;
   UpdateSink sink_;
   uint64_t lease_sequence_ = 0;
   int64_t total_completed_ = 0;

@@ -1,6 +1,8 @@
 // QueueState <-> its durable forms: creating updates, snapshots and
 // checkpoints. Pure: no I/O.
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -47,6 +49,10 @@ void ConfigToProto(const QueueConfig& config, v1::QueueConfig* out) {
   }
   out->set_num_clients(config.num_clients);
   out->set_lease_timeout_ms(absl::ToInt64Milliseconds(config.lease_timeout));
+  out->set_split_disabled(!config.split);
+  if (config.split_min_residual != QueueConfig::kDefaultSplitMinResidual) {
+    out->set_split_min_residual(config.split_min_residual);
+  }
 }
 
 QueueConfig ConfigFromProto(const v1::QueueConfig& config) {
@@ -58,6 +64,8 @@ QueueConfig ConfigFromProto(const v1::QueueConfig& config) {
   if (config.seed_set()) out.seed = config.seed();
   out.num_clients = config.num_clients();
   out.lease_timeout = absl::Milliseconds(config.lease_timeout_ms());
+  out.split = !config.split_disabled();
+  if (config.split_min_residual() != 0) out.split_min_residual = config.split_min_residual();
   return out;
 }
 
@@ -130,14 +138,28 @@ absl::Status QueueState::ApplyRestore(const journal::Checkpoint& checkpoint) {
     }
     const Ref ref{r.epoch(), r.index()};
     if (IsCompleted(ref)) continue;
+    last_epoch = std::max(last_epoch, ref.epoch);
+    const bool again = std::any_of(residual.begin(), residual.end(), [&](const Ref& p) {
+      return !IsExtra(p) && p.epoch == ref.epoch && p.index == ref.index;
+    });
+    if (again) {
+      // A second unread range of one planned item (split off it before the
+      // checkpoint): an extra item of its own.
+      if (r.item_override().empty()) {
+        return absl::DataLossError(absl::StrCat(what, ": residual item (", r.epoch(), ", ",
+                                                r.index(), ") repeats without a range"));
+      }
+      extras_.push_back(Extra{ref.epoch, ref.index, r.item_override(), false});
+      residual.push_back(Ref{ref.epoch, num_items() + static_cast<int64_t>(extras_.size()) - 1});
+      continue;
+    }
     if (!r.item_override().empty()) overrides_[Slot(ref)] = r.item_override();
     residual.push_back(ref);
-    last_epoch = std::max(last_epoch, ref.epoch);
   }
   while (next_epoch_ <= last_epoch) MaterializeNextEpoch();
   auto is_residual = [&](const Ref& p) {
     return std::any_of(residual.begin(), residual.end(), [&](const Ref& r) {
-      return r.epoch == p.epoch && r.index == p.index;
+      return !IsExtra(r) && r.epoch == p.epoch && r.index == p.index;
     });
   };
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), is_residual),
@@ -195,6 +217,14 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
   out.set_released(released_);
   out.set_duplicates(duplicates_);
   for (const auto& [slot, item] : overrides_) (*out.mutable_overrides())[slot] = item;
+  for (const Extra& x : extras_) {
+    journal::ExtraItem* e = out.add_extras();
+    e->set_epoch(x.epoch);
+    e->set_index(x.parent);
+    e->set_item(x.item);
+    e->set_completed(x.completed);
+  }
+  out.set_splits(splits_);
   return out;
 }
 
@@ -208,8 +238,20 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   QueueState& s = **created;
   const std::string what = absl::StrCat("snapshot of queue '", s.config_.name, "'");
   const int64_t epochs = s.config_.num_epochs;
+  for (const journal::ExtraItem& x : snapshot.extras()) {
+    if (x.epoch() < 0 || x.epoch() >= epochs || x.index() < 0 || x.index() >= s.num_items()) {
+      return absl::DataLossError(absl::StrCat(what, ": extra item out of range"));
+    }
+    s.extras_.push_back(Extra{x.epoch(), x.index(), x.item(), x.completed()});
+    if (x.completed()) ++s.extras_completed_;
+  }
+  s.splits_ = snapshot.splits();
+  const int64_t refs = s.num_items() + static_cast<int64_t>(s.extras_.size());
   auto valid = [&](const journal::Ref& r) {
-    return r.epoch() >= 0 && r.epoch() < epochs && r.index() >= 0 && r.index() < s.num_items();
+    if (r.epoch() < 0 || r.epoch() >= epochs || r.index() < 0 || r.index() >= refs) return false;
+    // A ref to an extra names the extra's own epoch.
+    return r.index() < s.num_items() ||
+           s.extras_[static_cast<size_t>(r.index() - s.num_items())].epoch == r.epoch();
   };
   if (snapshot.completed_bits_size() != epochs ||
       snapshot.completed_per_epoch_size() != epochs || snapshot.next_epoch() < 0 ||
@@ -232,9 +274,15 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   for (const journal::LeaseRecord& l : snapshot.leases()) {
     if (!valid(l.ref())) return absl::DataLossError(absl::StrCat(what, ": lease out of range"));
     const absl::Time deadline = now + s.config_.lease_timeout;
-    s.leases_[l.lease_id()] = Lease{Ref{l.ref().epoch(), l.ref().index()}, l.worker(), deadline, -1};
+    const Ref ref{l.ref().epoch(), l.ref().index()};
+    Lease& lease = s.leases_[l.lease_id()];
+    lease = Lease();
+    lease.ref = ref;
+    lease.worker = l.worker();
+    lease.deadline = deadline;
+    lease.granted = now;
     s.deadlines_.insert({deadline, l.lease_id()});
-    ++s.leased_per_epoch_[static_cast<size_t>(l.ref().epoch())];
+    s.CountLease(ref, +1);
   }
   for (const journal::LeaseRecord& l : snapshot.expired()) {
     if (!valid(l.ref())) return absl::DataLossError(absl::StrCat(what, ": expired lease out of range"));
@@ -265,13 +313,30 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
 journal::Checkpoint QueueState::ToCheckpoint() const {
   journal::Checkpoint out;
   ConfigToProto(config_, out.mutable_config());
-  for (size_t e = 0; e < completed_bits_.size(); ++e) {
-    if (completed_per_epoch_[e] == num_items()) {
-      out.add_completed_bits(PackBits(std::vector<bool>(static_cast<size_t>(num_items()), true)));
-    } else {
-      out.add_completed_bits(PackBits(completed_bits_[e]));
-    }
+  // A planned item whose split-off ranges are not all completed is not
+  // completed in a checkpoint: its unread ranges are listed below.
+  std::set<std::pair<int64_t, int64_t>> open_parents;
+  for (const Extra& x : extras_) {
+    if (!x.completed) open_parents.insert({x.epoch, x.parent});
   }
+  for (size_t e = 0; e < completed_bits_.size(); ++e) {
+    std::vector<bool> bits = completed_per_epoch_[e] == num_items()
+                                 ? std::vector<bool>(static_cast<size_t>(num_items()), true)
+                                 : completed_bits_[e];
+    for (const auto& [epoch, parent] : open_parents) {
+      if (epoch == static_cast<int64_t>(e) && !bits.empty()) {
+        bits[static_cast<size_t>(parent)] = false;
+      }
+    }
+    out.add_completed_bits(PackBits(bits));
+  }
+  // A residual names the planned item it belongs to.
+  auto add_residual = [&](Ref ref) {
+    journal::Ref* r = out.add_residual();
+    r->set_epoch(ref.epoch);
+    r->set_index(IsExtra(ref) ? ExtraOf(ref).parent : ref.index);
+    return r;
+  };
   // Held items, narrowed to what their holder has not consumed yet, then
   // pending residual ranges of an earlier restore, front first.
   std::vector<uint64_t> ids;
@@ -279,9 +344,7 @@ journal::Checkpoint QueueState::ToCheckpoint() const {
   std::sort(ids.begin(), ids.end());
   for (uint64_t id : ids) {
     const Lease& lease = leases_.at(id);
-    journal::Ref* r = out.add_residual();
-    r->set_epoch(lease.ref.epoch);
-    r->set_index(lease.ref.index);
+    journal::Ref* r = add_residual(lease.ref);
     const std::string& item = ItemString(lease.ref);
     if (lease.progress >= 0) {
       absl::StatusOr<SliceSpec> spec = ParseItem(item);
@@ -290,17 +353,19 @@ journal::Checkpoint QueueState::ToCheckpoint() const {
         if (spec->end.has_value()) spec->start = std::min(*spec->start, *spec->end);
         r->set_item_override(FormatItem(*spec));
       }
-    } else if (overrides_.contains(Slot(lease.ref))) {
+    } else if (IsExtra(lease.ref) || overrides_.contains(Slot(lease.ref))) {
       r->set_item_override(item);
     }
   }
   for (const Ref& ref : pending_) {
+    if (IsCompleted(ref)) continue;
+    if (IsExtra(ref)) {
+      add_residual(ref)->set_item_override(ExtraOf(ref).item);
+      continue;
+    }
     auto it = overrides_.find(Slot(ref));
-    if (it == overrides_.end() || IsCompleted(ref)) continue;
-    journal::Ref* r = out.add_residual();
-    r->set_epoch(ref.epoch);
-    r->set_index(ref.index);
-    r->set_item_override(it->second);
+    if (it == overrides_.end()) continue;
+    add_residual(ref)->set_item_override(it->second);
   }
   return out;
 }

@@ -81,11 +81,11 @@ TEST(QueueState, HeartbeatKeepsLeaseAlive) {
   auto s = MakeState(Config(2));
   WorkItem item = MustTake(*s, "w", kT0);
   for (int i = 1; i <= 5; ++i) {
-    EXPECT_TRUE(s->Heartbeat("w", {item.lease_id}, kT0 + absl::Seconds(8 * i)).empty());
+    EXPECT_TRUE(s->Heartbeat("w", {item.lease_id}, kT0 + absl::Seconds(8 * i)).lost.empty());
   }
   EXPECT_EQ(s->ExpireLeases(kT0 + absl::Seconds(45)), 0);
   EXPECT_EQ(s->ExpireLeases(kT0 + absl::Seconds(50)), 1);
-  EXPECT_EQ(s->Heartbeat("w", {item.lease_id}, kT0 + absl::Seconds(51)),
+  EXPECT_EQ(s->Heartbeat("w", {item.lease_id}, kT0 + absl::Seconds(51)).lost,
             std::vector<uint64_t>{item.lease_id});
 }
 

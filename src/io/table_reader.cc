@@ -80,10 +80,15 @@ absl::StatusOr<std::vector<Row>> TableReader::ReadUpTo(ItemSource& source,
       }
       item_ = *std::move(next);
       slice_ = *std::move(slice);
+      next_rank_ = spec->start.value_or(0);
     }
     absl::StatusOr<bool> more = slice_->Next(&row);
     if (!more.ok()) return fail(more.status());
+    // A split (tail rebalancing) may have ended the item before this row;
+    // rows are counted by their rank in the table, like start/end.
+    if (*more && !ClaimRecord(*item_, next_rank_)) more = false;
     if (*more) {
+      ++next_rank_;
       row.key = absl::StrCat(item_->item, ":", row.rowid);
       out.push_back(std::move(row));
       row = Row();
@@ -97,6 +102,8 @@ absl::StatusOr<std::vector<Row>> TableReader::ReadUpTo(ItemSource& source,
     ++items_done_;
     if (absl::Status s = source.ItemDone(finished); !s.ok()) return fail(s);
   }
+  // Every row before the next rank has been returned to the caller.
+  if (item_.has_value()) source.NoteProgress(*item_, next_rank_);
   return out;
 }
 

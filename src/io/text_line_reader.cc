@@ -54,6 +54,8 @@ absl::StatusOr<std::vector<Record>> TextLineReader::ReadUpTo(ItemSource& source,
     }
     absl::StatusOr<bool> more = slice_->Next(&line, &offset);
     if (!more.ok()) return fail(more.status());
+    // A split (tail rebalancing) may have ended the item before this line.
+    if (*more && !ClaimRecord(*item_, offset)) more = false;
     if (*more) {
       out.push_back(Record{absl::StrCat(item_->item, ":", offset), line});
       ++records_read_;

@@ -95,6 +95,10 @@ class ItemRecords {
     return plain_ != nullptr ? plain_->stats() : compressed_->stats();
   }
 
+  // Offsets are file offsets within the item's range (not of a compressed
+  // file read whole), so they can report progress.
+  bool has_file_offsets() const { return plain_ != nullptr; }
+
  private:
   ItemRecords() = default;
   std::unique_ptr<TFRecordSliceReader> plain_;
@@ -143,6 +147,7 @@ absl::StatusOr<std::vector<Record>> TFRecordReader::ReadUpTo(ItemSource& source,
   };
   std::string data;
   int64_t offset = 0;
+  int64_t consumed = -1;  // end of the last record returned from item_
   while (static_cast<int64_t>(out.size()) < n) {
     if (!item_.has_value()) {
       absl::StatusOr<WorkItem> next = source.NextItem();
@@ -163,14 +168,23 @@ absl::StatusOr<std::vector<Record>> TFRecordReader::ReadUpTo(ItemSource& source,
     stats_.skipped_bytes += after.skipped_bytes - before.skipped_bytes;
     stats_.corrupt_regions += after.corrupt_regions - before.corrupt_regions;
     if (!more.ok()) return fail(more.status());
+    // A split (tail rebalancing) may have ended the item before this record.
+    if (*more && !ClaimRecord(*item_, offset)) more = false;
     if (*more) {
       stats_.records += 1;
       stats_.bytes += static_cast<int64_t>(data.size());
+      // Length (8), its CRC (4), the data, its CRC (4).
+      consumed = offset + 16 + static_cast<int64_t>(data.size());
       out.push_back(Record{absl::StrCat(item_->item, ":", offset), std::move(data)});
       continue;
     }
     // Every record of the item has been returned: it is done.
+    consumed = -1;
     if (absl::Status s = FinishItem(source); !s.ok()) return fail(s);
+  }
+  // Everything before the next record has been returned to the caller.
+  if (item_.has_value() && consumed >= 0 && records_->has_file_offsets()) {
+    source.NoteProgress(*item_, consumed);
   }
   return out;
 }

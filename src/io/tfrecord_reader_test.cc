@@ -52,7 +52,7 @@ class OneItemSource : public ItemSource {
   absl::StatusOr<WorkItem> NextItem() override {
     if (given_) return absl::OutOfRangeError("end");
     given_ = true;
-    return WorkItem{item_, 0, 0, 1};
+    return WorkItem{item_, 0, 0, 1, nullptr};
   }
   absl::Status ItemDone(const WorkItem&) override {
     ++done;

@@ -52,7 +52,7 @@ void ToProto(const WorkItem& item, v1::WorkItem* out) {
 }
 
 WorkItem FromProto(const v1::WorkItem& item) {
-  return WorkItem{item.item(), item.epoch(), item.index(), item.lease_id()};
+  return WorkItem{item.item(), item.epoch(), item.index(), item.lease_id(), nullptr};
 }
 
 void ToProto(const QueueStats& stats, v1::QueueStatus* out) {
@@ -68,6 +68,8 @@ void ToProto(const QueueStats& stats, v1::QueueStatus* out) {
   out->set_released(stats.released);
   out->set_duplicates(stats.duplicates);
   out->set_finished(stats.finished);
+  out->set_splits(stats.splits);
+  out->set_split_items_open(stats.split_items_open);
   for (const EpochStats& e : stats.epochs) {
     v1::EpochStatus* epoch = out->add_epochs();
     epoch->set_pending(e.pending);
@@ -98,6 +100,8 @@ QueueStats FromProto(const v1::QueueStatus& status) {
   out.released = status.released();
   out.duplicates = status.duplicates();
   out.finished = status.finished();
+  out.splits = status.splits();
+  out.split_items_open = status.split_items_open();
   for (const v1::EpochStatus& e : status.epochs()) {
     out.epochs.push_back(EpochStats{e.pending(), e.leased(), e.completed()});
   }
@@ -110,6 +114,25 @@ QueueStats FromProto(const v1::QueueStatus& status) {
     out.workers[w.worker()] = ws;
   }
   return out;
+}
+
+void ToProto(const HeartbeatReply& reply, v1::HeartbeatResponse* out) {
+  out->mutable_lost_lease_ids()->Add(reply.lost.begin(), reply.lost.end());
+  for (const SplitProposal& p : reply.splits) {
+    v1::SplitProposal* proposal = out->add_splits();
+    proposal->set_lease_id(p.lease_id);
+    proposal->set_split_point(p.split_point);
+    proposal->set_min_residual(p.min_residual);
+  }
+}
+
+HeartbeatReply FromProto(const v1::HeartbeatResponse& response) {
+  HeartbeatReply reply;
+  reply.lost.assign(response.lost_lease_ids().begin(), response.lost_lease_ids().end());
+  for (const v1::SplitProposal& p : response.splits()) {
+    reply.splits.push_back({p.lease_id(), p.split_point(), p.min_residual()});
+  }
+  return reply;
 }
 
 }  // namespace shardq

@@ -34,6 +34,9 @@ WorkItem FromProto(const v1::WorkItem& item);
 void ToProto(const QueueStats& stats, v1::QueueStatus* out);
 QueueStats FromProto(const v1::QueueStatus& status);
 
+void ToProto(const HeartbeatReply& reply, v1::HeartbeatResponse* out);
+HeartbeatReply FromProto(const v1::HeartbeatResponse& response);
+
 }  // namespace shardq
 
 #endif  // SHARDQ_RPC_CONVERT_H_

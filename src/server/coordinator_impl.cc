@@ -345,7 +345,7 @@ absl::Status CoordinatorImpl::Release(absl::string_view queue,
   });
 }
 
-absl::StatusOr<std::vector<uint64_t>> CoordinatorImpl::Heartbeat(
+absl::StatusOr<HeartbeatReply> CoordinatorImpl::Heartbeat(
     absl::string_view queue, absl::string_view worker,
     const std::vector<uint64_t>& lease_ids) {
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
@@ -355,10 +355,23 @@ absl::StatusOr<std::vector<uint64_t>> CoordinatorImpl::Heartbeat(
         " leases; the limit is ", kMaxLeasesPerHeartbeat));
   }
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS
-                           -> absl::StatusOr<std::vector<uint64_t>> {
+                           -> absl::StatusOr<HeartbeatReply> {
     const absl::Time now = clock_->Now();
     if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
     return e.state->Heartbeat(worker, lease_ids, now);
+  });
+}
+
+absl::StatusOr<bool> CoordinatorImpl::AcceptSplit(absl::string_view queue,
+                                                  absl::string_view worker,
+                                                  uint64_t lease_id, int64_t split_point) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<bool> {
+    absl::StatusOr<bool> accepted =
+        e.state->AcceptSplit(worker, lease_id, split_point, clock_->Now());
+    // A refusal too: a waiting take may propose another split.
+    if (accepted.ok()) e.changed.SignalAll();
+    return accepted;
   });
 }
 
@@ -374,9 +387,10 @@ absl::Status CoordinatorImpl::ReportProgress(
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   absl::MutexLock lock(&(*entry)->mu);
+  const absl::Time now = clock_->Now();
   absl::Status first;
   for (const auto& [lease, offset] : progress) {
-    absl::Status s = (*entry)->state->ReportProgress(worker, lease, offset);
+    absl::Status s = (*entry)->state->ReportProgress(worker, lease, offset, now);
     if (first.ok()) first = s;
   }
   return first;

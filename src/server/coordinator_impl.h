@@ -100,9 +100,13 @@ class CoordinatorImpl {
                                            uint64_t lease_id);
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id);
-  absl::StatusOr<std::vector<uint64_t>> Heartbeat(
-      absl::string_view queue, absl::string_view worker,
-      const std::vector<uint64_t>& lease_ids);
+  absl::StatusOr<HeartbeatReply> Heartbeat(absl::string_view queue,
+                                           absl::string_view worker,
+                                           const std::vector<uint64_t>& lease_ids);
+  // The holder's answer to a split proposal (QueueState::AcceptSplit); an
+  // accepted split is durable before this returns, and wakes waiting takes.
+  absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
+                                   uint64_t lease_id, int64_t split_point);
   // (lease id, consumed offset) pairs; the first failure is returned after
   // every pair was tried.
   absl::Status ReportProgress(absl::string_view queue, absl::string_view worker,

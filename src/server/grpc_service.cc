@@ -129,10 +129,20 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
     coordinator_->ReportProgress(req->queue(), req->worker(), ToPairs(req->progress()))
         .IgnoreError();
   }
-  absl::StatusOr<std::vector<uint64_t>> lost =
+  absl::StatusOr<HeartbeatReply> reply =
       coordinator_->Heartbeat(req->queue(), req->worker(), ToVector(req->lease_ids()));
-  if (lost.ok()) resp->mutable_lost_lease_ids()->Add(lost->begin(), lost->end());
-  return ToGrpcStatus(lost.status());
+  if (reply.ok()) ToProto(*reply, resp);
+  return ToGrpcStatus(reply.status());
+}
+
+grpc::Status CoordinatorService::AcceptSplit(grpc::ServerContext* ctx,
+                                             const v1::AcceptSplitRequest* req,
+                                             v1::AcceptSplitResponse* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<bool> accepted = coordinator_->AcceptSplit(
+      req->queue(), req->worker(), req->lease_id(), req->split_point());
+  if (accepted.ok()) resp->set_accepted(*accepted);
+  return ToGrpcStatus(accepted.status());
 }
 
 grpc::Status CoordinatorService::Status(grpc::ServerContext* ctx,

@@ -47,6 +47,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                        v1::ReleaseResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override;
+  grpc::Status AcceptSplit(grpc::ServerContext* ctx, const v1::AcceptSplitRequest* req,
+                           v1::AcceptSplitResponse* resp) override;
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                       v1::StatusResponse* resp) override;
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,

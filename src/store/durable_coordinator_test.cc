@@ -168,7 +168,7 @@ TEST(DurableCoordinator, LeasesSurviveARestartAndCanBeCompletedAfterwards) {
   std::unique_ptr<CoordinatorImpl> c = Open(dir, &clock);
   // A fresh lease period starts at recovery: the holder heartbeats in time.
   clock.Advance(absl::Seconds(5));
-  EXPECT_TRUE(c->Heartbeat("alpha", "w", {item.lease_id})->empty());
+  EXPECT_TRUE(c->Heartbeat("alpha", "w", {item.lease_id})->lost.empty());
   EXPECT_EQ(*c->Complete("alpha", "w", item.lease_id), CompleteOutcome::kCompleted);
   EXPECT_EQ(c->Stats("alpha")->expired, 0);
 }
