@@ -299,6 +299,7 @@ absl::Status QueueState::ApplyLease(const journal::Lease& lease, absl::Time now)
   held.worker = lease.worker();
   held.deadline = deadline;
   held.granted = now;
+  ParseRange(held);
   deadlines_.insert({deadline, lease.lease_id()});
   CountLease(ref, +1);
   WorkerRecord& w = Worker(lease.worker());
@@ -480,12 +481,19 @@ absl::Status QueueState::ReportProgress(absl::string_view worker, uint64_t lease
   lease.progress_time = now;
   // The worker's rate over this lease so far feeds the split point of the
   // proposals it asks for (an exponentially weighted mean over reports).
-  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
-  if (spec.ok() && lease.granted != absl::InfinitePast() && now > lease.granted) {
-    const double rate = static_cast<double>(offset - spec->start.value_or(0)) /
+  if (lease.start >= 0 && lease.granted != absl::InfinitePast() && now > lease.granted &&
+      offset > lease.start) {
+    const double rate = static_cast<double>(offset - lease.start) /
                         absl::ToDoubleSeconds(now - lease.granted);
     WorkerRecord& w = Worker(worker);
-    w.unit_rate = w.unit_rate <= 0 ? rate : 0.5 * w.unit_rate + 0.5 * rate;
+    if (w.unit_rate > 0) {
+      rate_sum_ -= w.unit_rate;
+      w.unit_rate = 0.5 * w.unit_rate + 0.5 * rate;
+    } else {
+      ++rate_count_;
+      w.unit_rate = rate;
+    }
+    rate_sum_ += w.unit_rate;
   }
   return absl::OkStatus();
 }
@@ -532,32 +540,35 @@ struct Estimate {
 
 }  // namespace
 
+void QueueState::ParseRange(Lease& lease) const {
+  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
+  if (spec.ok() && spec->start.has_value() && spec->end.has_value()) {
+    lease.start = *spec->start;
+    lease.end = *spec->end;
+  } else {
+    lease.start = lease.end = -1;
+  }
+}
+
 bool QueueState::ProposeSplit(absl::string_view asker, absl::Time now) {
   const int64_t min_residual = config_.split_min_residual;
   Lease* best = nullptr;
   double best_finish = 0;  // seconds from now
   int64_t best_point = -1;
-  double rate_sum = 0;
-  int64_t rate_count = 0;
-  for (const auto& [name, w] : workers_) {
-    if (w.unit_rate > 0) {
-      rate_sum += w.unit_rate;
-      ++rate_count;
-    }
-  }
   auto asker_record = workers_.find(asker);
   double asker_rate = asker_record != workers_.end() ? asker_record->second.unit_rate : 0;
-  if (asker_rate <= 0 && rate_count > 0) asker_rate = rate_sum / static_cast<double>(rate_count);
-  for (auto& [id, lease] : leases_) {
-    if (lease.proposal >= 0 && lease.proposed_for == asker) return false;  // one each
+  if (asker_rate <= 0 && rate_count_ > 0) {
+    asker_rate = rate_sum_ / static_cast<double>(rate_count_);
   }
   for (auto& [id, lease] : leases_) {
-    if (lease.no_split || lease.proposal >= 0 || lease.worker == asker) continue;
-    absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
-    if (!spec.ok() || !spec->start.has_value() || !spec->end.has_value()) continue;
+    if (lease.proposal >= 0) {
+      if (lease.proposed_for == asker) return false;  // one proposal per asker
+      continue;
+    }
+    if (lease.no_split || lease.start < 0 || lease.worker == asker) continue;
     Estimate e;
-    e.start = *spec->start;
-    e.end = *spec->end;
+    e.start = lease.start;
+    e.end = lease.end;
     e.position = static_cast<double>(e.start);
     if (lease.progress >= 0) {
       const double seconds = absl::ToDoubleSeconds(lease.progress_time - lease.granted);
@@ -656,6 +667,7 @@ absl::Status QueueState::ApplySplit(const journal::Split& split) {
   extras_.push_back(Extra{ref.epoch, parent, FormatItem(rest), false});
   SetItemString(ref, FormatItem(head));
   pending_.push_front(Ref{ref.epoch, num_items() + static_cast<int64_t>(extras_.size()) - 1});
+  it->second.end = split.split_point();
   it->second.proposal = -1;
   it->second.proposed_for.clear();
   ++splits_;

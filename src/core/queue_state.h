@@ -234,6 +234,9 @@ class QueueState {
     absl::Time progress_time = absl::InfinitePast();
     int64_t first_progress = -1;
     absl::Time first_progress_time = absl::InfinitePast();
+    // The item's range, parsed once (start < 0: the item has no range).
+    int64_t start = -1;
+    int64_t end = -1;
     int64_t proposal = -1;  // split point proposed and not yet answered
     std::string proposed_for;  // the asker of that proposal
     bool no_split = false;  // the holder refused a split
@@ -328,6 +331,11 @@ class QueueState {
   int64_t extras_completed_ = 0;
   int64_t extras_leased_ = 0;
   int64_t splits_ = 0;
+  // Sum and count of the workers' positive unit_rate (soft state).
+  double rate_sum_ = 0;
+  int64_t rate_count_ = 0;
+  // Sets lease.start/end from its item string.
+  void ParseRange(Lease& lease) const;
   UpdateSink sink_;
   uint64_t lease_sequence_ = 0;
   int64_t total_completed_ = 0;

@@ -307,6 +307,8 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     }
     s.overrides_[slot] = item;
   }
+  // Ranges of held items, now that overrides (split heads) are in place.
+  for (auto& [id, lease] : s.leases_) s.ParseRange(lease);
   return created;
 }
 

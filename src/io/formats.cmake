@@ -29,3 +29,10 @@ shardq_cc_test(NAME tfrecord_reader_test
 shardq_cc_test(NAME table_reader_test
   SRCS table_reader_test.cc
   DEPS shardq_io_formats SQLite::SQLite3)
+
+# Tail rebalancing: SplittableRange, and exact coverage of the readers under
+# random (and concurrent) splits. Labelled so the TSan run picks it up.
+shardq_cc_test(NAME split_coverage_test
+  SRCS split_coverage_test.cc splittable_range_test.cc
+  DEPS shardq_io_formats SQLite::SQLite3 absl::synchronization
+  LABELS concurrency)

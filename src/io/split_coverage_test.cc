@@ -1,0 +1,961 @@
+// Tail rebalancing keeps coverage exact: whatever splits cut the items of a
+// plan while they are read (recursively, at any point, behind or ahead of
+// the reader), the records read from the heads and the residuals together
+// are the data set, each record exactly once. Checked through the public
+// readers for text, plain TFRecord and SQLite tables.
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "shardq/item_source.h"
+#include "shardq/slice.h"
+#include "shardq/splittable_range.h"
+#include "shardq/table_reader.h"
+#include "shardq/text_line_reader.h"
+#include "shardq/tfrecord_reader.h"
+#include "src/core/slice_plan.h"
+#include "src/io/record_test_util.h"
+
+namespace shardq {
+namespace {
+
+using ::shardq::testing_util::EncodeAll;
+using ::shardq::testing_util::RandomPayload;
+using ::shardq::testing_util::RecordOffsets;
+using ::shardq::testing_util::TempPath;
+using ::shardq::testing_util::WriteBytes;
+
+// ---------------------------------------------------------------------------
+// Data sets: the files or tables, and every record a full read must return.
+
+// The work a parsed item reads: a file path, or "sqlite:PATH?table=NAME"
+// (the name planning gave the table).
+std::string WorkOf(const SliceSpec& spec) {
+  auto table = spec.params.find("table");
+  if (table == spec.params.end()) return spec.work;
+  return absl::StrCat(spec.work, "?table=", table->second);
+}
+
+struct DataSet {
+  std::vector<std::unique_ptr<TempPath>> files;
+  std::vector<SizedWork> works;
+  // Every record by (work, offset): line start / TFRecord header byte /
+  // row rank. The value is what the reader must return for it.
+  std::map<std::pair<std::string, int64_t>, std::string> records;
+  // Tables: (work, rowid) -> rank, to place a row like a file record.
+  std::map<std::pair<std::string, int64_t>, int64_t> rank_of_rowid;
+
+  const std::string& NewPath(const std::string& suffix) {
+    files.push_back(std::make_unique<TempPath>(suffix));
+    return files.back()->path();
+  }
+};
+
+int64_t Below(std::mt19937_64& rng, int64_t bound) {
+  return static_cast<int64_t>(rng() % static_cast<uint64_t>(bound));
+}
+
+// Lines of very different lengths: many empty or tiny ones, a few long
+// ones; CRLF, no final newline or trailing empty lines in some files.
+std::string RandomText(std::mt19937_64& rng) {
+  const int kind = static_cast<int>(Below(rng, 8));
+  if (kind == 0) return "";
+  std::string text;
+  if (kind == 1) {  // a few huge lines
+    const int lines = 1 + static_cast<int>(Below(rng, 3));
+    for (int i = 0; i < lines; ++i) {
+      text.append(static_cast<size_t>(20000 + Below(rng, 200000)), 'H');
+      text += '\n';
+    }
+    return text;
+  }
+  const int lines = static_cast<int>(Below(rng, 300));
+  for (int i = 0; i < lines; ++i) {
+    const int size_class = static_cast<int>(Below(rng, 100));
+    int64_t length;
+    if (size_class < 25) {
+      length = 0;
+    } else if (size_class < 75) {
+      length = 1 + Below(rng, 8);
+    } else if (size_class < 98) {
+      length = Below(rng, 300);
+    } else {
+      length = Below(rng, 30000);
+    }
+    for (int64_t j = 0; j < length; ++j) {
+      text += static_cast<char>('a' + Below(rng, 26));
+    }
+    text += kind == 2 ? "\r\n" : "\n";
+  }
+  if (kind == 3 && !text.empty()) text.pop_back();  // no final newline
+  if (kind == 4) text += "\n\n\n";
+  return text;
+}
+
+// The lines of `text` by their start offset, as TextLineReader returns them.
+std::vector<std::pair<int64_t, std::string>> LinesOf(const std::string& text) {
+  std::vector<std::pair<int64_t, std::string>> lines;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t newline = text.find('\n', pos);
+    const size_t stop = newline == std::string::npos ? text.size() : newline;
+    std::string line = text.substr(pos, stop - pos);
+    if (newline != std::string::npos && !line.empty() && line.back() == '\r') {
+      line.pop_back();
+    }
+    lines.emplace_back(static_cast<int64_t>(pos), std::move(line));
+    if (newline == std::string::npos) break;
+    pos = newline + 1;
+  }
+  return lines;
+}
+
+DataSet RandomTextData(std::mt19937_64& rng) {
+  DataSet data;
+  const int files = 1 + static_cast<int>(Below(rng, 4));
+  for (int f = 0; f < files; ++f) {
+    const std::string& path = data.NewPath(".txt");
+    const std::string text = RandomText(rng);
+    WriteBytes(path, text);
+    data.works.push_back({path, static_cast<int64_t>(text.size())});
+    for (auto& [offset, line] : LinesOf(text)) {
+      data.records[{path, offset}] = std::move(line);
+    }
+  }
+  return data;
+}
+
+DataSet RandomTFRecordData(std::mt19937_64& rng) {
+  DataSet data;
+  const int files = 1 + static_cast<int>(Below(rng, 3));
+  for (int f = 0; f < files; ++f) {
+    const std::string& path = data.NewPath(".tfrecord");
+    std::vector<std::string> records;
+    const int count = static_cast<int>(Below(rng, 90));
+    for (int i = 0; i < count; ++i) {
+      records.push_back(Below(rng, 10) == 0 ? std::string() : RandomPayload(rng));
+    }
+    const std::string bytes = EncodeAll(records);
+    WriteBytes(path, bytes);
+    data.works.push_back({path, static_cast<int64_t>(bytes.size())});
+    const std::vector<int64_t> offsets = RecordOffsets(records);
+    for (size_t i = 0; i < records.size(); ++i) {
+      data.records[{path, offsets[i]}] = records[i];
+    }
+  }
+  return data;
+}
+
+// Sparse, dense, clustered or extreme rowids.
+std::vector<int64_t> RandomRowids(std::mt19937_64& rng, int64_t count) {
+  std::set<int64_t> rowids;
+  const int shape = static_cast<int>(Below(rng, 4));
+  while (static_cast<int64_t>(rowids.size()) < count) {
+    switch (shape) {
+      case 0:
+        rowids.insert(static_cast<int64_t>(rowids.size()) + 1);
+        break;
+      case 1:
+        rowids.insert(static_cast<int64_t>(rng()));
+        break;
+      case 2:
+        rowids.insert(Below(rng, 4) * 1000000000000LL + Below(rng, 3000));
+        break;
+      default:
+        rowids.insert((rowids.empty() ? -5000 : *rowids.rbegin()) + 1 +
+                      Below(rng, 40));
+        break;
+    }
+  }
+  return std::vector<int64_t>(rowids.begin(), rowids.end());
+}
+
+void Exec(sqlite3* db, const std::string& sql) {
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
+      << sql << ": " << (error != nullptr ? error : "");
+  sqlite3_free(error);
+}
+
+std::string RowContent(int64_t rowid, int64_t v) {
+  return absl::StrCat(rowid, "/", v);
+}
+
+// One or two databases of one to three tables; column v holds the rowid.
+DataSet RandomTableData(std::mt19937_64& rng) {
+  DataSet data;
+  const int dbs = 1 + static_cast<int>(Below(rng, 2));
+  for (int d = 0; d < dbs; ++d) {
+    const std::string& path = data.NewPath(".db");
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    Exec(db, "PRAGMA journal_mode=DELETE");
+    Exec(db, "PRAGMA synchronous=OFF");  // test data: no need to wait for the disk
+    const int tables = 1 + static_cast<int>(Below(rng, 3));
+    for (int t = 0; t < tables; ++t) {
+      const std::string table = absl::StrCat("t", t);
+      Exec(db, absl::StrCat("CREATE TABLE ", table, "(v INTEGER)"));
+      const int64_t rows = Below(rng, 8) == 0 ? Below(rng, 3) : Below(rng, 2500);
+      const std::vector<int64_t> rowids = RandomRowids(rng, rows);
+      Exec(db, "BEGIN");
+      sqlite3_stmt* stmt = nullptr;
+      EXPECT_EQ(sqlite3_prepare_v2(
+                    db,
+                    absl::StrCat("INSERT INTO ", table, "(rowid, v) VALUES(?1, ?1)")
+                        .c_str(),
+                    -1, &stmt, nullptr),
+                SQLITE_OK);
+      for (int64_t rowid : rowids) {
+        sqlite3_bind_int64(stmt, 1, rowid);
+        EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+        sqlite3_reset(stmt);
+      }
+      sqlite3_finalize(stmt);
+      Exec(db, "COMMIT");
+      const std::string work = absl::StrCat("sqlite:", path, "?table=", table);
+      data.works.push_back({work, rows});
+      for (size_t rank = 0; rank < rowids.size(); ++rank) {
+        const int64_t r = static_cast<int64_t>(rank);
+        data.records[{work, r}] = RowContent(rowids[rank], rowids[rank]);
+        data.rank_of_rowid[{work, rowids[rank]}] = r;
+      }
+    }
+    sqlite3_close(db);
+  }
+  return data;
+}
+
+// ---------------------------------------------------------------------------
+// What a reader returned, placed by (work, offset).
+
+struct Got {
+  std::string item;  // the item the record was read from
+  std::string work;
+  int64_t offset = -1;
+  std::string content;
+};
+
+// Keys are "<item>:<offset or rowid>".
+bool SplitKey(const std::string& key, std::string* item, int64_t* number) {
+  const size_t colon = key.rfind(':');
+  if (colon == std::string::npos) return false;
+  *item = key.substr(0, colon);
+  return absl::SimpleAtoi(key.substr(colon + 1), number);
+}
+
+Got ToGot(const Record& record, const DataSet&) {
+  Got got;
+  EXPECT_TRUE(SplitKey(record.key, &got.item, &got.offset)) << record.key;
+  absl::StatusOr<SliceSpec> spec = ParseItem(got.item);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (spec.ok()) got.work = WorkOf(*spec);
+  got.content = record.value;
+  return got;
+}
+
+Got ToGot(const Row& row, const DataSet& data) {
+  Got got;
+  int64_t rowid = 0;
+  EXPECT_TRUE(SplitKey(row.key, &got.item, &rowid)) << row.key;
+  EXPECT_EQ(rowid, row.rowid) << row.key;
+  absl::StatusOr<SliceSpec> spec = ParseItem(got.item);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (spec.ok()) got.work = WorkOf(*spec);
+  auto rank = data.rank_of_rowid.find({got.work, row.rowid});
+  EXPECT_NE(rank, data.rank_of_rowid.end())
+      << "row " << row.rowid << " of " << got.work << " is not in the data set";
+  if (rank != data.rank_of_rowid.end()) got.offset = rank->second;
+  int64_t v = 0;
+  if (row.values.size() == 1 && std::holds_alternative<int64_t>(row.values[0])) {
+    v = std::get<int64_t>(row.values[0]);
+  } else {
+    ADD_FAILURE() << "row " << row.key << " does not hold one integer";
+  }
+  got.content = RowContent(row.rowid, v);
+  return got;
+}
+
+// ---------------------------------------------------------------------------
+// An ItemSource that hands out splittable items and queues the residuals.
+
+struct SplitOutcome {
+  bool attempted = false;  // an item was being read
+  std::string item;
+  int64_t start = 0;
+  int64_t end_before = 0;
+  int64_t point = 0;
+  int64_t min_residual = 0;
+  std::optional<int64_t> at;
+};
+
+// (item, start, end) -> (point, min_residual) of the split to try.
+using ChooseSplit = std::function<std::pair<int64_t, int64_t>(
+    const std::string& item, int64_t start, int64_t end)>;
+
+// Hands out each item with its own SplittableRange, as a WorkQueue does.
+// SplitCurrent splits the item being read; an accepted split queues the
+// residual [at, end) as a new item (splittable in turn) at a random place.
+// Thread-safe: a reader takes items while another thread splits.
+class SplittingSource final : public ItemSource {
+ public:
+  SplittingSource(const std::vector<std::string>& items, uint64_t seed)
+      : pending_(items.begin(), items.end()), rng_(seed) {}
+
+  absl::StatusOr<WorkItem> NextItem() override {
+    absl::MutexLock lock(&mu_);
+    if (pending_.empty()) return absl::OutOfRangeError("no more items");
+    std::string item = std::move(pending_.front());
+    pending_.pop_front();
+    absl::StatusOr<SliceSpec> spec = ParseItem(item);
+    if (!spec.ok()) return spec.status();
+    if (!spec->start.has_value() || !spec->end.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("no range: ", item));
+    }
+    auto range = std::make_shared<SplittableRange>(*spec->start, *spec->end);
+    // Nothing is claimed yet: a split now must be refused.
+    if (range->Split(*spec->start + (*spec->end - *spec->start) / 2, 0)
+            .has_value() ||
+        range->Split(*spec->start, 1).has_value()) {
+      unclaimed_splits_accepted_.push_back(item);
+    }
+    if (!ranges_.emplace(item, range).second) duplicate_items_.push_back(item);
+    current_ = Current{item, *std::move(spec), range};
+    ++handed_out_;
+    return WorkItem{item, 0, handed_out_ - 1, static_cast<uint64_t>(handed_out_),
+                    range};
+  }
+
+  absl::Status ItemDone(const WorkItem& item) override {
+    absl::MutexLock lock(&mu_);
+    if (!current_.has_value() || current_->item != item.item) {
+      protocol_errors_.push_back("ItemDone of an item not being read: " + item.item);
+    }
+    if (++done_[item.item] > 1) {
+      protocol_errors_.push_back("ItemDone twice: " + item.item);
+    }
+    current_.reset();
+    return absl::OkStatus();
+  }
+
+  SplitOutcome SplitCurrent(const ChooseSplit& choose) {
+    absl::MutexLock lock(&mu_);
+    SplitOutcome outcome;
+    if (!current_.has_value()) return outcome;
+    SplittableRange& range = *current_->range;
+    outcome.attempted = true;
+    outcome.item = current_->item;
+    outcome.start = range.start();
+    outcome.end_before = range.end();
+    std::tie(outcome.point, outcome.min_residual) =
+        choose(outcome.item, outcome.start, outcome.end_before);
+    outcome.at = range.Split(outcome.point, outcome.min_residual);
+    if (outcome.at.has_value()) {
+      SliceSpec residual = current_->spec;
+      residual.start = *outcome.at;
+      residual.end = outcome.end_before;
+      const auto where = static_cast<std::ptrdiff_t>(rng_() % (pending_.size() + 1));
+      pending_.insert(pending_.begin() + where, FormatItem(residual));
+      ++splits_;
+    }
+    return outcome;
+  }
+
+  // The range an item was handed out with (its end is final once done).
+  std::shared_ptr<SplittableRange> RangeOf(const std::string& item) const {
+    absl::MutexLock lock(&mu_);
+    auto it = ranges_.find(item);
+    return it == ranges_.end() ? nullptr : it->second;
+  }
+
+  // Every item handed out was done exactly once, and nothing was split
+  // before its reader claimed a record.
+  void ExpectConsistent(const std::string& context) const {
+    absl::MutexLock lock(&mu_);
+    EXPECT_TRUE(pending_.empty()) << context;
+    if (current_.has_value()) {
+      ADD_FAILURE() << context << ": never done: " << current_->item;
+    }
+    for (const auto& [item, range] : ranges_) {
+      EXPECT_EQ(done_.count(item), 1u) << context << ": never done: " << item;
+    }
+    for (const std::string& error : protocol_errors_) {
+      ADD_FAILURE() << context << ": " << error;
+    }
+    for (const std::string& item : unclaimed_splits_accepted_) {
+      ADD_FAILURE() << context << ": split accepted before any claim: " << item;
+    }
+    for (const std::string& item : duplicate_items_) {
+      ADD_FAILURE() << context << ": item handed out twice: " << item;
+    }
+  }
+
+  int64_t splits() const {
+    absl::MutexLock lock(&mu_);
+    return splits_;
+  }
+
+ private:
+  struct Current {
+    std::string item;
+    SliceSpec spec;
+    std::shared_ptr<SplittableRange> range;
+  };
+
+  mutable absl::Mutex mu_;
+  std::deque<std::string> pending_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  std::optional<Current> current_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<SplittableRange>> ranges_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> done_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> protocol_errors_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> unclaimed_splits_accepted_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> duplicate_items_ ABSL_GUARDED_BY(mu_);
+  int64_t handed_out_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t splits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Checks.
+
+// The records read are the data set exactly, and each was read from an item
+// whose final range holds it.
+void ExpectExactCoverage(const DataSet& data, const std::vector<Got>& got,
+                         const SplittingSource& source, const std::string& context) {
+  std::map<std::pair<std::string, int64_t>, int> times_read;
+  int failures = 0;
+  auto fail = [&]() -> bool { return ++failures <= 10; };
+  for (const Got& g : got) {
+    const auto key = std::make_pair(g.work, g.offset);
+    ++times_read[key];
+    auto expected = data.records.find(key);
+    if (expected == data.records.end()) {
+      if (fail()) {
+        ADD_FAILURE() << context << ": read a record that is not in the data set: "
+                      << g.work << " @" << g.offset << " from " << g.item;
+      }
+      continue;
+    }
+    if (expected->second != g.content && fail()) {
+      ADD_FAILURE() << context << ": wrong content for " << g.work << " @" << g.offset
+                    << " from " << g.item << " (" << g.content.size() << " bytes, want "
+                    << expected->second.size() << ")";
+    }
+    std::shared_ptr<SplittableRange> range = source.RangeOf(g.item);
+    if (range == nullptr) {
+      if (fail()) ADD_FAILURE() << context << ": unknown item " << g.item;
+    } else if ((g.offset < range->start() || g.offset >= range->end()) && fail()) {
+      ADD_FAILURE() << context << ": " << g.work << " @" << g.offset << " read from "
+                    << g.item << " whose final range is [" << range->start() << ", "
+                    << range->end() << ")";
+    }
+  }
+  for (const auto& [key, record] : data.records) {
+    auto it = times_read.find(key);
+    const int n = it == times_read.end() ? 0 : it->second;
+    if (n != 1 && fail()) {
+      ADD_FAILURE() << context << ": " << key.first << " @" << key.second << " read "
+                    << n << " times";
+    }
+  }
+  EXPECT_EQ(got.size(), data.records.size()) << context;
+  EXPECT_LE(failures, 10) << context << ": " << failures << " failures in all";
+  source.ExpectConsistent(context);
+}
+
+// Random split requests: inside the range, behind or at the reader, at
+// the start, close to or past the end; min_residual from none to huge.
+std::pair<int64_t, int64_t> RandomSplit(std::mt19937_64& rng, int64_t start,
+                                        int64_t end, std::optional<int64_t> last) {
+  const int64_t length = std::max<int64_t>(end - start, 1);
+  const int64_t reader = last.value_or(start);
+  int64_t point;
+  switch (Below(rng, 7)) {
+    case 0:
+    case 1:
+      point = start + Below(rng, length);
+      break;
+    case 2:  // behind the reader
+      point = start - 2 + Below(rng, std::max<int64_t>(reader - start + 3, 1));
+      break;
+    case 3:  // right at the reader
+      point = reader + Below(rng, 3) - 1;
+      break;
+    case 4:  // close to the end
+      point = end - Below(rng, 8);
+      break;
+    case 5:  // past the end
+      point = end + Below(rng, 5);
+      break;
+    default:  // just ahead of the reader
+      point = reader + 1 + Below(rng, std::max<int64_t>(length / 8, 1));
+      break;
+  }
+  int64_t min_residual;
+  switch (Below(rng, 5)) {
+    case 0:
+      min_residual = 0;
+      break;
+    case 1:
+      min_residual = 1;
+      break;
+    case 2:
+      min_residual = Below(rng, 32);
+      break;
+    case 3:
+      min_residual = Below(rng, length + 1);
+      break;
+    default:
+      min_residual = length + Below(rng, 100);  // never fits
+      break;
+  }
+  return {point, min_residual};
+}
+
+// Reads every item of `plan` with splits between batches of random sizes,
+// checking each split's outcome exactly: the reader has claimed precisely
+// the records it returned, so the split point is determined.
+template <typename Reader>
+void ReadWithRandomSplits(Reader& reader, const DataSet& data,
+                          const std::vector<std::string>& plan, std::mt19937_64& rng,
+                          const std::string& context, int64_t* splits) {
+  SplittingSource source(plan, rng());
+  std::vector<Got> got;
+  std::map<std::string, int64_t> last_returned;  // per item
+  const int64_t split_percent = Below(rng, 70);
+  int64_t calls = 0;
+  while (true) {
+    ASSERT_LT(++calls, 1000000) << context << ": the reader does not finish";
+    const int64_t n = Below(rng, 8) == 0 ? 1 + Below(rng, 300) : 1 + Below(rng, 6);
+    auto batch = reader.ReadUpTo(source, n);
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok()) << context << ": " << batch.status();
+    ASSERT_FALSE(batch->empty()) << context;
+    ASSERT_LE(static_cast<int64_t>(batch->size()), n) << context;
+    for (const auto& record : *batch) {
+      got.push_back(ToGot(record, data));
+      last_returned[got.back().item] = got.back().offset;
+    }
+    const int tries = Below(rng, 100) < split_percent ? 1 + static_cast<int>(Below(rng, 3)) : 0;
+    for (int t = 0; t < tries; ++t) {
+      std::optional<int64_t> last;
+      const SplitOutcome outcome = source.SplitCurrent(
+          [&](const std::string& item, int64_t start, int64_t end) {
+            auto it = last_returned.find(item);
+            if (it != last_returned.end()) last = it->second;
+            return RandomSplit(rng, start, end, last);
+          });
+      if (!outcome.attempted) break;
+      // Between batches the current item has returned a record (an item
+      // that runs out is done at once), and claimed exactly those.
+      ASSERT_TRUE(last.has_value()) << context << ": " << outcome.item;
+      const int64_t lands = std::max({outcome.point, *last + 1, outcome.start + 1});
+      const bool fits =
+          lands < outcome.end_before &&
+          outcome.end_before - lands >= std::max<int64_t>(outcome.min_residual, 1);
+      const std::string what = absl::StrCat(
+          context, ": Split(", outcome.point, ", ", outcome.min_residual, ") of ",
+          outcome.item, " at end ", outcome.end_before, ", last record at ", *last);
+      if (fits) {
+        EXPECT_EQ(outcome.at, std::optional<int64_t>(lands)) << what;
+      } else {
+        EXPECT_EQ(outcome.at, std::nullopt) << what;
+      }
+      std::shared_ptr<SplittableRange> range = source.RangeOf(outcome.item);
+      EXPECT_EQ(range->end(), outcome.at.value_or(outcome.end_before)) << what;
+    }
+  }
+  *splits += source.splits();
+  ExpectExactCoverage(data, got, source, context);
+}
+
+// As ReadWithRandomSplits, but another thread splits whatever item is being
+// read at random moments while the reader reads.
+template <typename Reader>
+void ReadWhileAnotherThreadSplits(Reader& reader, const DataSet& data,
+                                  const std::vector<std::string>& plan,
+                                  std::mt19937_64& rng, const std::string& context,
+                                  int64_t* splits) {
+  SplittingSource source(plan, rng());
+  std::atomic<bool> stop{false};
+  const uint64_t splitter_seed = rng();
+  std::thread splitter([&] {
+    std::mt19937_64 split_rng(splitter_seed);
+    while (!stop.load()) {
+      for (int64_t i = Below(split_rng, 20); i > 0; --i) std::this_thread::yield();
+      const SplitOutcome outcome = source.SplitCurrent(
+          [&](const std::string&, int64_t start, int64_t end) {
+            return RandomSplit(split_rng, start, end, std::nullopt);
+          });
+      if (!outcome.attempted || !outcome.at.has_value()) continue;
+      const int64_t at = *outcome.at;
+      EXPECT_GE(at, outcome.point) << context;
+      EXPECT_GT(at, outcome.start) << context;
+      EXPECT_LT(at, outcome.end_before) << context;
+      EXPECT_GE(outcome.end_before - at, std::max<int64_t>(outcome.min_residual, 1))
+          << context;
+    }
+  });
+  std::vector<Got> got;
+  while (true) {
+    const int64_t n = 1 + Below(rng, 16);
+    auto batch = reader.ReadUpTo(source, n);
+    if (absl::IsOutOfRange(batch.status())) break;
+    if (!batch.ok()) {
+      ADD_FAILURE() << context << ": " << batch.status();
+      break;
+    }
+    for (const auto& record : *batch) got.push_back(ToGot(record, data));
+    // Consuming a batch takes time: leave the splitter room to act.
+    if (Below(rng, 2) == 0) std::this_thread::yield();
+  }
+  stop.store(true);
+  splitter.join();
+  *splits += source.splits();
+  ExpectExactCoverage(data, got, source, context);
+}
+
+std::vector<std::string> RandomPlan(const DataSet& data, std::mt19937_64& rng) {
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanSlices(data.works, 1 + Below(rng, 30));
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *plan : std::vector<std::string>{};
+}
+
+TableReaderOptions RandomTableOptions(std::mt19937_64& rng) {
+  TableReaderOptions options;
+  options.batch_rows = 1 + Below(rng, 300);
+  options.max_open_tables = 1 + Below(rng, 3);
+  return options;
+}
+
+// ---------------------------------------------------------------------------
+// Coverage under random recursive splits.
+
+TEST(SplitCoverage, TextLinesAreReadExactlyOnceUnderRandomSplits) {
+  std::mt19937_64 rng(5101);
+  int64_t splits = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    DataSet data = RandomTextData(rng);
+    const std::vector<std::string> plan = RandomPlan(data, rng);
+    TextLineReader reader;
+    ReadWithRandomSplits(reader, data, plan, rng, absl::StrCat("text trial ", trial),
+                         &splits);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(splits, 500);  // the trials did split, many times
+}
+
+TEST(SplitCoverage, TFRecordsAreReadExactlyOnceUnderRandomSplits) {
+  std::mt19937_64 rng(5202);
+  int64_t splits = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    DataSet data = RandomTFRecordData(rng);
+    const std::vector<std::string> plan = RandomPlan(data, rng);
+    TFRecordReaderOptions options;
+    options.buffer_bytes = Below(rng, 2) == 0 ? 64 + Below(rng, 4096) : 256 << 10;
+    TFRecordReader reader(options);
+    ReadWithRandomSplits(reader, data, plan, rng,
+                         absl::StrCat("tfrecord trial ", trial), &splits);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(splits, 300);
+}
+
+TEST(SplitCoverage, TableRowsAreReadExactlyOnceUnderRandomSplits) {
+  std::mt19937_64 rng(5303);
+  int64_t splits = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    DataSet data = RandomTableData(rng);
+    const std::vector<std::string> plan = RandomPlan(data, rng);
+    TableReader reader(RandomTableOptions(rng));
+    ReadWithRandomSplits(reader, data, plan, rng, absl::StrCat("table trial ", trial),
+                         &splits);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(splits, 200);
+}
+
+TEST(SplitCoverageConcurrency, TextLinesAreReadExactlyOnceWhileSplitConcurrently) {
+  std::mt19937_64 rng(5404);
+  int64_t splits = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    DataSet data = RandomTextData(rng);
+    const std::vector<std::string> plan = RandomPlan(data, rng);
+    TextLineReader reader;
+    ReadWhileAnotherThreadSplits(reader, data, plan, rng,
+                                 absl::StrCat("text trial ", trial), &splits);
+  }
+  EXPECT_GT(splits, 0);  // how many depends on scheduling
+}
+
+TEST(SplitCoverageConcurrency, TFRecordsAreReadExactlyOnceWhileSplitConcurrently) {
+  std::mt19937_64 rng(5505);
+  int64_t splits = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    DataSet data = RandomTFRecordData(rng);
+    const std::vector<std::string> plan = RandomPlan(data, rng);
+    TFRecordReader reader;
+    ReadWhileAnotherThreadSplits(reader, data, plan, rng,
+                                 absl::StrCat("tfrecord trial ", trial), &splits);
+  }
+  EXPECT_GT(splits, 0);  // how many depends on scheduling
+}
+
+TEST(SplitCoverageConcurrency, TableRowsAreReadExactlyOnceWhileSplitConcurrently) {
+  std::mt19937_64 rng(5606);
+  int64_t splits = 0;
+  for (int trial = 0; trial < 15; ++trial) {
+    DataSet data = RandomTableData(rng);
+    const std::vector<std::string> plan = RandomPlan(data, rng);
+    TableReader reader(RandomTableOptions(rng));
+    ReadWhileAnotherThreadSplits(reader, data, plan, rng,
+                                 absl::StrCat("table trial ", trial), &splits);
+  }
+  EXPECT_GT(splits, 0);  // how many depends on scheduling
+}
+
+// ---------------------------------------------------------------------------
+// Single splits with a known outcome.
+
+// A source of one item whose range the test holds.
+class OneItemSource final : public ItemSource {
+ public:
+  explicit OneItemSource(std::string item) {
+    absl::StatusOr<SliceSpec> spec = ParseItem(item);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    range_ = std::make_shared<SplittableRange>(spec->start.value_or(0),
+                                               spec->end.value_or(0));
+    item_ = std::move(item);
+  }
+  absl::StatusOr<WorkItem> NextItem() override {
+    if (given_) return absl::OutOfRangeError("no more items");
+    given_ = true;
+    return WorkItem{item_, 0, 0, 1, range_};
+  }
+  absl::Status ItemDone(const WorkItem&) override {
+    ++done_;
+    return absl::OkStatus();
+  }
+  SplittableRange& range() { return *range_; }
+  int done() const { return done_; }
+
+ private:
+  std::string item_;
+  std::shared_ptr<SplittableRange> range_;
+  bool given_ = false;
+  int done_ = 0;
+};
+
+std::string Item(const std::string& path, int64_t start, int64_t end) {
+  return FormatItem(SliceSpec{path, start, end, {}});
+}
+
+// Reads `item` to its end without splits; the (offset, line) pairs.
+std::vector<std::pair<int64_t, std::string>> ReadLines(TextLineReader& reader,
+                                                       ItemSource& source) {
+  std::vector<std::pair<int64_t, std::string>> lines;
+  while (true) {
+    absl::StatusOr<std::vector<Record>> batch = reader.ReadUpTo(source, 5);
+    if (absl::IsOutOfRange(batch.status())) break;
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    if (!batch.ok()) break;
+    for (const Record& record : *batch) {
+      std::string item;
+      int64_t offset = -1;
+      EXPECT_TRUE(SplitKey(record.key, &item, &offset));
+      lines.emplace_back(offset, record.value);
+    }
+  }
+  return lines;
+}
+
+constexpr char kText[] = "alpha\n\nbeta\r\ngamma delta\nx\n\n\nlast line";
+
+TEST(SplitCoverage, SplitIsRefusedUntilTheReaderClaimsARecord) {
+  TempPath path(".txt");
+  WriteBytes(path.path(), kText);
+  const int64_t size = static_cast<int64_t>(sizeof(kText) - 1);
+  OneItemSource source(Item(path.path(), 0, size));
+  EXPECT_EQ(source.range().Split(10, 1), std::nullopt);
+  TextLineReader reader;
+  absl::StatusOr<std::vector<Record>> first = reader.ReadUpTo(source, 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 1u);
+  EXPECT_EQ(source.range().Split(10, 1), std::optional<int64_t>(10));
+}
+
+TEST(SplitCoverage, ItemWithNoLineStartCannotBeSplitAndYieldsNothing) {
+  TempPath path(".txt");
+  WriteBytes(path.path(), std::string(1000, 'x') + "\nnext\n");
+  OneItemSource source(Item(path.path(), 100, 900));  // inside line 0
+  TextLineReader reader;
+  EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 10).status()));
+  EXPECT_EQ(source.done(), 1);
+  EXPECT_EQ(source.range().Split(500, 1), std::nullopt);
+  EXPECT_EQ(source.range().end(), 900);
+}
+
+TEST(SplitCoverage, SplitBehindTheReaderLandsOnTheFirstUnclaimedOffset) {
+  TempPath path(".txt");
+  WriteBytes(path.path(), kText);
+  const int64_t size = static_cast<int64_t>(sizeof(kText) - 1);
+  const std::vector<std::pair<int64_t, std::string>> all = LinesOf(kText);
+  for (size_t keep = 1; keep < all.size(); ++keep) {
+    OneItemSource source(Item(path.path(), 0, size));
+    TextLineReader reader;
+    absl::StatusOr<std::vector<Record>> head =
+        reader.ReadUpTo(source, static_cast<int64_t>(keep));
+    ASSERT_TRUE(head.ok()) << head.status();
+    ASSERT_EQ(head->size(), keep);
+    // Asked to split at the very start, the range ends just past the last
+    // line returned: that line stays in the head, the next goes.
+    const int64_t last = all[keep - 1].first;
+    EXPECT_EQ(source.range().Split(0, 1), std::optional<int64_t>(last + 1))
+        << "after " << keep << " lines";
+    std::vector<std::pair<int64_t, std::string>> lines(all.begin(),
+                                                      all.begin() + keep);
+    // The head has nothing more; the residual holds exactly the rest.
+    for (auto& line : ReadLines(reader, source)) lines.push_back(line);
+    EXPECT_EQ(source.done(), 1);
+    OneItemSource residual(Item(path.path(), last + 1, size));
+    TextLineReader residual_reader;
+    for (auto& line : ReadLines(residual_reader, residual)) lines.push_back(line);
+    EXPECT_EQ(lines, all) << "after " << keep << " lines";
+  }
+}
+
+TEST(SplitCoverage, SplitTooCloseToTheEndIsRefusedAndTheReaderReadsToTheEnd) {
+  TempPath path(".txt");
+  WriteBytes(path.path(), kText);
+  const int64_t size = static_cast<int64_t>(sizeof(kText) - 1);
+  const std::vector<std::pair<int64_t, std::string>> all = LinesOf(kText);
+  OneItemSource source(Item(path.path(), 0, size));
+  TextLineReader reader;
+  absl::StatusOr<std::vector<Record>> first = reader.ReadUpTo(source, 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int64_t point = size - 4;
+  EXPECT_EQ(source.range().Split(point, 5), std::nullopt);  // 4 bytes left < 5
+  EXPECT_EQ(source.range().Split(size, 0), std::nullopt);   // nothing left
+  EXPECT_EQ(source.range().end(), size);
+  std::vector<std::pair<int64_t, std::string>> lines = {{0, (*first)[0].value}};
+  for (auto& line : ReadLines(reader, source)) lines.push_back(line);
+  EXPECT_EQ(lines, all);
+  EXPECT_EQ(source.done(), 1);
+}
+
+TEST(SplitCoverage, SplitLeavingExactlyMinResidualCutsTheLastLineOff) {
+  TempPath path(".txt");
+  WriteBytes(path.path(), kText);
+  const int64_t size = static_cast<int64_t>(sizeof(kText) - 1);
+  std::vector<std::pair<int64_t, std::string>> all = LinesOf(kText);
+  const int64_t last_line = all.back().first;
+  OneItemSource source(Item(path.path(), 0, size));
+  TextLineReader reader;
+  ASSERT_TRUE(reader.ReadUpTo(source, 1).ok());
+  EXPECT_EQ(source.range().Split(last_line, size - last_line),
+            std::optional<int64_t>(last_line));
+  std::vector<std::pair<int64_t, std::string>> lines = {all[0]};
+  for (auto& line : ReadLines(reader, source)) lines.push_back(line);
+  all.pop_back();
+  EXPECT_EQ(lines, all);
+  OneItemSource residual(Item(path.path(), last_line, size));
+  TextLineReader residual_reader;
+  const std::vector<std::pair<int64_t, std::string>> tail =
+      ReadLines(residual_reader, residual);
+  ASSERT_EQ(tail.size(), 1u);
+  EXPECT_EQ(tail[0].first, last_line);
+  EXPECT_EQ(tail[0].second, "last line");
+}
+
+TEST(SplitCoverage, TFRecordSplitBehindTheReaderKeepsReturnedRecords) {
+  std::mt19937_64 rng(77);
+  std::vector<std::string> records;
+  for (int i = 0; i < 12; ++i) records.push_back(RandomPayload(rng));
+  TempPath path(".tfrecord");
+  const std::string bytes = EncodeAll(records);
+  WriteBytes(path.path(), bytes);
+  const int64_t size = static_cast<int64_t>(bytes.size());
+  const std::vector<int64_t> offsets = RecordOffsets(records);
+  for (size_t keep = 1; keep < records.size(); ++keep) {
+    OneItemSource source(Item(path.path(), 0, size));
+    TFRecordReader reader;
+    absl::StatusOr<std::vector<Record>> head =
+        reader.ReadUpTo(source, static_cast<int64_t>(keep));
+    ASSERT_TRUE(head.ok()) << head.status();
+    ASSERT_EQ(head->size(), keep);
+    EXPECT_EQ(source.range().Split(offsets[keep - 1] - 3, 1),
+              std::optional<int64_t>(offsets[keep - 1] + 1));
+    EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 100).status()));
+    EXPECT_EQ(source.done(), 1);
+    // The residual starts one byte into the last returned record and
+    // resynchronises at the next one.
+    OneItemSource residual(Item(path.path(), offsets[keep - 1] + 1, size));
+    TFRecordReader residual_reader;
+    std::vector<std::string> got;
+    for (const Record& r : *head) got.push_back(r.value);
+    while (true) {
+      absl::StatusOr<std::vector<Record>> batch = residual_reader.ReadUpTo(residual, 3);
+      if (absl::IsOutOfRange(batch.status())) break;
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      for (const Record& r : *batch) got.push_back(r.value);
+    }
+    EXPECT_EQ(got, records) << "after " << keep << " records";
+  }
+}
+
+TEST(SplitCoverage, TableSplitCountsRowsByRankNotRowid) {
+  const std::vector<int64_t> kRowids = {-7, 3, 1000, 1001, 5000000000LL, 6000000000LL};
+  TempPath path(".db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.path().c_str(), &db), SQLITE_OK);
+    Exec(db, "CREATE TABLE t(v INTEGER)");
+    for (int64_t rowid : kRowids) {
+      Exec(db, absl::StrCat("INSERT INTO t(rowid, v) VALUES(", rowid, ", ", rowid, ")"));
+    }
+    sqlite3_close(db);
+  }
+  const std::string work = absl::StrCat("sqlite:", path.path(), "?table=t");
+  OneItemSource source(absl::StrCat(work, "&start=0&end=6"));
+  TableReader reader;
+  absl::StatusOr<std::vector<Row>> head = reader.ReadUpTo(source, 2);
+  ASSERT_TRUE(head.ok()) << head.status();
+  ASSERT_EQ(head->size(), 2u);
+  EXPECT_EQ(source.range().Split(0, 1), std::optional<int64_t>(2));
+  EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 10).status()));
+  SliceSpec residual_spec = *ParseItem(absl::StrCat(work, "&start=0&end=6"));
+  residual_spec.start = 2;
+  OneItemSource residual(FormatItem(residual_spec));
+  TableReader residual_reader;
+  absl::StatusOr<std::vector<Row>> tail = residual_reader.ReadUpTo(residual, 10);
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  std::vector<int64_t> rowids;
+  for (const Row& row : *head) rowids.push_back(row.rowid);
+  for (const Row& row : *tail) rowids.push_back(row.rowid);
+  EXPECT_EQ(rowids, kRowids);
+}
+
+}  // namespace
+}  // namespace shardq
