@@ -79,13 +79,13 @@ py::tuple ReadUpTo(Reader& reader, py::object source, int64_t num_records) {
   }
 }
 
+}  // namespace
+
 TFRecordReaderOptions::OnCorrupt ParseOnCorrupt(const std::string& mode) {
   if (mode == "fail") return TFRecordReaderOptions::OnCorrupt::kFail;
   if (mode == "skip") return TFRecordReaderOptions::OnCorrupt::kSkip;
   ThrowStatus(absl::InvalidArgumentError("on_corrupt must be 'fail' or 'skip', got '" + mode + "'"));
 }
-
-}  // namespace
 
 void BindReaders(py::module_& m) {
   py::class_<TFRecordReader>(m, "TFRecordReader",

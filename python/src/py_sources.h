@@ -10,6 +10,7 @@
 
 #include "pybind11/pybind11.h"
 #include "shardq/input_producer.h"
+#include "shardq/tfrecord_reader.h"
 #include "shardq/work_queue.h"
 
 namespace shardq::python {
@@ -59,10 +60,14 @@ class PyProducer {
 // raises TypeError otherwise.
 ItemSource* SourceOf(pybind11::handle source);
 
+// "fail" or "skip"; InvalidArgumentError otherwise.
+TFRecordReaderOptions::OnCorrupt ParseOnCorrupt(const std::string& mode);
+
 void BindWorkQueue(pybind11::module_& m);
 void BindReaders(pybind11::module_& m);
 void BindExample(pybind11::module_& m);
 void BindSummary(pybind11::module_& m);
+void BindPipeline(pybind11::module_& m);
 
 }  // namespace shardq::python
 
