@@ -9,12 +9,13 @@
     for batch in ds: ...                  # {"x": float32 [256, 784], "y": int64 [256]}
 
 Over a queue, the stages run in the C++ pipeline (include/shardq/pipeline/
-dataset.h), in its own threads, without the GIL: reading (text or TFRecord,
-CRC-checked), shuffle, batch, split, parse_example and prefetch. Python
-only receives finished elements: bytes records, lists of them (batches),
-per-replica lists (split), or dicts of numpy arrays whose memory is the C++
-parser's buffer (no copy; ``torch.from_numpy`` shares it too). Iterating
-waits with the GIL released, and Ctrl-C interrupts a blocked ``next``.
+dataset.h), in its own threads, without the GIL: reading (text lines,
+CRC-checked TFRecords, or table rows), shuffle, batch, split, parse_example
+and prefetch. Python only receives finished elements: bytes records (dict
+rows for tables), lists of them (batches), per-replica lists (split), or
+dicts of numpy arrays whose memory is the C++ parser's buffer (no copy;
+``torch.from_numpy`` shares it too). Iterating waits with the GIL
+released, and Ctrl-C interrupts a blocked ``next``.
 
 Items are completed only when every one of their records has left the
 pipeline (returned to Python, or dropped by ``drop_remainder`` / split), so
@@ -26,10 +27,8 @@ a batch), otherwise ``batch`` fails with FailedPreconditionError saying so.
 
 A Python ``map`` callable is GIL-bound: it runs in the consumer's thread,
 and so do the stages after it (as Python generators, where a completed item
-may still have records in a Python buffer). Put it last. ``reader="table"``
-runs every stage in Python over ``TableReader``, completing each item when
-its rows are read. A ``Dataset(make_iter)`` over a Python iterable runs its
-stages in Python too.
+may still have records in a Python buffer). Put it last. A
+``Dataset(make_iter)`` over a Python iterable runs its stages in Python.
 """
 import os
 import queue as _queue
@@ -40,9 +39,7 @@ import shardq
 from shardq import _shardq
 from shardq.example import ExampleParser
 
-_READERS = {"text": lambda oc: shardq.TextLineReader(),
-            "tfrecord": lambda oc: shardq.TFRecordReader(on_corrupt=oc),
-            "table": lambda oc: shardq.TableReader()}
+_READERS = ("text", "tfrecord", "table")
 
 
 def _default_parallelism():
@@ -132,11 +129,10 @@ class Dataset:
         if self._queue_source is None:
             return _python_stages(iter(self._make_iter()), self._ops)
         source = self._queue_source
-        if source["reader"] == "table":
-            return _python_stages(_table_rows(**source), self._ops)
         native_ops, python_ops = _plan(self._ops)
         builder = _shardq._Pipeline(source["queue"], source["reader"], source["on_corrupt"],
-                                    source["cycle_length"], source["num_parallel_reads"])
+                                    source["cycle_length"], source["num_parallel_reads"],
+                                    source["read_size"])
         for name, *args in native_ops:
             if name == "parse_example":
                 parser, threads = args
@@ -180,17 +176,6 @@ def _closing(native):
         yield from native
     finally:
         native.close()
-
-
-def _table_rows(queue, on_corrupt, read_size, **_):
-    reader = _READERS["table"](on_corrupt)
-    producer = queue.input_producer()
-    while True:
-        try:
-            _, values = reader.read_up_to(producer, read_size)
-        except shardq.OutOfRangeError:
-            return
-        yield from values
 
 
 # --- Stages in Python ---
@@ -292,13 +277,14 @@ _PY_STAGES = {"map": _py_map, "parse_example": _py_parse_example, "shuffle": _py
 
 def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
                cycle_length=None, num_parallel_reads=1):
-    """The records of a WorkQueue's items: bytes for "text" and "tfrecord"
-    (read by the C++ pipeline), dict rows for "table" (read in Python).
+    """The records of a WorkQueue's items, read by the C++ pipeline: bytes
+    for "text" and "tfrecord", dict rows (column -> value) for "table".
 
     ``cycle_length``: items read at once, taking turns (default: up to 4,
     at most the queue's num_clients); ``num_parallel_reads``: threads
-    reading them; ``read_size``: rows per read for tables. The pipeline
-    must be the queue's only taker (no take() on it meanwhile)."""
+    reading them; ``read_size``: rows fetched per query for tables;
+    ``on_corrupt``: "fail" or "skip" corrupt TFRecord regions. The
+    pipeline must be the queue's only taker (no take() on it meanwhile)."""
     if reader not in _READERS:
         raise shardq.InvalidArgumentError(
             f"reader must be 'text', 'tfrecord' or 'table', got {reader!r}")

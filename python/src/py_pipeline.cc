@@ -1,7 +1,8 @@
 // Python binding of the C++ input pipeline (include/shardq/pipeline/
-// dataset.h) behind shardq.data.from_queue: reading, shuffle, batch, split
-// (Distribute), parse_example and prefetch run in the pipeline's C++
-// threads without the GIL; Python only receives the finished elements.
+// dataset.h) behind shardq.data.from_queue: reading (text, TFRecord, table
+// rows), shuffle, batch, split (Distribute), parse_example and prefetch run
+// in the pipeline's C++ threads without the GIL; Python only receives the
+// finished elements.
 //
 // _Pipeline is a builder, used once by shardq.data: each call appends a
 // stage; iterator() builds the pipeline and starts its threads. The element
@@ -33,6 +34,7 @@
 #include "shardq/pipeline/element.h"
 #include "shardq/pipeline/record_reader.h"
 #include "shardq/pipeline/stage_options.h"
+#include "shardq/table_reader.h"
 #include "src/parse/example_parser.h"
 
 namespace py = pybind11;
@@ -66,7 +68,8 @@ struct ElementTypes {
   using Iterators = std::variant<std::unique_ptr<pipeline::Iterator<Ts>>...>;
 };
 using Elements = ElementTypes<Record, Batch<Record>, PerReplicaBatches<Record>,
-                              ParsedBatch, ParsedReplicas>;
+                              ParsedBatch, ParsedReplicas, Row, Batch<Row>,
+                              PerReplicaBatches<Row>>;
 
 // Parses the rows of `batch`. A padding row (empty) is parsed as a copy of
 // `filler` (a real row of the same step), so every row of the buffers is a
@@ -92,11 +95,13 @@ absl::StatusOr<ParsedBatch> ParseRows(const ExampleParser& parser,
 
 // --- Elements to Python (GIL held) ---
 
-py::object ToPython(Record record, bool) { return py::bytes(record.value); }
+py::object RowObject(const Record& record) { return py::bytes(record.value); }
+py::object RowObject(const Row& row) { return RowToPython(row); }
 
-py::list RowsToList(std::vector<Record>& rows) {
+template <typename R>
+py::list RowsToList(const std::vector<R>& rows) {
   py::list out;
-  for (Record& r : rows) out.append(py::bytes(r.value));
+  for (const R& r : rows) out.append(RowObject(r));
   return out;
 }
 
@@ -107,11 +112,18 @@ py::list MaskList(const std::vector<uint8_t>& padded) {
   return mask;
 }
 
-py::object ToPython(Batch<Record> batch, bool) { return RowsToList(batch.rows); }
+py::object ToPython(Record record, bool) { return RowObject(record); }
+py::object ToPython(Row row, bool) { return RowObject(row); }
 
-py::object ToPython(PerReplicaBatches<Record> step, bool with_mask) {
+template <typename R>
+py::object ToPython(Batch<R> batch, bool) {
+  return RowsToList(batch.rows);
+}
+
+template <typename R>
+py::object ToPython(PerReplicaBatches<R> step, bool with_mask) {
   py::list out;
-  for (Batch<Record>& b : step.replicas) {
+  for (const Batch<R>& b : step.replicas) {
     py::list rows = RowsToList(b.rows);
     out.append(with_mask ? py::object(py::make_tuple(rows, MaskList(b.padded)))
                          : py::object(rows));
@@ -255,27 +267,30 @@ class PyPipelineIterator {
 class PyPipeline {
  public:
   PyPipeline(py::handle queue, const std::string& reader, const std::string& on_corrupt,
-             int64_t cycle_length, int64_t num_parallel_reads) {
+             int64_t cycle_length, int64_t num_parallel_reads, int64_t table_batch_rows) {
     py::handle native = py::hasattr(queue, "_native") ? queue.attr("_native") : queue;
     if (!py::isinstance<PyWorkQueue>(native)) {
       throw py::type_error("shardq.data.from_queue needs a shardq.WorkQueue");
     }
     queue_ = native.cast<std::shared_ptr<PyWorkQueue>>();
-    pipeline::RecordReaderFactory factory;
-    if (reader == "text") {
-      factory = pipeline::TextReaderFactory();
-    } else if (reader == "tfrecord") {
-      TFRecordReaderOptions options;
-      options.on_corrupt = ParseOnCorrupt(on_corrupt);
-      factory = pipeline::TFRecordReaderFactory(options);
-    } else {
-      ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
-          "shardq.data: the C++ pipeline reads 'text' or 'tfrecord', got '", reader, "'")));
-    }
     pipeline::InterleaveOptions read;
     read.cycle_length = cycle_length;
     read.num_parallel_reads = num_parallel_reads;
-    stream_ = pipeline::ReadItems(queue_->queue(), std::move(factory), read);
+    if (reader == "text") {
+      stream_ = pipeline::ReadItems(queue_->queue(), pipeline::TextReaderFactory(), read);
+    } else if (reader == "tfrecord") {
+      TFRecordReaderOptions options;
+      options.on_corrupt = ParseOnCorrupt(on_corrupt);
+      stream_ =
+          pipeline::ReadItems(queue_->queue(), pipeline::TFRecordReaderFactory(options), read);
+    } else if (reader == "table") {
+      TableReaderOptions options;
+      if (table_batch_rows > 0) options.batch_rows = table_batch_rows;
+      stream_ = pipeline::ReadItems(queue_->queue(), pipeline::TableReaderFactory(options), read);
+    } else {
+      ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+          "shardq.data: reader must be 'text', 'tfrecord' or 'table', got '", reader, "'")));
+    }
   }
 
   void Shuffle(int64_t buffer_size, uint64_t seed) {
@@ -294,8 +309,10 @@ class PyPipeline {
     stream_ = std::visit(
         [&](const auto& ds) -> Elements::Datasets {
           using T = typename std::decay_t<decltype(ds)>::element_type;
-          if constexpr (std::is_same_v<T, Record>) return ds.Batch(options);
-          Refuse("batch", "records (batches of batches are not built in C++)");
+          if constexpr (std::is_same_v<T, Record> || std::is_same_v<T, Row>) {
+            return ds.Batch(options);
+          }
+          Refuse("batch", "records or rows (batches of batches are not built in C++)");
         },
         stream_);
     ends_with_prefetch_ = false;
@@ -315,10 +332,11 @@ class PyPipeline {
     stream_ = std::visit(
         [&](const auto& ds) -> Elements::Datasets {
           using T = typename std::decay_t<decltype(ds)>::element_type;
-          if constexpr (std::is_same_v<T, pipeline::Batch<Record>>) {
+          if constexpr (std::is_same_v<T, pipeline::Batch<Record>> ||
+                        std::is_same_v<T, pipeline::Batch<Row>>) {
             return ds.Distribute(options);
           }
-          Refuse("split", "batches of records (call .batch(n) first)");
+          Refuse("split", "batches (call .batch(n) first)");
         },
         stream_);
     with_mask_ = options.remainder == pipeline::DistributeOptions::Remainder::kPad;
@@ -400,10 +418,11 @@ class PyPipeline {
   }
 
   // What the elements are: "records", "batches", "replicas", "parsed",
-  // "parsed_replicas".
+  // "parsed_replicas", "rows", "row_batches", "row_replicas".
   std::string kind() const {
     static constexpr const char* kNames[] = {"records", "batches", "replicas", "parsed",
-                                             "parsed_replicas"};
+                                             "parsed_replicas", "rows", "row_batches",
+                                             "row_replicas"};
     return kNames[stream_.index()];
   }
 
@@ -417,9 +436,11 @@ class PyPipeline {
 
 void BindPipeline(py::module_& m) {
   py::class_<PyPipeline>(m, "_Pipeline")
-      .def(py::init<py::handle, const std::string&, const std::string&, int64_t, int64_t>(),
+      .def(py::init<py::handle, const std::string&, const std::string&, int64_t, int64_t,
+                    int64_t>(),
            py::arg("queue"), py::arg("reader"), py::arg("on_corrupt") = "fail",
-           py::arg("cycle_length") = 0, py::arg("num_parallel_reads") = 1)
+           py::arg("cycle_length") = 0, py::arg("num_parallel_reads") = 1,
+           py::arg("table_batch_rows") = 0)
       .def("shuffle", &PyPipeline::Shuffle, py::arg("buffer_size"), py::arg("seed"))
       .def("batch", &PyPipeline::Batch, py::arg("batch_size"), py::arg("drop_remainder"))
       .def("split", &PyPipeline::Split, py::arg("replicas"), py::arg("remainder"))

@@ -10,6 +10,7 @@
 
 #include "pybind11/pybind11.h"
 #include "shardq/input_producer.h"
+#include "shardq/table_reader.h"
 #include "shardq/tfrecord_reader.h"
 #include "shardq/work_queue.h"
 
@@ -59,6 +60,10 @@ class PyProducer {
 // The ItemSource behind a Python object that is a queue or a producer;
 // raises TypeError otherwise.
 ItemSource* SourceOf(pybind11::handle source);
+
+// A table row as a dict column -> None, int, float, str or bytes; None for
+// a default-constructed (padding) row. Needs the GIL.
+pybind11::object RowToPython(const Row& row);
 
 // "fail" or "skip"; InvalidArgumentError otherwise.
 TFRecordReaderOptions::OnCorrupt ParseOnCorrupt(const std::string& mode);

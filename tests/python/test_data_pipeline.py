@@ -233,3 +233,24 @@ def test_parse_example_batches_wrap_the_cpp_buffers(tmp_path):
             np.testing.assert_allclose(x[:, 1], y + 0.001, rtol=1e-6)
             labels += y.tolist()
         assert sorted(labels) == list(range(40))
+
+
+def test_table_rows_are_read_by_the_cpp_pipeline_once_per_epoch(tmp_path):
+    import sqlite3
+    path = tmp_path / "rows.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t(v INTEGER, name TEXT)")
+        db.executemany("INSERT INTO t VALUES(?, ?)", [(i, f"n{i}") for i in range(50)])
+    queue = queue_of([f"sqlite:{path}?table=t"], num_epochs=2, num_slices=5, num_clients=8)
+    ds = shardq.data.from_queue(queue, reader="table").shuffle(8, seed=1).batch(10) \
+        .split(2, remainder="pad")
+    it = iter(ds)
+    assert isinstance(it, shardq._shardq._PipelineIterator)
+    values = []
+    for step in it:
+        for rows, mask in step:
+            assert len(rows) == 5
+            values += [r["v"] for r, real in zip(rows, mask) if real]
+            assert all(r["name"] == f"n{r['v']}" for r, real in zip(rows, mask) if real)
+    assert sorted(values) == sorted(list(range(50)) * 2)
+    assert queue.stats()["completed"] == 10
