@@ -12,7 +12,7 @@
   tf.data     TFRecordDataset + parse_example, AUTOTUNE (tensorflow-cpu in a
               venv; skipped with the reason if it cannot be installed)
 
-Usage: torch_feed.py --records N --workdir DIR [--tf-python PATH]
+Usage: torch_feed.py [--records N] [--workdir DIR] [--tf-python PATH]
 """
 import argparse
 import importlib
@@ -152,10 +152,13 @@ def run_tf(paths, tf_python):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--records", type=int, default=40000)
-    p.add_argument("--workdir", default=os.path.join(REPO, "build", "bench-torch-feed"))
+    p.add_argument("--records", type=int, default=100000)
+    p.add_argument("--workdir", default=None,
+                   help="where the data set is made (default build/bench-torch-feed-N)")
     p.add_argument("--tf-python", default="")
     a = p.parse_args()
+    # One directory per size: make_data reuses the files it finds.
+    a.workdir = a.workdir or os.path.join(REPO, "build", f"bench-torch-feed-{a.records}")
     os.makedirs(a.workdir, exist_ok=True)
     paths = make_data(a.workdir, a.records)
     size = sum(os.path.getsize(x) for x in paths)
