@@ -177,11 +177,6 @@ py::dict StatsToDict(const pipeline::PipelineStats& s) {
   return d;
 }
 
-template <typename T>
-struct IsBatch : std::false_type {};
-template <typename T>
-struct IsBatch<Batch<T>> : std::true_type {};
-
 [[noreturn]] void Refuse(absl::string_view stage, absl::string_view needs) {
   ThrowStatus(absl::InvalidArgumentError(
       absl::StrCat("shardq.data: ", stage, " needs ", needs)));

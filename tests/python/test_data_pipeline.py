@@ -140,9 +140,9 @@ def test_ctrl_c_interrupts_a_blocked_next_and_the_iterator_goes_on(text_files, h
 
     t = threading.Thread(target=press_ctrl_c)
     t.start()
-    consumer_waiting.set()
     with pytest.raises(KeyboardInterrupt):
-        next(it)
+        consumer_waiting.set()
+        next(it)  # waits: the only item is held by `holder`
     t.join()
     holder.release(item)  # now this worker can read it
     assert list(it) == [b"f 0 line 0", b"f 0 line 1", b"f 0 line 2"]
