@@ -166,6 +166,9 @@ def _plan(ops):
             kind = "replicas"
         elif name == "parse_example" and kind in ("batches", "replicas"):
             kind = "parsed"
+        elif name == "parse_example" and kind == "records":
+            raise shardq.InvalidArgumentError(
+                "parse_example parses batches of records: call .batch(n) before it")
         else:
             return ops[:i], ops[i:]
     return ops, []

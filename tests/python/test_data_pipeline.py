@@ -174,6 +174,13 @@ def test_a_cpp_stage_error_names_the_stage_and_feature(tmp_path):
         list(ds)
 
 
+def test_parse_example_before_batch_is_refused(tmp_path):
+    files = write_files(tmp_path, 1, 2, width=4)
+    ds = shardq.data.from_queue(queue_of(files), reader="tfrecord").parse_example(SPEC)
+    with pytest.raises(shardq.InvalidArgumentError, match=r"\.batch\(n\) before it"):
+        iter(ds)
+
+
 def test_split_gives_every_replica_the_same_number_of_batches(tmp_path):
     files = write_files(tmp_path, 3, 10, width=4)  # 30 records: 3 batches of 8 + 6
     pad = shardq.data.from_queue(queue_of(files, num_clients=8), reader="tfrecord") \
