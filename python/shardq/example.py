@@ -35,8 +35,8 @@ class ExampleParser:
             if not isinstance(spec, FixedLen):
                 raise InvalidArgumentError(
                     f"feature {name!r}: expected shardq.FixedLen, got {type(spec).__name__}")
-        self._native = _shardq._ExampleParser(
-            {name: (spec.shape, spec.dtype) for name, spec in features.items()})
+        self.spec = {name: (spec.shape, spec.dtype) for name, spec in features.items()}
+        self._native = _shardq._ExampleParser(self.spec)
 
     def __call__(self, records):
         return self._native.parse(list(records))
@@ -46,3 +46,9 @@ def parse_example(records, features):
     """Parses serialised tf.Example records into {name: numpy array of shape
     (len(records), *spec.shape)}. Errors name the record and the feature."""
     return ExampleParser(features)(records)
+
+
+def parse_example_fn(features):
+    """A callable parsing a batch of records with ``features``; as a
+    shardq.data ``map`` argument it is the C++ parse_example stage."""
+    return ExampleParser(features)

@@ -8,4 +8,5 @@ PYBIND11_MODULE(_shardq, m) {
   shardq::python::BindReaders(m);
   shardq::python::BindExample(m);
   shardq::python::BindSummary(m);
+  shardq::python::BindPipeline(m);
 }

@@ -8,6 +8,7 @@
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/src/errors.h"
+#include "python/src/py_example.h"
 #include "python/src/py_sources.h"
 #include "src/parse/example_parser.h"
 
@@ -35,20 +36,36 @@ py::array Wrap(const ParsedFeature& f) {
 
 }  // namespace
 
+std::vector<FixedLenFeature> FeaturesFromSpec(const py::dict& spec) {
+  std::vector<FixedLenFeature> features;
+  for (auto item : spec) {
+    FixedLenFeature f;
+    f.name = py::str(item.first);
+    py::tuple t = item.second.cast<py::tuple>();
+    f.shape = t[0].cast<std::vector<int64_t>>();
+    f.dtype = ParseDType(t[1].cast<std::string>(), f.name);
+    features.push_back(std::move(f));
+  }
+  return features;
+}
+
+py::object FeatureToNumpy(const ParsedFeature& f) {
+  if (f.dtype == DType::kFloat32) return Wrap<float>(f);
+  if (f.dtype == DType::kInt64) return Wrap<int64_t>(f);
+  // Variable-length bytes cannot be one buffer: an object array.
+  py::list values;
+  for (const std::string& s : f.strings) values.append(py::bytes(s));
+  py::object np = py::module_::import("numpy");
+  py::tuple shape = py::cast(std::vector<py::ssize_t>(f.shape.begin(), f.shape.end()));
+  return np.attr("array")(values, py::arg("dtype") = "object").attr("reshape")(shape);
+}
+
 // A reusable parser for one feature spec: {name: (shape tuple, dtype str)}.
 class PyExampleParser {
  public:
   explicit PyExampleParser(const py::dict& spec) {
-    std::vector<FixedLenFeature> features;
-    for (auto item : spec) {
-      FixedLenFeature f;
-      f.name = py::str(item.first);
-      py::tuple t = item.second.cast<py::tuple>();
-      f.shape = t[0].cast<std::vector<int64_t>>();
-      f.dtype = ParseDType(t[1].cast<std::string>(), f.name);
-      features.push_back(std::move(f));
-    }
-    parser_ = std::make_unique<ExampleParser>(ValueOrThrow(ExampleParser::Create(features)));
+    parser_ = std::make_unique<ExampleParser>(
+        ValueOrThrow(ExampleParser::Create(FeaturesFromSpec(spec))));
   }
 
   py::dict Parse(const std::vector<py::bytes>& records) {
@@ -67,21 +84,7 @@ class PyExampleParser {
     }
     std::vector<ParsedFeature> features = ValueOrThrow(std::move(parsed));
     py::dict out;
-    for (const ParsedFeature& f : features) {
-      if (f.dtype == DType::kFloat32) {
-        out[py::str(f.name)] = Wrap<float>(f);
-      } else if (f.dtype == DType::kInt64) {
-        out[py::str(f.name)] = Wrap<int64_t>(f);
-      } else {
-        // Variable-length bytes cannot be one buffer: an object array.
-        py::list values;
-        for (const std::string& s : f.strings) values.append(py::bytes(s));
-        py::object np = py::module_::import("numpy");
-        py::tuple shape = py::cast(std::vector<py::ssize_t>(f.shape.begin(), f.shape.end()));
-        out[py::str(f.name)] =
-            np.attr("array")(values, py::arg("dtype") = "object").attr("reshape")(shape);
-      }
-    }
+    for (const ParsedFeature& f : features) out[py::str(f.name)] = FeatureToNumpy(f);
     return out;
   }
 

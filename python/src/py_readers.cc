@@ -48,16 +48,25 @@ py::object ToPython(const Value& v) {
   return py::bytes(std::get<Blob>(v).bytes);
 }
 
+}  // namespace
+
+py::object RowToPython(const Row& r) {
+  if (r.column_names == nullptr) return py::none();  // a padding row
+  py::dict row;
+  for (size_t c = 0; c < r.values.size(); ++c) {
+    row[py::str((*r.column_names)[c])] = ToPython(r.values[c]);
+  }
+  return std::move(row);
+}
+
+namespace {
+
 py::tuple RowsToKeysValues(std::vector<Row> rows) {
   py::list keys;
   py::list values;
   for (const Row& r : rows) {
     keys.append(py::str(r.key));
-    py::dict row;
-    for (size_t c = 0; c < r.values.size(); ++c) {
-      row[py::str((*r.column_names)[c])] = ToPython(r.values[c]);
-    }
-    values.append(row);
+    values.append(RowToPython(r));
   }
   return py::make_tuple(keys, values);
 }
@@ -79,13 +88,13 @@ py::tuple ReadUpTo(Reader& reader, py::object source, int64_t num_records) {
   }
 }
 
+}  // namespace
+
 TFRecordReaderOptions::OnCorrupt ParseOnCorrupt(const std::string& mode) {
   if (mode == "fail") return TFRecordReaderOptions::OnCorrupt::kFail;
   if (mode == "skip") return TFRecordReaderOptions::OnCorrupt::kSkip;
   ThrowStatus(absl::InvalidArgumentError("on_corrupt must be 'fail' or 'skip', got '" + mode + "'"));
 }
-
-}  // namespace
 
 void BindReaders(py::module_& m) {
   py::class_<TFRecordReader>(m, "TFRecordReader",

@@ -10,6 +10,8 @@
 
 #include "pybind11/pybind11.h"
 #include "shardq/input_producer.h"
+#include "shardq/table_reader.h"
+#include "shardq/tfrecord_reader.h"
 #include "shardq/work_queue.h"
 
 namespace shardq::python {
@@ -59,10 +61,18 @@ class PyProducer {
 // raises TypeError otherwise.
 ItemSource* SourceOf(pybind11::handle source);
 
+// A table row as a dict column -> None, int, float, str or bytes; None for
+// a default-constructed (padding) row. Needs the GIL.
+pybind11::object RowToPython(const Row& row);
+
+// "fail" or "skip"; InvalidArgumentError otherwise.
+TFRecordReaderOptions::OnCorrupt ParseOnCorrupt(const std::string& mode);
+
 void BindWorkQueue(pybind11::module_& m);
 void BindReaders(pybind11::module_& m);
 void BindExample(pybind11::module_& m);
 void BindSummary(pybind11::module_& m);
+void BindPipeline(pybind11::module_& m);
 
 }  // namespace shardq::python
 

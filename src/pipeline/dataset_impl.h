@@ -21,6 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "shardq/pipeline/dataset.h"
 #include "src/pipeline/buffer_stages.h"
 #include "src/pipeline/map_stage.h"
@@ -85,8 +87,21 @@ Iterator<T>::~Iterator() {
 
 template <typename T>
 absl::StatusOr<T> Iterator<T>::Next() {
+  absl::StatusOr<std::optional<T>> next = TryNext(absl::InfiniteDuration());
+  if (!next.ok()) return next.status();
+  return **std::move(next);  // an infinite wait never comes back empty
+}
+
+template <typename T>
+absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
   if (!status_.ok()) return status_;
+  const absl::Time deadline = absl::Now() + timeout;
   while (true) {
+    if (timeout != absl::InfiniteDuration() &&
+        !stage_->WaitReady(std::max(absl::ZeroDuration(),
+                                    deadline - absl::Now()))) {
+      return std::optional<T>();
+    }
     internal::Envelope<T> next = stage_->Next();
     if (!next.ok()) {
       status_ = next.status();
@@ -107,7 +122,7 @@ absl::StatusOr<T> Iterator<T>::Next() {
         context_->coordinator.RequestStop();
       }
     }
-    return std::move(next->value);
+    return std::optional<T>(std::move(next->value));
   }
 }
 

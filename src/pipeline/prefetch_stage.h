@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "shardq/pipeline/queues.h"
 #include "src/pipeline/stage.h"
 
@@ -34,6 +35,9 @@ class PrefetchStage final : public Stage<T> {
   Envelope<T> Next() override { return drain_->Next(); }
   void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) override {
     drain_->NextAvailable(max, out);
+  }
+  bool WaitReady(absl::Duration timeout) override {
+    return drain_->WaitReady(timeout);
   }
 
  private:

@@ -8,8 +8,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "shardq/item_source.h"
+#include "shardq/table_reader.h"
 #include "shardq/text_line_reader.h"
 #include "shardq/tfrecord_reader.h"
 #include "shardq/work_item.h"
@@ -100,7 +103,90 @@ class TFRecordItemReader final : public RecordReader {
   bool exhausted_ = false;
 };
 
+// TableReaders between items. Thread-safe.
+class TableReaderPool {
+ public:
+  explicit TableReaderPool(const TableReaderOptions& options) : options_(options) {}
+
+  std::unique_ptr<TableReader> Borrow() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!idle_.empty()) {
+        std::unique_ptr<TableReader> reader = std::move(idle_.back());
+        idle_.pop_back();
+        return reader;
+      }
+    }
+    return std::make_unique<TableReader>(options_);
+  }
+
+  // `reader` must have finished its item (no item in progress).
+  void Return(std::unique_ptr<TableReader> reader) {
+    absl::MutexLock lock(&mu_);
+    idle_.push_back(std::move(reader));
+  }
+
+ private:
+  const TableReaderOptions options_;
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<TableReader>> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+class TableItemReader final : public ItemReader<Row> {
+ public:
+  // Rows read per call of the TableReader: one query's worth is fetched
+  // anyway (TableReaderOptions::batch_rows); this bounds what is held here.
+  static constexpr int64_t kChunk = 256;
+
+  TableItemReader(std::string item, std::shared_ptr<TableReaderPool> pool)
+      : pool_(std::move(pool)), reader_(pool_->Borrow()), source_(std::move(item)) {}
+
+  // A reader that stopped mid-item still holds that item: dropped, not
+  // lent again.
+  ~TableItemReader() override {
+    if (exhausted_) pool_->Return(std::move(reader_));
+  }
+
+  absl::StatusOr<bool> Next(Row* row) override {
+    if (next_ == chunk_.size()) {
+      if (exhausted_) return false;
+      absl::StatusOr<std::vector<Row>> chunk = reader_->ReadUpTo(source_, kChunk);
+      if (absl::IsOutOfRange(chunk.status())) {
+        exhausted_ = true;
+        return false;
+      }
+      if (!chunk.ok()) return chunk.status();
+      chunk_ = *std::move(chunk);
+      next_ = 0;
+      if (chunk_.empty()) {
+        exhausted_ = true;
+        return false;
+      }
+    }
+    *row = std::move(chunk_[next_++]);
+    return true;
+  }
+
+  int64_t resume_offset() const override { return -1; }
+
+ private:
+  const std::shared_ptr<TableReaderPool> pool_;
+  std::unique_ptr<TableReader> reader_;
+  OneItemSource source_;
+  std::vector<Row> chunk_;
+  size_t next_ = 0;
+  bool exhausted_ = false;
+};
+
 }  // namespace
+
+ItemReaderFactory<Row> TableReaderFactory(TableReaderOptions options) {
+  auto pool = std::make_shared<TableReaderPool>(options);
+  return [pool](const std::string& item)
+             -> absl::StatusOr<std::unique_ptr<ItemReader<Row>>> {
+    return std::make_unique<TableItemReader>(item, pool);
+  };
+}
 
 RecordReaderFactory TextReaderFactory() {
   return [](const std::string& item)

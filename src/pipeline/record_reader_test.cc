@@ -1,15 +1,18 @@
 #include "shardq/pipeline/record_reader.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sqlite3.h"
 #include "src/io/tfrecord.h"
 #include "src/pipeline/test_util.h"
 
@@ -139,4 +142,65 @@ TEST(ReaderFactoryFor, ChoosesTheFormat) {
 }
 
 }  // namespace
+// A table t(v) holding v = rowid for rowids 1..rows.
+std::string MakeTable(const std::string& name, int rows) {
+  const std::string path = TempPath(name);
+  std::remove(path.c_str());
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  std::string sql = "CREATE TABLE t(v INTEGER); BEGIN;";
+  for (int i = 1; i <= rows; ++i) absl::StrAppend(&sql, "INSERT INTO t(v) VALUES(", i, ");");
+  absl::StrAppend(&sql, "COMMIT;");
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  return path;
+}
+
+std::vector<int64_t> ReadValues(ItemReader<Row>& reader, int64_t limit) {
+  std::vector<int64_t> values;
+  Row row;
+  while (static_cast<int64_t>(values.size()) < limit) {
+    absl::StatusOr<bool> more = reader.Next(&row);
+    EXPECT_TRUE(more.ok()) << more.status();
+    if (!more.ok() || !*more) break;
+    values.push_back(std::get<int64_t>(row.values.at(0)));
+  }
+  return values;
+}
+
+TEST(TableReaderFactory, ReadsEachSliceOnceAndLendsReadersOnlyWhenDone) {
+  const std::string path = MakeTable("slices.db", 100);
+  const std::string first = absl::StrCat("sqlite:", path, "?table=t&start=0&end=40");
+  const std::string second = absl::StrCat("sqlite:", path, "?table=t&start=40&end=100");
+  ItemReaderFactory<Row> factory = TableReaderFactory();
+  {
+    // Stopped mid-item: its reader must not carry the rest into the next.
+    std::unique_ptr<ItemReader<Row>> abandoned = ValueOrDie(factory(first));
+    EXPECT_EQ(ReadValues(*abandoned, 5), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+    EXPECT_EQ(abandoned->resume_offset(), -1);
+  }
+  std::vector<int64_t> all;
+  for (const std::string& item : {first, second}) {
+    std::unique_ptr<ItemReader<Row>> reader = ValueOrDie(factory(item));
+    Row row;
+    ASSERT_TRUE(*reader->Next(&row));
+    EXPECT_EQ(row.key, absl::StrCat(item, ":", row.rowid));
+    all.push_back(std::get<int64_t>(row.values.at(0)));
+    for (int64_t v : ReadValues(*reader, 1000)) all.push_back(v);
+  }
+  std::vector<int64_t> expected(100);
+  for (int i = 0; i < 100; ++i) expected[static_cast<size_t>(i)] = i + 1;
+  EXPECT_EQ(all, expected);
+}
+
+TEST(TableReaderFactory, MissingDatabaseIsNamed) {
+  ItemReaderFactory<Row> factory = TableReaderFactory();
+  std::unique_ptr<ItemReader<Row>> reader =
+      ValueOrDie(factory("sqlite:/nonexistent/shardq.db?table=t"));
+  Row row;
+  absl::StatusOr<bool> more = reader->Next(&row);
+  EXPECT_TRUE(absl::IsNotFound(more.status())) << more.status();
+  EXPECT_THAT(more.status().message(), HasSubstr("/nonexistent/shardq.db"));
+}
+
 }  // namespace shardq::pipeline

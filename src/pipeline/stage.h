@@ -81,6 +81,15 @@ class Stage {
   virtual void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) {
     out->push_back(Next());
   }
+
+  // Waits up to `timeout` for the next result. false: none came in time
+  // (nothing is consumed; call again). true: the next Next() returns
+  // without waiting, or this stage cannot wait with a timeout (the default:
+  // stages that work in the calling thread), and Next() may block.
+  virtual bool WaitReady(absl::Duration timeout) {
+    (void)timeout;
+    return true;
+  }
 };
 
 // The single consumer of a stage's output queue. Takes everything the
@@ -109,25 +118,34 @@ class QueueDrain {
     }
   }
 
+  // See Stage::WaitReady.
+  bool WaitReady(absl::Duration timeout) {
+    if (!buffer_.empty()) return true;
+    return Fill(timeout);
+  }
+
  private:
-  // Waits for one result (an OUT_OF_RANGE or CANCELLED status once the
-  // queue is closed and drained), then takes what else is there.
-  void Fill() {
-    absl::StatusOr<Envelope<T>> first = queue_->Dequeue();
+  // Waits up to `timeout` for one result (an OUT_OF_RANGE or CANCELLED
+  // status once the queue is closed and drained), then takes what else is
+  // there. false if nothing came within `timeout`.
+  bool Fill(absl::Duration timeout = absl::InfiniteDuration()) {
+    absl::StatusOr<Envelope<T>> first = queue_->Dequeue(timeout);
+    if (absl::IsDeadlineExceeded(first.status())) return false;
     if (!first.ok()) {
       buffer_.push_back(absl::IsOutOfRange(first.status())
                             ? first.status()
                             : StoppingError(stage_));
-      return;
+      return true;
     }
     buffer_.push_back(*std::move(first));
     const int64_t ready = queue_->size();
-    if (ready == 0) return;
+    if (ready == 0) return true;
     // The only consumer: the `ready` elements stay there for us.
     absl::StatusOr<std::vector<Envelope<T>>> rest =
         queue_->DequeueMany(ready, absl::ZeroDuration());
-    if (!rest.ok()) return;
+    if (!rest.ok()) return true;
     for (Envelope<T>& e : *rest) buffer_.push_back(std::move(e));
+    return true;
   }
 
   Queue<Envelope<T>>* const queue_;

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -151,6 +153,31 @@ TEST(Prefetch, HandsOnEverythingInOrder) {
   EXPECT_EQ(DrainDataset(FromVector(Range(200)).Prefetch(1).Map(SlowSquare, map)
                              .Prefetch(2)),
             Squares(200));
+}
+
+TEST(Prefetch, TryNextGivesUpAfterItsTimeoutAndLosesNothing) {
+  // The map blocks until released, so the Prefetch thread has nothing to
+  // hand on: a bounded wait must give up without consuming anything.
+  auto release = std::make_shared<absl::Notification>();
+  auto dataset = FromVector(Range(3))
+                     .Map([release](int x) {
+                       release->WaitForNotification();
+                       return x;
+                     })
+                     .Prefetch(1);
+  auto it = ValueOrDie(dataset.MakeIterator());
+  absl::StatusOr<std::optional<int>> early = it->TryNext(absl::Milliseconds(5));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->has_value());
+  release->Notify();
+  std::vector<int> got;
+  while (true) {
+    absl::StatusOr<std::optional<int>> next = it->TryNext(absl::Milliseconds(5));
+    if (absl::IsOutOfRange(next.status())) break;
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (next->has_value()) got.push_back(**next);
+  }
+  EXPECT_EQ(got, Range(3));
 }
 
 // Checks the per-replica invariant: every step has R batches of

@@ -15,7 +15,10 @@ def queue_of(files, **kw):
 def test_pipeline_reads_every_record_once_per_epoch_as_parsed_batches(tmp_path):
     files = write_files(tmp_path, 3, 30, width=4)
     spec = {"x": shardq.FixedLen((4,), "float32"), "y": shardq.FixedLen((), "int64")}
-    ds = (shardq.data.from_queue(queue_of(files, num_epochs=2, num_slices=9), reader="tfrecord")
+    # Items complete only once their records are consumed, so the queue
+    # must let this worker hold enough of them to fill a batch.
+    queue = queue_of(files, num_epochs=2, num_slices=9, num_clients=16)
+    ds = (shardq.data.from_queue(queue, reader="tfrecord")
           .shuffle(50, seed=1).batch(16).map(lambda b: shardq.parse_example(b, spec)).prefetch(2))
     labels = []
     for batch in ds:

@@ -35,4 +35,5 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
     assert namespace["lines"] == 2 * 90          # 2 epochs of 90 lines
     assert namespace["seen"] > 0
     assert len(namespace["keys"]) > 0
+    assert sorted(namespace["labels"]) == sorted(list(range(40)) * 2)
     assert sorted(namespace["after"]) == sorted(namespace["before"]) == list(range(100))

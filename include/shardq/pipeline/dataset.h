@@ -72,6 +72,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "shardq/item_source.h"
 #include "shardq/pipeline/element.h"
 #include "shardq/pipeline/record_reader.h"
@@ -140,6 +141,14 @@ class Iterator {
   // pipeline (see the contract at the top). After an error or the end,
   // returns the same status again.
   absl::StatusOr<T> Next();
+
+  // As Next(), but when the last stage is a Prefetch (whose thread runs
+  // the stages before it) waits at most about `timeout`: std::nullopt if
+  // no element was ready by then, and nothing changes (call again). A
+  // pipeline that ends in another stage works in the calling thread and so
+  // waits as Next(). Lets a caller that must stay responsive (Python, for
+  // Ctrl-C) wait in slices.
+  absl::StatusOr<std::optional<T>> TryNext(absl::Duration timeout);
 
   PipelineStats stats() const;
 

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "shardq/table_reader.h"      // Row, TableReaderOptions
 #include "shardq/text_line_reader.h"  // Record
 #include "shardq/tfrecord_reader.h"   // TFRecordReaderOptions
 
@@ -73,6 +74,15 @@ RecordReaderFactory TextReaderFactory();
 // compressed file. Reads a few records ahead of Next(). resume_offset() is
 // -1: TFRecord items are re-read whole after a failure.
 RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options = {});
+
+// Rows of SQLite table items ("sqlite:PATH?table=NAME[&start=S&end=E]",
+// see shardq/table_reader.h), in rowid order: key "<item>:<rowid>". Errors
+// as TableReader::ReadUpTo, naming the database and table. The factory
+// keeps the TableReaders of finished items and lends them to later items,
+// so that each slice costs its own rows rather than a new rank index
+// (readers kept: at most the items read at once). resume_offset() is -1:
+// table items are re-read whole after a failure.
+ItemReaderFactory<Row> TableReaderFactory(TableReaderOptions options = {});
 
 // The formats whose records are Records, for choosing one by name (a
 // command-line flag, a config file).

@@ -1,0 +1,26 @@
+// Shared by the bindings of parse_example and of the pipeline: a feature
+// spec from Python, and a parsed feature as a numpy array that owns the
+// parser's buffer (no copy).
+#ifndef SHARDQ_PYTHON_PY_EXAMPLE_H_
+#define SHARDQ_PYTHON_PY_EXAMPLE_H_
+
+#include <vector>
+
+#include "pybind11/pybind11.h"
+#include "src/parse/example_parser.h"
+
+namespace shardq::python {
+
+// {name: (shape tuple, dtype str)} -> features. Raises InvalidArgumentError
+// naming the feature for an unknown dtype. Needs the GIL.
+std::vector<FixedLenFeature> FeaturesFromSpec(const pybind11::dict& spec);
+
+// A float32 / int64 feature: an ndarray over f.data, whose base is a
+// capsule sharing ownership of the buffer (no copy). A bytes feature: an
+// object array of bytes (copied: variable-length values are not one
+// buffer). Needs the GIL.
+pybind11::object FeatureToNumpy(const ParsedFeature& f);
+
+}  // namespace shardq::python
+
+#endif  // SHARDQ_PYTHON_PY_EXAMPLE_H_

@@ -1,0 +1,456 @@
+// Python binding of the C++ input pipeline (include/shardq/pipeline/
+// dataset.h) behind shardq.data.from_queue: reading (text, TFRecord, table
+// rows), shuffle, batch, split (Distribute), parse_example and prefetch run
+// in the pipeline's C++ threads without the GIL; Python only receives the
+// finished elements.
+//
+// _Pipeline is a builder, used once by shardq.data: each call appends a
+// stage; iterator() builds the pipeline and starts its threads. The element
+// type changes along the chain (records, batches, per-replica batches,
+// parsed batches), so the builder holds a variant of Datasets and refuses
+// a stage that does not apply to the current element (data.py runs such
+// stages in Python instead).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "pybind11/numpy.h"
+#include "pybind11/pybind11.h"
+#include "pybind11/stl.h"
+#include "python/src/errors.h"
+#include "python/src/py_example.h"
+#include "python/src/py_sources.h"
+#include "shardq/pipeline/dataset.h"
+#include "shardq/pipeline/element.h"
+#include "shardq/pipeline/record_reader.h"
+#include "shardq/pipeline/stage_options.h"
+#include "shardq/table_reader.h"
+#include "src/parse/example_parser.h"
+
+namespace py = pybind11;
+
+namespace shardq::python {
+namespace {
+
+using pipeline::Batch;
+using pipeline::Dataset;
+using pipeline::PerReplicaBatches;
+
+// How often a blocked next() wakes to let Python handle Ctrl-C.
+constexpr absl::Duration kSignalCheck = absl::Milliseconds(100);
+
+// A batch of tf.Examples parsed into one buffer per feature. `padded` has
+// one flag per row (1: a padding row of a split) or is empty (no padding).
+struct ParsedBatch {
+  std::vector<ParsedFeature> features;
+  std::vector<uint8_t> padded;
+};
+
+// One step of a split, parsed: one ParsedBatch per replica.
+struct ParsedReplicas {
+  std::vector<ParsedBatch> replicas;
+};
+
+// The element types a bound pipeline can hand out, in chain order.
+template <typename... Ts>
+struct ElementTypes {
+  using Datasets = std::variant<Dataset<Ts>...>;
+  using Iterators = std::variant<std::unique_ptr<pipeline::Iterator<Ts>>...>;
+};
+using Elements = ElementTypes<Record, Batch<Record>, PerReplicaBatches<Record>,
+                              ParsedBatch, ParsedReplicas, Row, Batch<Row>,
+                              PerReplicaBatches<Row>>;
+
+// Parses the rows of `batch`. A padding row (empty) is parsed as a copy of
+// `filler` (a real row of the same step), so every row of the buffers is a
+// valid example and the mask says which to ignore.
+absl::StatusOr<ParsedBatch> ParseRows(const ExampleParser& parser,
+                                      const Batch<Record>& batch,
+                                      const Record* filler) {
+  std::vector<absl::string_view> views;
+  views.reserve(batch.rows.size());
+  bool any_padding = false;
+  for (size_t i = 0; i < batch.rows.size(); ++i) {
+    const bool pad = i < batch.padded.size() && batch.padded[i] != 0;
+    any_padding |= pad;
+    views.emplace_back(pad && filler != nullptr ? filler->value : batch.rows[i].value);
+  }
+  absl::StatusOr<std::vector<ParsedFeature>> features = parser.Parse(views);
+  if (!features.ok()) return features.status();
+  ParsedBatch out;
+  out.features = *std::move(features);
+  if (any_padding) out.padded = batch.padded;
+  return out;
+}
+
+// --- Elements to Python (GIL held) ---
+
+py::object RowObject(const Record& record) { return py::bytes(record.value); }
+py::object RowObject(const Row& row) { return RowToPython(row); }
+
+template <typename R>
+py::list RowsToList(const std::vector<R>& rows) {
+  py::list out;
+  for (const R& r : rows) out.append(RowObject(r));
+  return out;
+}
+
+// True for a real row, as data.py's masks.
+py::list MaskList(const std::vector<uint8_t>& padded) {
+  py::list mask;
+  for (uint8_t p : padded) mask.append(py::bool_(p == 0));
+  return mask;
+}
+
+py::object ToPython(Record record, bool) { return RowObject(record); }
+py::object ToPython(Row row, bool) { return RowObject(row); }
+
+template <typename R>
+py::object ToPython(Batch<R> batch, bool) {
+  return RowsToList(batch.rows);
+}
+
+template <typename R>
+py::object ToPython(PerReplicaBatches<R> step, bool with_mask) {
+  py::list out;
+  for (const Batch<R>& b : step.replicas) {
+    py::list rows = RowsToList(b.rows);
+    out.append(with_mask ? py::object(py::make_tuple(rows, MaskList(b.padded)))
+                         : py::object(rows));
+  }
+  return out;
+}
+
+py::dict FeaturesToDict(const ParsedBatch& batch) {
+  py::dict out;
+  for (const ParsedFeature& f : batch.features) out[py::str(f.name)] = FeatureToNumpy(f);
+  return out;
+}
+
+// A numpy bool array, True for a real row.
+py::array MaskArray(const ParsedBatch& batch, int64_t rows) {
+  py::array_t<bool> mask(rows);
+  bool* m = mask.mutable_data();
+  for (int64_t i = 0; i < rows; ++i) {
+    m[i] = batch.padded.empty() || batch.padded[static_cast<size_t>(i)] == 0;
+  }
+  return std::move(mask);
+}
+
+py::object ToPython(ParsedBatch batch, bool) { return FeaturesToDict(batch); }
+
+py::object ToPython(ParsedReplicas step, bool with_mask) {
+  py::list out;
+  for (const ParsedBatch& b : step.replicas) {
+    py::dict features = FeaturesToDict(b);
+    if (!with_mask) {
+      out.append(features);
+      continue;
+    }
+    const int64_t rows = b.features.empty() ? 0 : b.features[0].shape[0];
+    out.append(py::make_tuple(features, MaskArray(b, rows)));
+  }
+  return out;
+}
+
+py::dict StatsToDict(const pipeline::PipelineStats& s) {
+  py::dict d;
+  d["items_taken"] = s.items_taken;
+  d["items_completed"] = s.items_completed;
+  d["items_held"] = s.items_held;
+  d["records_read"] = s.records_read;
+  d["records_consumed"] = s.records_consumed;
+  d["records_dropped"] = s.records_dropped;
+  d["stalls"] = s.stalls;
+  d["shuffle_drains"] = s.shuffle_drains;
+  d["short_batches"] = s.short_batches;
+  return d;
+}
+
+[[noreturn]] void Refuse(absl::string_view stage, absl::string_view needs) {
+  ThrowStatus(absl::InvalidArgumentError(
+      absl::StrCat("shardq.data: ", stage, " needs ", needs)));
+}
+
+}  // namespace
+
+// The iterator of one built pipeline. next() waits with the GIL released,
+// waking every kSignalCheck to run Python's signal handlers (Ctrl-C raises
+// KeyboardInterrupt and leaves the iterator usable). close() (or
+// destruction) stops and joins the pipeline's threads and gives the items
+// whose records were not all consumed back to the queue. One consumer at
+// a time: next() from a second thread while one waits raises RuntimeError.
+class PyPipelineIterator {
+ public:
+  PyPipelineIterator(std::shared_ptr<PyWorkQueue> queue, Elements::Iterators iterator,
+                     bool with_mask)
+      : queue_(std::move(queue)), iterator_(std::move(iterator)), with_mask_(with_mask) {}
+
+  ~PyPipelineIterator() {
+    py::gil_scoped_release release;
+    Reset();
+  }
+
+  py::object Next() {
+    if (closed_) throw py::stop_iteration();
+    if (in_next_) throw std::runtime_error("a shardq.data iterator is used by two threads at once");
+    in_next_ = true;
+    struct Done {
+      bool* flag;
+      ~Done() { *flag = false; }
+    } done{&in_next_};
+    return std::visit([this](auto& it) { return NextOf(*it); }, iterator_);
+  }
+
+  void Close() {
+    if (in_next_) throw std::runtime_error("close() while another thread waits in next()");
+    py::gil_scoped_release release;
+    Reset();
+  }
+
+  py::dict Stats() {
+    if (closed_) return StatsToDict(last_stats_);
+    return StatsToDict(std::visit([](auto& it) { return it->stats(); }, iterator_));
+  }
+
+ private:
+  template <typename T>
+  py::object NextOf(pipeline::Iterator<T>& it) {
+    while (true) {
+      absl::StatusOr<std::optional<T>> next;
+      {
+        py::gil_scoped_release release;
+        next = it.TryNext(kSignalCheck);
+      }
+      if (!next.ok()) {
+        if (absl::IsOutOfRange(next.status())) throw py::stop_iteration();
+        ThrowStatus(next.status());
+      }
+      if (next->has_value()) return ToPython(**std::move(next), with_mask_);
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+  }
+
+  // Without the GIL: joins the pipeline's threads.
+  void Reset() {
+    if (closed_) return;
+    last_stats_ = std::visit([](auto& it) { return it->stats(); }, iterator_);
+    std::visit([](auto& it) { it.reset(); }, iterator_);
+    closed_ = true;
+  }
+
+  // Declared first, destroyed last: the pipeline takes from this queue.
+  const std::shared_ptr<PyWorkQueue> queue_;
+  Elements::Iterators iterator_;
+  const bool with_mask_;
+  bool closed_ = false;
+  bool in_next_ = false;  // guarded by the GIL
+  pipeline::PipelineStats last_stats_;
+};
+
+// Builds a pipeline over a WorkQueue, one stage per call.
+class PyPipeline {
+ public:
+  PyPipeline(py::handle queue, const std::string& reader, const std::string& on_corrupt,
+             int64_t cycle_length, int64_t num_parallel_reads, int64_t table_batch_rows) {
+    py::handle native = py::hasattr(queue, "_native") ? queue.attr("_native") : queue;
+    if (!py::isinstance<PyWorkQueue>(native)) {
+      throw py::type_error("shardq.data.from_queue needs a shardq.WorkQueue");
+    }
+    queue_ = native.cast<std::shared_ptr<PyWorkQueue>>();
+    pipeline::InterleaveOptions read;
+    read.cycle_length = cycle_length;
+    read.num_parallel_reads = num_parallel_reads;
+    if (reader == "text") {
+      stream_ = pipeline::ReadItems(queue_->queue(), pipeline::TextReaderFactory(), read);
+    } else if (reader == "tfrecord") {
+      TFRecordReaderOptions options;
+      options.on_corrupt = ParseOnCorrupt(on_corrupt);
+      stream_ =
+          pipeline::ReadItems(queue_->queue(), pipeline::TFRecordReaderFactory(options), read);
+    } else if (reader == "table") {
+      TableReaderOptions options;
+      if (table_batch_rows > 0) options.batch_rows = table_batch_rows;
+      stream_ = pipeline::ReadItems(queue_->queue(), pipeline::TableReaderFactory(options), read);
+    } else {
+      ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+          "shardq.data: reader must be 'text', 'tfrecord' or 'table', got '", reader, "'")));
+    }
+  }
+
+  void Shuffle(int64_t buffer_size, uint64_t seed) {
+    pipeline::ShuffleOptions options;
+    options.buffer_size = buffer_size;
+    options.seed = seed;
+    stream_ = std::visit(
+        [&](const auto& ds) -> Elements::Datasets { return ds.Shuffle(options); }, stream_);
+    ends_with_prefetch_ = false;
+  }
+
+  void Batch(int64_t batch_size, bool drop_remainder) {
+    pipeline::BatchOptions options;
+    options.batch_size = batch_size;
+    options.drop_remainder = drop_remainder;
+    stream_ = std::visit(
+        [&](const auto& ds) -> Elements::Datasets {
+          using T = typename std::decay_t<decltype(ds)>::element_type;
+          if constexpr (std::is_same_v<T, Record> || std::is_same_v<T, Row>) {
+            return ds.Batch(options);
+          }
+          Refuse("batch", "records or rows (batches of batches are not built in C++)");
+        },
+        stream_);
+    ends_with_prefetch_ = false;
+  }
+
+  void Split(int64_t replicas, const std::string& remainder) {
+    pipeline::DistributeOptions options;
+    options.num_replicas = replicas;
+    if (remainder == "pad") {
+      options.remainder = pipeline::DistributeOptions::Remainder::kPad;
+    } else if (remainder == "drop") {
+      options.remainder = pipeline::DistributeOptions::Remainder::kDrop;
+    } else {
+      ThrowStatus(absl::InvalidArgumentError(
+          absl::StrCat("split: remainder must be 'drop' or 'pad', got '", remainder, "'")));
+    }
+    stream_ = std::visit(
+        [&](const auto& ds) -> Elements::Datasets {
+          using T = typename std::decay_t<decltype(ds)>::element_type;
+          if constexpr (std::is_same_v<T, pipeline::Batch<Record>> ||
+                        std::is_same_v<T, pipeline::Batch<Row>>) {
+            return ds.Distribute(options);
+          }
+          Refuse("split", "batches (call .batch(n) first)");
+        },
+        stream_);
+    with_mask_ = options.remainder == pipeline::DistributeOptions::Remainder::kPad;
+    ends_with_prefetch_ = false;
+  }
+
+  void ParseExample(const py::dict& spec, int64_t num_threads) {
+    auto parser = std::make_shared<const ExampleParser>(
+        ValueOrThrow(ExampleParser::Create(FeaturesFromSpec(spec))));
+    pipeline::MapOptions options;
+    options.name = "parse_example";
+    options.num_threads = num_threads;
+    // Batches are large: a few in flight are enough to keep threads busy.
+    options.buffer_size = std::max<int64_t>(2 * num_threads, 1);
+    stream_ = std::visit(
+        [&](const auto& ds) -> Elements::Datasets {
+          using T = typename std::decay_t<decltype(ds)>::element_type;
+          if constexpr (std::is_same_v<T, pipeline::Batch<Record>>) {
+            return ds.Map(
+                [parser](pipeline::Batch<Record> b) -> absl::StatusOr<ParsedBatch> {
+                  return ParseRows(*parser, b, nullptr);
+                },
+                options);
+          } else if constexpr (std::is_same_v<T, PerReplicaBatches<Record>>) {
+            return ds.Map(
+                [parser](PerReplicaBatches<Record> step) -> absl::StatusOr<ParsedReplicas> {
+                  const Record* filler = nullptr;
+                  for (const pipeline::Batch<Record>& b : step.replicas) {
+                    for (size_t i = 0; i < b.rows.size() && filler == nullptr; ++i) {
+                      if (b.padded[i] == 0) filler = &b.rows[i];
+                    }
+                  }
+                  ParsedReplicas out;
+                  for (const pipeline::Batch<Record>& b : step.replicas) {
+                    absl::StatusOr<ParsedBatch> parsed = ParseRows(*parser, b, filler);
+                    if (!parsed.ok()) return parsed.status();
+                    out.replicas.push_back(*std::move(parsed));
+                  }
+                  return out;
+                },
+                options);
+          } else {
+            Refuse("parse_example", "batches of tf.Example records (call .batch(n) first)");
+          }
+        },
+        stream_);
+    ends_with_prefetch_ = false;
+  }
+
+  void Prefetch(int64_t buffer_size) {
+    stream_ = std::visit(
+        [&](const auto& ds) -> Elements::Datasets { return ds.Prefetch(buffer_size); },
+        stream_);
+    ends_with_prefetch_ = true;
+  }
+
+  // Builds the pipeline and starts its threads. A Prefetch(1) is added at
+  // the end unless the chain ends with one, so that next() can wait in
+  // slices (see Iterator::TryNext).
+  std::unique_ptr<PyPipelineIterator> MakeIterator() {
+    Elements::Datasets stream = stream_;
+    if (!ends_with_prefetch_) {
+      stream = std::visit(
+          [](const auto& ds) -> Elements::Datasets { return ds.Prefetch(1); }, stream);
+    }
+    absl::StatusOr<Elements::Iterators> iterator;
+    {
+      py::gil_scoped_release release;
+      iterator = std::visit(
+          [](const auto& ds) -> absl::StatusOr<Elements::Iterators> {
+            auto it = ds.MakeIterator();
+            if (!it.ok()) return it.status();
+            return Elements::Iterators(*std::move(it));
+          },
+          stream);
+    }
+    return std::make_unique<PyPipelineIterator>(queue_, ValueOrThrow(std::move(iterator)),
+                                                with_mask_);
+  }
+
+  // What the elements are: "records", "batches", "replicas", "parsed",
+  // "parsed_replicas", "rows", "row_batches", "row_replicas".
+  std::string kind() const {
+    static constexpr const char* kNames[] = {"records", "batches", "replicas", "parsed",
+                                             "parsed_replicas", "rows", "row_batches",
+                                             "row_replicas"};
+    return kNames[stream_.index()];
+  }
+
+ private:
+  std::shared_ptr<PyWorkQueue> queue_;
+  Elements::Datasets stream_{std::in_place_index<0>,
+                             pipeline::FromVector(std::vector<Record>{})};
+  bool with_mask_ = false;
+  bool ends_with_prefetch_ = false;
+};
+
+void BindPipeline(py::module_& m) {
+  py::class_<PyPipeline>(m, "_Pipeline")
+      .def(py::init<py::handle, const std::string&, const std::string&, int64_t, int64_t,
+                    int64_t>(),
+           py::arg("queue"), py::arg("reader"), py::arg("on_corrupt") = "fail",
+           py::arg("cycle_length") = 0, py::arg("num_parallel_reads") = 1,
+           py::arg("table_batch_rows") = 0)
+      .def("shuffle", &PyPipeline::Shuffle, py::arg("buffer_size"), py::arg("seed"))
+      .def("batch", &PyPipeline::Batch, py::arg("batch_size"), py::arg("drop_remainder"))
+      .def("split", &PyPipeline::Split, py::arg("replicas"), py::arg("remainder"))
+      .def("parse_example", &PyPipeline::ParseExample, py::arg("spec"),
+           py::arg("num_threads"))
+      .def("prefetch", &PyPipeline::Prefetch, py::arg("buffer_size"))
+      .def("iterator", &PyPipeline::MakeIterator)
+      .def_property_readonly("kind", &PyPipeline::kind);
+
+  py::class_<PyPipelineIterator>(m, "_PipelineIterator")
+      .def("__iter__", [](PyPipelineIterator& it) -> PyPipelineIterator& { return it; },
+           py::return_value_policy::reference_internal)
+      .def("__next__", &PyPipelineIterator::Next)
+      .def("close", &PyPipelineIterator::Close)
+      .def("stats", &PyPipelineIterator::Stats);
+}
+
+}  // namespace shardq::python

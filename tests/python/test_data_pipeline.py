@@ -1,0 +1,263 @@
+"""shardq.data over the C++ pipeline: exactly-once coverage, completion on
+consumption, the GIL and Ctrl-C during a blocked next, errors of a Python
+map, split, and zero-copy parse_example batches."""
+import _thread
+import collections
+import faulthandler
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+import shardq
+from example_data import write_files
+
+SPEC = {"x": shardq.FixedLen((4,), "float32"), "y": shardq.FixedLen((), "int64")}
+
+
+def queue_of(files, **kw):
+    return shardq.WorkQueue(files, name=f"pipe-{uuid.uuid4().hex[:8]}", **kw)
+
+
+def lines_of(paths):
+    return [line.encode() for p in paths for line in open(p).read().splitlines()]
+
+
+@pytest.fixture
+def hang_guard():
+    """A test that would deadlock (a next() holding the GIL) fails instead
+    of hanging: the process dumps its stacks and exits."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.mark.parametrize("reader", ["text", "tfrecord"])
+def test_every_record_is_read_once_per_epoch_with_shuffle_and_batch(reader, tmp_path, text_files):
+    if reader == "text":
+        files = text_files(3, 40)
+        expected = lines_of(files)
+    else:
+        files = write_files(tmp_path, 3, 40, width=2)
+        expected = _tfrecord_payloads(files)
+    queue = queue_of(files, num_epochs=2, num_slices=10, num_clients=16, seed=3)
+    ds = shardq.data.from_queue(queue, reader=reader).shuffle(32, seed=5).batch(16).prefetch(2)
+    it = iter(ds)
+    assert isinstance(it, shardq._shardq._PipelineIterator)  # every stage in C++
+    seen = collections.Counter()
+    for batch in it:
+        assert 1 <= len(batch) <= 16 and all(isinstance(r, bytes) for r in batch)
+        seen.update(batch)
+    assert seen == collections.Counter(expected * 2)
+    stats = queue.stats()
+    assert stats["completed"] == stats["items"] * 2 and stats["leased"] == 0
+    assert it.stats()["records_consumed"] == len(expected) * 2
+
+
+def _tfrecord_payloads(files):
+    queue = queue_of(files)
+    reader = shardq.TFRecordReader()
+    producer = queue.input_producer()
+    out = []
+    while True:
+        try:
+            out += reader.read_up_to(producer, 100)[1]
+        except shardq.OutOfRangeError:
+            return out
+
+
+def test_items_complete_only_when_their_records_are_consumed(text_files):
+    files = text_files(4, 10)
+    queue = queue_of(files, shuffle=False, num_clients=2)
+    ds = shardq.data.from_queue(queue, reader="text", cycle_length=1)
+    it = iter(ds)
+    first = [next(it) for _ in range(15)]
+    by_file = collections.Counter(line.split()[1] for line in first)
+    assert sorted(by_file.values()) == [5, 10]  # one file whole, one half read
+    done_file = next(f for f, n in by_file.items() if n == 10)
+    assert queue.stats()["completed"] == 1  # the half-read item is held, not done
+    it.close()  # as dropping the iterator: the held items go back
+    stats = queue.stats()
+    assert stats["completed"] == 1 and stats["leased"] == 0 and stats["released"] >= 1
+
+    second = list(shardq.data.from_queue(queue, reader="text", cycle_length=1))
+    # The completed item is never read again; every other record is read
+    # by the second iterator exactly once (the half-read item from its start).
+    rest = [line for line in lines_of(files) if line.split()[1] != done_file]
+    assert collections.Counter(second) == collections.Counter(rest)
+    assert queue.stats()["completed"] == 4
+
+
+def test_too_few_held_items_for_a_batch_fail_clearly(tmp_path):
+    files = write_files(tmp_path, 2, 10, width=1)
+    ds = shardq.data.from_queue(queue_of(files, num_clients=1), reader="tfrecord").batch(16)
+    with pytest.raises(shardq.FailedPreconditionError, match="num_clients"):
+        list(ds)
+
+
+def _blocked_pipeline(text_files):
+    """A pipeline whose only item is held by another worker, so its next()
+    waits until `holder` completes `item`."""
+    files = text_files(1, 3)
+    name = f"pipe-{uuid.uuid4().hex[:8]}"
+    holder = shardq.WorkQueue(files, name=name, worker_id="holder")
+    item = holder.take()
+    waiter = shardq.WorkQueue(files, name=name, worker_id="waiter")
+    return holder, item, iter(shardq.data.from_queue(waiter, reader="text"))
+
+
+def test_a_blocked_next_releases_the_gil(text_files, hang_guard):
+    holder, item, it = _blocked_pipeline(text_files)
+    consumer_waiting = threading.Event()
+    ticks = []
+
+    def other_thread():
+        consumer_waiting.wait()
+        while len(ticks) < 20:  # runs only if next() let go of the GIL
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+        holder.complete(item)  # ends the data: the waiting next() returns
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    consumer_waiting.set()
+    remaining = list(it)
+    t.join()
+    assert remaining == [] and len(ticks) == 20
+
+
+def test_ctrl_c_interrupts_a_blocked_next_and_the_iterator_goes_on(text_files, hang_guard):
+    holder, item, it = _blocked_pipeline(text_files)
+    consumer_waiting = threading.Event()
+
+    def press_ctrl_c():
+        consumer_waiting.wait()
+        time.sleep(0.05)
+        _thread.interrupt_main()
+
+    t = threading.Thread(target=press_ctrl_c)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        consumer_waiting.set()
+        next(it)  # waits: the only item is held by `holder`
+    t.join()
+    holder.release(item)  # now this worker can read it
+    assert list(it) == [b"f 0 line 0", b"f 0 line 1", b"f 0 line 2"]
+
+
+def test_a_python_map_that_raises_surfaces_with_its_message(tmp_path):
+    files = write_files(tmp_path, 1, 12, width=1)
+
+    def fail_on_third(batch):
+        if fail_on_third.calls == 2:
+            raise ValueError("cannot use batch 2")
+        fail_on_third.calls += 1
+        return len(batch)
+    fail_on_third.calls = 0
+    ds = shardq.data.from_queue(queue_of(files, num_clients=4), reader="tfrecord").batch(4) \
+        .map(fail_on_third).prefetch(2)
+    it = iter(ds)
+    assert [next(it), next(it)] == [4, 4]
+    with pytest.raises(ValueError, match="cannot use batch 2"):
+        next(it)
+
+
+def test_a_cpp_stage_error_names_the_stage_and_feature(tmp_path):
+    files = write_files(tmp_path, 1, 3, width=4)
+    bad = {"x": shardq.FixedLen((5,), "float32")}  # the records hold 4 values
+    ds = shardq.data.from_queue(queue_of(files, num_clients=4), reader="tfrecord") \
+        .batch(3).parse_example(bad)
+    with pytest.raises(shardq.InvalidArgumentError, match=r"parse_example.*'x'"):
+        list(ds)
+
+
+def test_parse_example_before_batch_is_refused(tmp_path):
+    files = write_files(tmp_path, 1, 2, width=4)
+    ds = shardq.data.from_queue(queue_of(files), reader="tfrecord").parse_example(SPEC)
+    with pytest.raises(shardq.InvalidArgumentError, match=r"\.batch\(n\) before it"):
+        iter(ds)
+
+
+def test_split_gives_every_replica_the_same_number_of_batches(tmp_path):
+    files = write_files(tmp_path, 3, 10, width=4)  # 30 records: 3 batches of 8 + 6
+    pad = shardq.data.from_queue(queue_of(files, num_clients=8), reader="tfrecord") \
+        .batch(8).split(2, remainder="pad")
+    steps = list(pad)
+    assert len(steps) == 4
+    real = []
+    for step in steps:
+        assert len(step) == 2
+        for rows, mask in step:
+            assert len(rows) == len(mask) == 4
+            real += [r for r, m in zip(rows, mask) if m]
+            assert all(r == b"" for r, m in zip(rows, mask) if not m)
+    assert len(real) == 30 and len(set(real)) == 30
+
+    queue = queue_of(files, num_clients=8)
+    drop = list(shardq.data.from_queue(queue, reader="tfrecord").batch(8).split(2))
+    assert len(drop) == 3 and all(len(step) == 2 and
+                                  all(len(rows) == 4 for rows in step) for step in drop)
+    assert queue.stats()["completed"] == 3  # the dropped rows count as consumed
+
+
+def test_parsed_split_pads_with_masks(tmp_path):
+    files = write_files(tmp_path, 3, 10, width=4)
+    ds = shardq.data.from_queue(queue_of(files, num_clients=8), reader="tfrecord") \
+        .batch(8).parse_example(SPEC).split(2, remainder="pad")
+    labels = []
+    steps = 0
+    for step in ds:
+        steps += 1
+        for features, mask in step:
+            assert features["x"].shape == (4, 4) and features["y"].shape == (4,)
+            assert mask.dtype == np.bool_ and mask.shape == (4,)
+            labels += features["y"][mask].tolist()
+    assert steps == 4 and sorted(labels) == list(range(30))
+
+
+def test_parse_example_batches_wrap_the_cpp_buffers(tmp_path):
+    files = write_files(tmp_path, 2, 20, width=4)
+    for parse in (lambda d: d.parse_example(SPEC),
+                  lambda d: d.map(shardq.parse_example_fn(SPEC))):
+        ds = parse(shardq.data.from_queue(queue_of(files, num_clients=8), reader="tfrecord")
+                   .shuffle(16, seed=2).batch(8)).prefetch(2)
+        it = iter(ds)
+        assert isinstance(it, shardq._shardq._PipelineIterator)  # parsed in C++
+        labels = []
+        for batch in it:
+            x, y = batch["x"], batch["y"]
+            assert x.dtype == np.float32 and x.shape == (8, 4)
+            assert y.dtype == np.int64 and y.shape == (8,)
+            for a in (x, y):
+                # Not a copy: the array's memory is owned by a capsule
+                # holding the C++ parser's buffer.
+                assert not a.flags.owndata and type(a.base).__name__ == "PyCapsule"
+                assert a.flags.c_contiguous
+            assert torch.from_numpy(x).data_ptr() == x.ctypes.data
+            np.testing.assert_allclose(x[:, 1], y + 0.001, rtol=1e-6)
+            labels += y.tolist()
+        assert sorted(labels) == list(range(40))
+
+
+def test_table_rows_are_read_by_the_cpp_pipeline_once_per_epoch(tmp_path):
+    import sqlite3
+    path = tmp_path / "rows.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t(v INTEGER, name TEXT)")
+        db.executemany("INSERT INTO t VALUES(?, ?)", [(i, f"n{i}") for i in range(50)])
+    queue = queue_of([f"sqlite:{path}?table=t"], num_epochs=2, num_slices=5, num_clients=8)
+    ds = shardq.data.from_queue(queue, reader="table").shuffle(8, seed=1).batch(10) \
+        .split(2, remainder="pad")
+    it = iter(ds)
+    assert isinstance(it, shardq._shardq._PipelineIterator)
+    values = []
+    for step in it:
+        for rows, mask in step:
+            assert len(rows) == 5
+            values += [r["v"] for r, real in zip(rows, mask) if real]
+            assert all(r["name"] == f"n{r['v']}" for r, real in zip(rows, mask) if real)
+    assert sorted(values) == sorted(list(range(50)) * 2)
+    assert queue.stats()["completed"] == 10
