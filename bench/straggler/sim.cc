@@ -52,6 +52,7 @@
 #include "absl/time/time.h"
 #include "bench/straggler/speed_model.h"
 #include "shardq/slice.h"
+#include "absl/container/flat_hash_map.h"
 #include "src/core/queue_state.h"
 #include "src/core/slice_plan.h"
 
@@ -61,7 +62,11 @@ namespace {
 struct SimOptions {
   std::vector<int64_t> workers = {1000, 10000};
   std::vector<std::string> models = {"uniform", "two-slow", "lognormal"};
-  std::vector<std::string> modes = {"static", "slices-10n", "slices-50n", "slices-100n"};
+  std::vector<std::string> modes = {"static", "slices-10n", "slices-50n", "slices-100n",
+                                    "split-10n"};
+  // Split mode: how often a worker's heartbeat reports progress and picks
+  // up a split proposal (the client's default heartbeat interval).
+  double heartbeat_s = 1.0;
   // 3.6 M records per worker at 1 ms per record: a one-hour ideal epoch for
   // a 1x worker (the ratio to ideal does not depend on it; rates do).
   int64_t records_per_worker = 3'600'000;
@@ -82,6 +87,7 @@ struct Config {
   std::string model;
   std::string mode;
   int64_t slices_per_worker = 0;  // 0: static sharding
+  bool split = false;             // tail rebalancing on
 };
 
 struct SimResult {
@@ -93,6 +99,7 @@ struct SimResult {
   int64_t min_items = 0;
   int64_t max_items = 0;
   int64_t slowest_worker_items = 0;  // items of the worker with the largest slowdown
+  int64_t splits = 0;
   double heap_mib = 0;
   double rss_mib = 0;
   double wall_s = 0;
@@ -132,12 +139,16 @@ class MemoryPeak {
 absl::StatusOr<int64_t> SlicesPerWorker(const std::string& mode) {
   if (mode == "static") return 0;
   int64_t k = 0;
-  if (absl::StartsWith(mode, "slices-") && absl::EndsWith(mode, "n") &&
-      absl::SimpleAtoi(mode.substr(7, mode.size() - 8), &k) && k > 0) {
-    return k;
+  for (absl::string_view prefix : {"slices-", "split-"}) {
+    if (absl::StartsWith(mode, prefix) && absl::EndsWith(mode, "n") &&
+        absl::SimpleAtoi(mode.substr(prefix.size(), mode.size() - prefix.size() - 1), &k) &&
+        k > 0) {
+      return k;
+    }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode '", mode, "' (expected static or slices-<k>n, e.g. slices-10n)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown mode '", mode,
+      "' (expected static, slices-<k>n or split-<k>n, e.g. slices-10n)"));
 }
 
 // The works of the simulated data set: files_per_worker * N equal files,
@@ -192,10 +203,34 @@ SimResult RunStatic(const SimOptions& o, const Config& c,
 }
 
 struct Event {
+  enum Kind : int8_t { kFinish, kProgress, kAnswer };
   int64_t t_ns;
   int32_t worker;
+  Kind kind = kFinish;
+  int64_t version = 0;   // the worker's reading this event belongs to
+  uint64_t lease = 0;    // kAnswer: the lease a split was proposed for
+  int32_t asker = -1;    // kAnswer: the worker that asked for the split
   bool operator>(const Event& other) const {
     return t_ns != other.t_ns ? t_ns > other.t_ns : worker > other.worker;
+  }
+};
+
+// What a worker is reading: records [start, end) from t0 on, one record per
+// ns_per_record.
+struct Reading {
+  int64_t start = 0;
+  int64_t end = 0;
+  int64_t t0_ns = 0;
+  double ns_per_record = 0;
+  int64_t version = 0;  // bumped when the reading starts or its end moves
+  int64_t FinishNs() const {
+    return t0_ns + static_cast<int64_t>(static_cast<double>(end - start) * ns_per_record);
+  }
+  // Records begun by time t (the one being read is claimed).
+  int64_t Claimed(int64_t t_ns) const {
+    if (t_ns <= t0_ns) return 0;
+    return std::min(end - start,
+                    static_cast<int64_t>(static_cast<double>(t_ns - t0_ns) / ns_per_record) + 1);
   }
 };
 
@@ -218,6 +253,9 @@ SimResult RunQueue(const SimOptions& o, const Config& c,
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events(
       std::greater<Event>(), std::move(event_storage));
   std::vector<uint64_t> lease(static_cast<size_t>(c.workers), 0);
+  std::vector<Reading> reading(static_cast<size_t>(c.workers));
+  absl::flat_hash_map<uint64_t, int32_t> holder;  // lease -> worker (split mode)
+  std::vector<char> is_parked(static_cast<size_t>(c.workers), 0);
   std::vector<int64_t> items(static_cast<size_t>(c.workers), 0);
   std::vector<int32_t> parked;
   parked.reserve(static_cast<size_t>(c.workers));
@@ -237,6 +275,8 @@ SimResult RunQueue(const SimOptions& o, const Config& c,
   config.items = *std::move(plan);
   config.seed = o.seed;
   config.shuffle = true;
+  config.split = c.split;
+  config.split_min_residual = 1;
   // No heartbeats are simulated, so leases must outlive the epoch.
   config.lease_timeout = absl::Hours(24 * 365);
   absl::StatusOr<std::unique_ptr<QueueState>> state = QueueState::Create(std::move(config));
@@ -249,6 +289,8 @@ SimResult RunQueue(const SimOptions& o, const Config& c,
   const absl::Time epoch_start = absl::FromUnixSeconds(1'700'000'000);
   const double record_ns = o.record_ms * 1e6;
   const int64_t latency_ns = static_cast<int64_t>(o.take_latency_ms * 1e6);
+  const int64_t heartbeat_ns = static_cast<int64_t>(o.heartbeat_s * 1e9);
+  auto at = [&](int64_t t_ns) { return epoch_start + absl::Nanoseconds(t_ns); };
   int64_t last_completion_ns = 0;
   const int64_t sample_every = std::max<int64_t>(1, r.slices / 8);
 
@@ -271,13 +313,45 @@ SimResult RunQueue(const SimOptions& o, const Config& c,
         r.error = spec.status().ToString();
         return false;
       }
-      const double read_ns = (spec->end.value_or(0) - spec->start.value_or(0)) *
-                             record_ns * slowdowns[w];
-      events.push({t_ns + latency_ns + static_cast<int64_t>(read_ns), w});
+      Reading& rd = reading[w];
+      rd.start = spec->start.value_or(0);
+      rd.end = spec->end.value_or(0);
+      rd.t0_ns = t_ns + latency_ns;
+      rd.ns_per_record = record_ns * slowdowns[w];
+      ++rd.version;
+      events.push({rd.FinishNs(), w, Event::kFinish, rd.version, 0});
+      if (c.split) {
+        holder[lease[w]] = w;
+        // The first heartbeat after the reading starts reports progress
+        // (the coordinator extrapolates from it).
+        const int64_t beat = rd.t0_ns + heartbeat_ns;
+        if (beat < rd.FinishNs()) events.push({beat, w, Event::kProgress, rd.version, 0});
+      }
     } else if (taken->outcome == TakeOutcome::kWait) {
-      parked.push_back(w);
+      if (!is_parked[w]) parked.push_back(w);
+      is_parked[w] = 1;
+      auto h = holder.find(taken->proposed_lease);
+      if (taken->proposed_lease != 0 && h != holder.end()) {
+        // The holder sees the proposal with its next heartbeat: on average
+        // half an interval later.
+        events.push({t_ns + heartbeat_ns / 2, h->second, Event::kAnswer,
+                     reading[h->second].version, taken->proposed_lease, w});
+      }
     }
     return true;
+  };
+  // A blocked take wakes: `w` (or, when w < 0, the last parked worker).
+  auto wake = [&](int32_t w, int64_t t_ns) {
+    if (w < 0) {
+      while (!parked.empty() && !is_parked[parked.back()]) parked.pop_back();
+      if (parked.empty()) return true;
+      w = parked.back();
+      parked.pop_back();
+    } else if (!is_parked[w]) {
+      return true;
+    }
+    is_parked[w] = 0;
+    return take(w, t_ns);
   };
 
   for (int32_t w = 0; w < c.workers; ++w) {
@@ -286,6 +360,50 @@ SimResult RunQueue(const SimOptions& o, const Config& c,
   while (!events.empty()) {
     const Event e = events.top();
     events.pop();
+    Reading& rd = reading[e.worker];
+    if (e.version != rd.version) continue;  // a reading that ended or moved
+    if (e.kind == Event::kProgress) {
+      (*state)->ReportProgress(names[e.worker], lease[e.worker],
+                               rd.start + rd.Claimed(e.t_ns) - 1, at(e.t_ns))
+          .IgnoreError();
+      continue;
+    }
+    if (e.kind == Event::kAnswer) {
+      if (lease[e.worker] != e.lease) continue;
+      HeartbeatReply reply = (*state)->Heartbeat(names[e.worker], {e.lease}, at(e.t_ns));
+      if (reply.splits.empty()) continue;
+      const SplitProposal& p = reply.splits.front();
+      // As SplittableRange::Split: at or after the first unclaimed record.
+      const int64_t point =
+          std::max({p.split_point, rd.start + rd.Claimed(e.t_ns), rd.start + 1});
+      const bool fits = point < rd.end && rd.end - point >= p.min_residual;
+      absl::StatusOr<bool> accepted = (*state)->AcceptSplit(
+          names[e.worker], e.lease, fits ? point : -1, at(e.t_ns));
+      if (!accepted.ok()) {
+        r.error = accepted.status().ToString();
+        return r;
+      }
+      if (*accepted) {
+        ++r.splits;
+        rd.end = point;
+        ++rd.version;
+        events.push({rd.FinishNs(), e.worker, Event::kFinish, rd.version, 0});
+      }
+      // The coordinator wakes every blocked take: the asker gets the
+      // residual (or, after a refusal, proposes again). After a split, two
+      // leases have no proposal (the shortened head and the residual just
+      // taken), so two more waiting workers may propose; any other would
+      // find no candidate, so waking them is not simulated.
+      if (!wake(e.asker, e.t_ns)) return r;
+      if (*accepted) {
+        for (int k = 0; k < 2; ++k) {
+          if (!wake(-1, e.t_ns)) return r;
+        }
+      }
+      continue;
+    }
+    if (c.split) holder.erase(lease[e.worker]);
+    ++rd.version;
     absl::StatusOr<CompleteOutcome> done = (*state)->Complete(
         names[e.worker], lease[e.worker], epoch_start + absl::Nanoseconds(e.t_ns));
     if (!done.ok() || *done != CompleteOutcome::kCompleted) {
@@ -297,13 +415,12 @@ SimResult RunQueue(const SimOptions& o, const Config& c,
     last_completion_ns = e.t_ns;
     if (!take(e.worker, e.t_ns)) return r;
     // A real blocked take wakes on every completion; with no failures the
-    // parked workers can only learn "wait" or "end", so one retry suffices.
-    if (!parked.empty()) {
-      const int32_t p = parked.back();
-      parked.pop_back();
-      if (!take(p, e.t_ns)) return r;
-    }
+    // parked workers can only learn "wait" or "end" (or, splitting, make a
+    // proposal), so one retry suffices.
+    if (!wake(-1, e.t_ns)) return r;
   }
+  // Splitting: parked workers whose proposals were refused are still
+  // parked at the end; the last completion ended the queue for them.
   memory.Sample();
   const QueueStats stats = (*state)->Stats(epoch_start + absl::Nanoseconds(last_completion_ns));
   if (!stats.finished || stats.completed != r.slices || stats.duplicates != 0) {
@@ -344,16 +461,16 @@ SimResult RunConfig(const SimOptions& o, const Config& c) {
 }
 
 std::string Serialize(const SimResult& r) {
-  return absl::StrFormat("%.9g\t%.9g\t%d\t%d\t%d\t%d\t%d\t%.6g\t%.6g\t%.6g\t%d\t%s\n",
+  return absl::StrFormat("%.9g\t%.9g\t%d\t%d\t%d\t%d\t%d\t%.6g\t%.6g\t%.6g\t%d\t%d\t%s\n",
                          r.ideal_s, r.makespan_s, r.slices, r.takes, r.min_items,
                          r.max_items, r.slowest_worker_items, r.heap_mib, r.rss_mib,
-                         r.wall_s, r.peak_takes_per_s, r.error);
+                         r.wall_s, r.peak_takes_per_s, r.splits, r.error);
 }
 
 SimResult Deserialize(const std::string& line) {
   SimResult r;
   std::vector<std::string> f = absl::StrSplit(line, '\t');
-  if (f.size() < 12) {
+  if (f.size() < 13) {
     r.error = absl::StrCat("child died or sent a short result: '", line, "'");
     return r;
   }
@@ -368,7 +485,8 @@ SimResult Deserialize(const std::string& line) {
   (void)absl::SimpleAtod(f[8], &r.rss_mib);
   (void)absl::SimpleAtod(f[9], &r.wall_s);
   (void)absl::SimpleAtoi(f[10], &r.peak_takes_per_s);
-  r.error = std::string(absl::StripTrailingAsciiWhitespace(f[11]));
+  (void)absl::SimpleAtoi(f[11], &r.splits);
+  r.error = std::string(absl::StripTrailingAsciiWhitespace(f[12]));
   return r;
 }
 
@@ -441,11 +559,16 @@ void PrintTable(const SimOptions& o, const std::vector<Config>& configs,
     const double takes_per_s = queue ? r.takes / r.makespan_s : 0;
     // take + complete per item, plus one heartbeat per worker every
     // lease_timeout / 3.
-    const double rpc_per_s =
-        queue ? 2 * takes_per_s + c.workers * 3.0 / o.lease_timeout_s : 0;
+    // Splitting, heartbeats come every heartbeat_s instead.
+    const double beats_per_s =
+        c.split ? c.workers / o.heartbeat_s : c.workers * 3.0 / o.lease_timeout_s;
+    const double rpc_per_s = queue ? 2 * takes_per_s + beats_per_s : 0;
     std::printf("| %lld | %s | %s | %s | %.3f | %.0f | %lld-%lld; %lld | %s | %s | %s | %s | %s | %.2f |\n",
                 static_cast<long long>(c.workers), c.model.c_str(), c.mode.c_str(),
-                queue ? absl::StrCat(r.slices).c_str() : "-", r.makespan_s / r.ideal_s,
+                !queue ? "-"
+                : c.split ? absl::StrCat(r.slices, " + ", r.splits, " splits").c_str()
+                          : absl::StrCat(r.slices).c_str(),
+                r.makespan_s / r.ideal_s,
                 r.makespan_s, static_cast<long long>(r.min_items),
                 static_cast<long long>(r.max_items),
                 static_cast<long long>(r.slowest_worker_items),
@@ -482,7 +605,7 @@ int Main(int argc, char** argv) {
       ->delimiter(',')->capture_default_str();
   app.add_option("--models", o.models, "speed models: uniform, two-slow, lognormal")
       ->delimiter(',')->capture_default_str();
-  app.add_option("--modes", o.modes, "static and/or slices-<k>n (num_slices = k*N)")
+  app.add_option("--modes", o.modes, "static, slices-<k>n (num_slices = k*N) and/or split-<k>n (the same, with tail rebalancing)")
       ->delimiter(',')->capture_default_str();
   app.add_option("--records-per-worker", o.records_per_worker,
                  "records per worker (data set = N x this)")->capture_default_str();
@@ -492,6 +615,8 @@ int Main(int argc, char** argv) {
                  "round trip of one take, idle time of the worker")->capture_default_str();
   app.add_option("--files-per-worker", o.files_per_worker,
                  "equal files in the data set per worker")->capture_default_str();
+  app.add_option("--heartbeat", o.heartbeat_s,
+                 "seconds between a worker's heartbeats (split modes)")->capture_default_str();
   app.add_option("--lease-timeout", o.lease_timeout_s,
                  "seconds; sets the heartbeat rate in the RPC/s column")->capture_default_str();
   app.add_option("--sigma", o.sigma, "sigma of the lognormal model")->capture_default_str();
@@ -529,7 +654,7 @@ int Main(int argc, char** argv) {
           std::fprintf(stderr, "straggler_sim: %s\n", k.status().ToString().c_str());
           return 2;
         }
-        configs.push_back({n, model, mode, *k});
+        configs.push_back({n, model, mode, *k, absl::StartsWith(mode, "split-")});
       }
     }
   }

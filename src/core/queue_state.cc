@@ -392,7 +392,9 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
   const std::optional<Ref> front = PeekFront();
   if (!front.has_value()) {
     result.outcome = Finished() ? TakeOutcome::kEndOfInput : TakeOutcome::kWait;
-    if (result.outcome == TakeOutcome::kWait && config_.split) ProposeSplit(worker, now);
+    if (result.outcome == TakeOutcome::kWait && config_.split) {
+      result.proposed_lease = ProposeSplit(worker, now);
+    }
     return result;
   }
   const Ref ref = *front;
@@ -550,9 +552,10 @@ void QueueState::ParseRange(Lease& lease) const {
   }
 }
 
-bool QueueState::ProposeSplit(absl::string_view asker, absl::Time now) {
+uint64_t QueueState::ProposeSplit(absl::string_view asker, absl::Time now) {
   const int64_t min_residual = config_.split_min_residual;
   Lease* best = nullptr;
+  uint64_t best_id = 0;
   double best_finish = 0;  // seconds from now
   int64_t best_point = -1;
   auto asker_record = workers_.find(asker);
@@ -562,7 +565,7 @@ bool QueueState::ProposeSplit(absl::string_view asker, absl::Time now) {
   }
   for (auto& [id, lease] : leases_) {
     if (lease.proposal >= 0) {
-      if (lease.proposed_for == asker) return false;  // one proposal per asker
+      if (lease.proposed_for == asker) return 0;  // one proposal per asker
       continue;
     }
     if (lease.no_split || lease.start < 0 || lease.worker == asker) continue;
@@ -599,13 +602,14 @@ bool QueueState::ProposeSplit(absl::string_view asker, absl::Time now) {
     point = std::min(point, e.end - min_residual);
     if (point <= e.start || point >= e.end) continue;
     best = &lease;
+    best_id = id;
     best_finish = finish;
     best_point = point;
   }
-  if (best == nullptr) return false;
+  if (best == nullptr) return 0;
   best->proposal = best_point;
   best->proposed_for = std::string(asker);
-  return true;
+  return best_id;
 }
 
 absl::StatusOr<bool> QueueState::AcceptSplit(absl::string_view worker, uint64_t lease_id,

@@ -91,6 +91,8 @@ enum class TakeOutcome { kItem, kWait, kEndOfInput };
 struct TakeResult {
   TakeOutcome outcome = TakeOutcome::kWait;
   WorkItem item;  // set when outcome == kItem
+  // kWait only: the lease a split was just proposed for (0: none).
+  uint64_t proposed_lease = 0;
 };
 
 enum class CompleteOutcome { kCompleted, kDuplicate };
@@ -169,8 +171,9 @@ class QueueState {
   // At most one proposal per asker is outstanding; items whose holder
   // refused, items without a byte/row range and items too short to leave
   // split_min_residual on both sides are skipped. Proposals are soft
-  // state (not journaled). Returns whether one was made.
-  bool ProposeSplit(absl::string_view asker, absl::Time now);
+  // state (not journaled).
+  // Returns the lease proposed for, or 0 when none.
+  uint64_t ProposeSplit(absl::string_view asker, absl::Time now);
 
   // The holder's answer to a proposal: `split_point` >= the proposed point
   // where its reader will stop, or -1 to refuse (the lease is then never
