@@ -5,7 +5,10 @@ epoch of a text data set, work emulated by per-record pacing.
 Modes (see README.md):
   static            each worker reads its 1/N of the files (files i, i+N, ...)
                     with no coordinator;
-  slices-<k>n       one shardq queue on `shardq serve`, num_slices = k*N;
+  slices-<k>n       one shardq queue on `shardq serve`, num_slices = k*N,
+                    fixed slices (`shardq create --no-split`);
+  split-<k>n        the same with tail rebalancing (the default): idle
+                    workers get the rest of stragglers' in-flight slices;
   slices-<k>n-prefetch<m>
                     the same, read through an InputProducer holding m items
                     (the queue's num_clients = m);
@@ -150,15 +153,18 @@ def parse_mode(mode):
         return {"kind": mode, "blocks_per_worker": None}
     if mode.startswith("ray-blocks-") and mode.endswith("n") and mode[11:-1].isdigit():
         return {"kind": "ray", "blocks_per_worker": int(mode[11:-1])}
-    if mode.startswith("slices-"):
-        rest = mode[len("slices-"):]
+    for prefix, split in (("slices-", False), ("split-", True)):
+        if not mode.startswith(prefix):
+            continue
+        rest = mode[len(prefix):]
         prefetch = 0
         if "-prefetch" in rest:
             rest, p = rest.split("-prefetch", 1)
             prefetch = int(p)
         if rest.endswith("n") and rest[:-1].isdigit() and int(rest[:-1]) > 0:
-            return {"kind": "queue", "per_worker": int(rest[:-1]), "prefetch": prefetch}
-    raise SystemExit(f"harness: unknown mode '{mode}' (static, slices-<k>n, "
+            return {"kind": "queue", "per_worker": int(rest[:-1]), "prefetch": prefetch,
+                    "split": split}
+    raise SystemExit(f"harness: unknown mode '{mode}' (static, slices-<k>n, split-<k>n, "
                      "slices-<k>n-prefetch<m>, tfdata, ray, ray-blocks-<k>n)")
 
 
@@ -240,12 +246,17 @@ class Bench:
             create = [a.shardq, "create", "--address", self.address, "--name", name,
                       "--slices", str(mode["per_worker"] * n), "--epochs", "1",
                       "--seed", str(a.seed), "--lease-timeout", "30",
-                      "--num-clients", str(max(1, mode["prefetch"]))] + files
+                      "--num-clients", str(max(1, mode["prefetch"]))]
+            # slices-<k>n: fixed slices; split-<k>n: with tail rebalancing.
+            if not mode["split"]:
+                create.append("--no-split")
+            create += files
             out = subprocess.run(create, capture_output=True, text=True)
             if out.returncode != 0:
                 raise RuntimeError("shardq create failed: " + out.stderr.strip())
             run["queue"] = out.stdout.strip()
-            common += ["--address", self.address, "--name", name]
+            common += ["--address", self.address, "--name", name,
+                       "--heartbeat-ms", str(a.heartbeat_ms)]
             if mode["prefetch"]:
                 common += ["--prefetch", str(mode["prefetch"])]
         procs = []
@@ -469,12 +480,15 @@ def main():
                    help="do not run PEER (tfdata, ray); REASON goes into the table")
     p.add_argument("--workers", default="8,16")
     p.add_argument("--models", default="uniform,two-slow,lognormal")
-    p.add_argument("--modes", default="static,slices-10n,slices-50n,slices-10n-prefetch2,"
-                                      "tfdata,ray-blocks-10n")
+    p.add_argument("--modes", default="static,slices-10n,slices-50n,split-10n,"
+                                      "slices-10n-prefetch2,tfdata,ray-blocks-10n")
     p.add_argument("--records-per-worker", type=int, default=1500)
     p.add_argument("--record-us", type=float, default=2000)
     p.add_argument("--files-per-worker", type=int, default=4)
     p.add_argument("--batch", type=int, default=16, help="records per read call")
+    p.add_argument("--heartbeat-ms", type=int, default=200,
+                   help="workers' heartbeat interval; the epochs here last seconds, so "
+                        "this is shorter than the client's 1 s default in proportion")
     p.add_argument("--tfdata-workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--run-timeout", type=float, default=120,

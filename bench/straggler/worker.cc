@@ -37,6 +37,7 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 struct WorkerOptions {
+  int64_t heartbeat_ms = 1000;
   int worker_index = 0;
   double slowdown = 1.0;
   double record_us = 2000;
@@ -85,6 +86,7 @@ int Run(const WorkerOptions& o) {
     options.address = o.address;
     options.name = o.name;
     options.worker_id = absl::StrCat("worker-", o.worker_index);
+    options.heartbeat_interval = absl::Milliseconds(o.heartbeat_ms);
     absl::StatusOr<std::unique_ptr<WorkQueue>> attached = WorkQueue::Attach(options);
     if (!attached.ok()) {
       std::fprintf(stderr, "straggler_worker %d: %s\n", o.worker_index,
@@ -161,6 +163,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--address", o.address, "coordinator HOST:PORT (queue mode)");
   app.add_option("--name", o.name, "queue name (queue mode)");
+  app.add_option("--heartbeat-ms", o.heartbeat_ms,
+                 "heartbeat interval (queue mode): progress reports and split proposals")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--prefetch", o.prefetch,
                  "queue mode: read through an InputProducer holding this many items "
                  "(the queue's num_clients must allow it)")->capture_default_str();

@@ -340,7 +340,9 @@ class SplittingSource final : public ItemSource {
       unclaimed_splits_accepted_.push_back(item);
     }
     if (!ranges_.emplace(item, range).second) duplicate_items_.push_back(item);
-    current_ = Current{item, *std::move(spec), range};
+    auto generation = generation_.find(item);
+    current_ = Current{item, *std::move(spec), range,
+                       generation == generation_.end() ? 0 : generation->second};
     ++handed_out_;
     return WorkItem{item, 0, handed_out_ - 1, static_cast<uint64_t>(handed_out_),
                     range};
@@ -375,7 +377,10 @@ class SplittingSource final : public ItemSource {
       residual.start = *outcome.at;
       residual.end = outcome.end_before;
       const auto where = static_cast<std::ptrdiff_t>(rng_() % (pending_.size() + 1));
-      pending_.insert(pending_.begin() + where, FormatItem(residual));
+      const std::string residual_item = FormatItem(residual);
+      pending_.insert(pending_.begin() + where, residual_item);
+      generation_[residual_item] = current_->generation + 1;
+      max_generation_ = std::max(max_generation_, current_->generation + 1);
       ++splits_;
     }
     return outcome;
@@ -415,11 +420,18 @@ class SplittingSource final : public ItemSource {
     return splits_;
   }
 
+  // 0: no split; 1: plan items were split; 2: so were residuals; ...
+  int max_generation() const {
+    absl::MutexLock lock(&mu_);
+    return max_generation_;
+  }
+
  private:
   struct Current {
     std::string item;
     SliceSpec spec;
     std::shared_ptr<SplittableRange> range;
+    int generation = 0;  // residual of a residual of ... a plan item
   };
 
   mutable absl::Mutex mu_;
@@ -434,6 +446,8 @@ class SplittingSource final : public ItemSource {
   std::vector<std::string> duplicate_items_ ABSL_GUARDED_BY(mu_);
   int64_t handed_out_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t splits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int> generation_ ABSL_GUARDED_BY(mu_);  // residuals
+  int max_generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -483,6 +497,12 @@ void ExpectExactCoverage(const DataSet& data, const std::vector<Got>& got,
   EXPECT_LE(failures, 10) << context << ": " << failures << " failures in all";
   source.ExpectConsistent(context);
 }
+
+// How much splitting a test did, to check that it tested something.
+struct SplitCounts {
+  int64_t splits = 0;
+  int max_generation = 0;
+};
 
 // Random split requests: inside the range, behind or at the reader, at
 // the start, close to or past the end; min_residual from none to huge.
@@ -539,7 +559,7 @@ std::pair<int64_t, int64_t> RandomSplit(std::mt19937_64& rng, int64_t start,
 template <typename Reader>
 void ReadWithRandomSplits(Reader& reader, const DataSet& data,
                           const std::vector<std::string>& plan, std::mt19937_64& rng,
-                          const std::string& context, int64_t* splits) {
+                          const std::string& context, SplitCounts* counts) {
   SplittingSource source(plan, rng());
   std::vector<Got> got;
   std::map<std::string, int64_t> last_returned;  // per item
@@ -586,7 +606,8 @@ void ReadWithRandomSplits(Reader& reader, const DataSet& data,
       EXPECT_EQ(range->end(), outcome.at.value_or(outcome.end_before)) << what;
     }
   }
-  *splits += source.splits();
+  counts->splits += source.splits();
+  counts->max_generation = std::max(counts->max_generation, source.max_generation());
   ExpectExactCoverage(data, got, source, context);
 }
 
@@ -596,7 +617,7 @@ template <typename Reader>
 void ReadWhileAnotherThreadSplits(Reader& reader, const DataSet& data,
                                   const std::vector<std::string>& plan,
                                   std::mt19937_64& rng, const std::string& context,
-                                  int64_t* splits) {
+                                  SplitCounts* counts) {
   SplittingSource source(plan, rng());
   std::atomic<bool> stop{false};
   const uint64_t splitter_seed = rng();
@@ -632,7 +653,8 @@ void ReadWhileAnotherThreadSplits(Reader& reader, const DataSet& data,
   }
   stop.store(true);
   splitter.join();
-  *splits += source.splits();
+  counts->splits += source.splits();
+  counts->max_generation = std::max(counts->max_generation, source.max_generation());
   ExpectExactCoverage(data, got, source, context);
 }
 
@@ -653,87 +675,109 @@ TableReaderOptions RandomTableOptions(std::mt19937_64& rng) {
 // ---------------------------------------------------------------------------
 // Coverage under random recursive splits.
 
+#if defined(__SANITIZE_THREAD__)
+#define SHARDQ_SPLIT_TEST_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHARDQ_SPLIT_TEST_UNDER_TSAN 1
+#endif
+#endif
+
+// ThreadSanitizer runs this binary for its concurrent tests, about 20 times
+// slower: there the random trials (and what they must reach) are scaled down.
+int Scaled(int n) {
+#ifdef SHARDQ_SPLIT_TEST_UNDER_TSAN
+  return std::max(n / 4, 1);
+#else
+  return n;
+#endif
+}
+
 TEST(SplitCoverage, TextLinesAreReadExactlyOnceUnderRandomSplits) {
   std::mt19937_64 rng(5101);
-  int64_t splits = 0;
-  for (int trial = 0; trial < 150; ++trial) {
+  SplitCounts counts;
+  for (int trial = 0; trial < Scaled(150); ++trial) {
     DataSet data = RandomTextData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TextLineReader reader;
     ReadWithRandomSplits(reader, data, plan, rng, absl::StrCat("text trial ", trial),
-                         &splits);
+                         &counts);
     if (HasFatalFailure()) return;
   }
-  EXPECT_GT(splits, 500);  // the trials did split, many times
+  // The trials did split, many times, and split residuals again.
+  EXPECT_GT(counts.splits, Scaled(300));
+  EXPECT_GE(counts.max_generation, 3);
 }
 
 TEST(SplitCoverage, TFRecordsAreReadExactlyOnceUnderRandomSplits) {
   std::mt19937_64 rng(5202);
-  int64_t splits = 0;
-  for (int trial = 0; trial < 150; ++trial) {
+  SplitCounts counts;
+  for (int trial = 0; trial < Scaled(150); ++trial) {
     DataSet data = RandomTFRecordData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TFRecordReaderOptions options;
     options.buffer_bytes = Below(rng, 2) == 0 ? 64 + Below(rng, 4096) : 256 << 10;
     TFRecordReader reader(options);
     ReadWithRandomSplits(reader, data, plan, rng,
-                         absl::StrCat("tfrecord trial ", trial), &splits);
+                         absl::StrCat("tfrecord trial ", trial), &counts);
     if (HasFatalFailure()) return;
   }
-  EXPECT_GT(splits, 300);
+  EXPECT_GT(counts.splits, Scaled(300));
+  EXPECT_GE(counts.max_generation, 3);
 }
 
 TEST(SplitCoverage, TableRowsAreReadExactlyOnceUnderRandomSplits) {
   std::mt19937_64 rng(5303);
-  int64_t splits = 0;
-  for (int trial = 0; trial < 40; ++trial) {
+  SplitCounts counts;
+  for (int trial = 0; trial < Scaled(40); ++trial) {
     DataSet data = RandomTableData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TableReader reader(RandomTableOptions(rng));
     ReadWithRandomSplits(reader, data, plan, rng, absl::StrCat("table trial ", trial),
-                         &splits);
+                         &counts);
     if (HasFatalFailure()) return;
   }
-  EXPECT_GT(splits, 200);
+  EXPECT_GT(counts.splits, Scaled(200));
+  EXPECT_GE(counts.max_generation, 3);
 }
 
 TEST(SplitCoverageConcurrency, TextLinesAreReadExactlyOnceWhileSplitConcurrently) {
   std::mt19937_64 rng(5404);
-  int64_t splits = 0;
-  for (int trial = 0; trial < 40; ++trial) {
+  SplitCounts counts;
+  for (int trial = 0; trial < Scaled(40); ++trial) {
     DataSet data = RandomTextData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TextLineReader reader;
     ReadWhileAnotherThreadSplits(reader, data, plan, rng,
-                                 absl::StrCat("text trial ", trial), &splits);
+                                 absl::StrCat("text trial ", trial), &counts);
   }
-  EXPECT_GT(splits, 0);  // how many depends on scheduling
+  EXPECT_GT(counts.splits, 0);  // how many depends on scheduling
 }
 
 TEST(SplitCoverageConcurrency, TFRecordsAreReadExactlyOnceWhileSplitConcurrently) {
   std::mt19937_64 rng(5505);
-  int64_t splits = 0;
-  for (int trial = 0; trial < 20; ++trial) {
+  SplitCounts counts;
+  for (int trial = 0; trial < Scaled(20); ++trial) {
     DataSet data = RandomTFRecordData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TFRecordReader reader;
     ReadWhileAnotherThreadSplits(reader, data, plan, rng,
-                                 absl::StrCat("tfrecord trial ", trial), &splits);
+                                 absl::StrCat("tfrecord trial ", trial), &counts);
   }
-  EXPECT_GT(splits, 0);  // how many depends on scheduling
+  EXPECT_GT(counts.splits, 0);  // how many depends on scheduling
 }
 
 TEST(SplitCoverageConcurrency, TableRowsAreReadExactlyOnceWhileSplitConcurrently) {
   std::mt19937_64 rng(5606);
-  int64_t splits = 0;
-  for (int trial = 0; trial < 15; ++trial) {
+  SplitCounts counts;
+  for (int trial = 0; trial < Scaled(15); ++trial) {
     DataSet data = RandomTableData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TableReader reader(RandomTableOptions(rng));
     ReadWhileAnotherThreadSplits(reader, data, plan, rng,
-                                 absl::StrCat("table trial ", trial), &splits);
+                                 absl::StrCat("table trial ", trial), &counts);
   }
-  EXPECT_GT(splits, 0);  // how many depends on scheduling
+  EXPECT_GT(counts.splits, 0);  // how many depends on scheduling
 }
 
 // ---------------------------------------------------------------------------

