@@ -5,10 +5,16 @@
 // concurrent completions share one fsync), and callers wait for their
 // sequence number to be durable before they answer their client.
 //
+// The journal is one ordered stream: an entry is durable only once every
+// entry appended before it is. A caller may therefore append without
+// waiting (the coordinator writes lease grants behind, see
+// coordinator_impl.h) and rely on any later wait to cover that entry too.
+//
 // Thread-safe.
 #ifndef SHARDQ_STORE_JOURNAL_H_
 #define SHARDQ_STORE_JOURNAL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -70,6 +76,10 @@ class Journal {
   // Number of commits (fsyncs) so far, for tests and metrics.
   int64_t commits() const;
 
+  // Every append up to this sequence number is durable. Lock-free, for
+  // callers that only need to know how far behind the disk is.
+  uint64_t durable_seq() const;
+
  private:
   struct Pending {
     uint64_t seq = 0;
@@ -79,20 +89,26 @@ class Journal {
     uint64_t snapshot_seq = 0;    // for snapshots
   };
 
-  Journal(std::string dir, sqlite3* db, int lock_fd, uint64_t last_seq);
+  struct Statements;  // prepared once, used by the writer thread only
+
+  Journal(std::string dir, sqlite3* db, int lock_fd,
+          std::unique_ptr<Statements> statements, uint64_t last_seq);
   void WriterLoop();
   absl::Status Commit(const std::vector<Pending>& batch);
 
   const std::string dir_;
   sqlite3* const db_;  // used by the writer thread only (after Open)
   const int lock_fd_;
+  std::unique_ptr<Statements> statements_;
 
   mutable absl::Mutex mu_;
   absl::CondVar work_;     // appends arrived or stopping
   absl::CondVar durable_;  // durable_seq_ advanced or failed
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_);
-  uint64_t durable_seq_ ABSL_GUARDED_BY(mu_);
+  // Written under mu_ (waiters re-check it under mu_); read lock-free by
+  // durable_seq().
+  std::atomic<uint64_t> durable_seq_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
