@@ -256,7 +256,9 @@ absl::Status QueueState::ApplyLease(const journal::Lease& lease, absl::Time now)
   }
   const Ref ref = pending_.front();
   pending_.pop_front();
-  ++lease_sequence_;
+  // From the id, not counted: the sequence may have skipped ids at a
+  // recovery (SkipLeaseIdsAfterRecovery), and a replay must follow it.
+  lease_sequence_ = lease.lease_id() & kLeaseSequenceMask;
   const absl::Time deadline = now + config_.lease_timeout;
   leases_[lease.lease_id()] = Lease{ref, lease.worker(), deadline, -1};
   deadlines_.insert({deadline, lease.lease_id()});
@@ -456,6 +458,10 @@ void QueueState::ResetDeadlines(absl::Time now) {
     lease.deadline = now + config_.lease_timeout;
     deadlines_.insert({lease.deadline, id});
   }
+}
+
+void QueueState::SkipLeaseIdsAfterRecovery() {
+  lease_sequence_ = (lease_sequence_ + kLeaseIdsSkippedAtRecovery) % kLeaseSequenceMask;
 }
 
 int64_t QueueState::ExpireLeases(absl::Time now) {
