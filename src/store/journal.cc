@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace shardq {
 namespace {
@@ -248,9 +249,9 @@ uint64_t Journal::Append(const std::string& queue, const journal::Update& update
   update.SerializeToString(&p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
-  pending_.push_back(std::move(p));
-  work_.Signal();
-  return pending_.back().seq;
+  const uint64_t seq = p.seq;
+  AddPendingLocked(std::move(p));
+  return seq;
 }
 
 void Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
@@ -262,15 +263,34 @@ void Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
   snapshot.SerializeToString(&p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  AddPendingLocked(std::move(p));
+}
+
+void Journal::AddPendingLocked(Pending p) {
+  // The first append starts the clock of kMaxCommitDelay. Only a writer
+  // idling without a deadline needs waking to learn of it; otherwise a
+  // waiter (WaitDurable) or the writer's own deadline ends its wait.
+  if (pending_.empty()) {
+    oldest_pending_ = absl::Now();
+    if (writer_idle_untimed_) work_.Signal();
+  }
   pending_.push_back(std::move(p));
-  work_.Signal();
+  if (pending_.size() == kMaxPendingEntries) work_.Signal();
 }
 
 absl::Status Journal::WaitDurable(uint64_t seq) {
   absl::MutexLock lock(&mu_);
-  while (durable_seq_.load(std::memory_order_relaxed) < seq && error_.ok()) {
-    durable_.Wait(&mu_);
+  if (seq > requested_seq_ && seq > durable_seq_.load(std::memory_order_relaxed)) {
+    requested_seq_ = seq;
+    work_.Signal();
   }
+  // A condition, not a CondVar: the writer's unlock evaluates each waiter's
+  // condition and wakes only those whose entry is now durable, instead of
+  // waking every waiter on every commit.
+  auto done = [this, seq]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return durable_seq_.load(std::memory_order_relaxed) >= seq || !error_.ok();
+  };
+  mu_.Await(absl::Condition(&done));
   return error_;
 }
 
@@ -296,8 +316,24 @@ void Journal::WriterLoop() {
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      while (pending_.empty() && !stopping_) work_.Wait(&mu_);
-      if (pending_.empty()) return;
+      // Idle after a commit: a timed wait first, so that the usual next
+      // append (a grant between a client's completions) costs no wake-up;
+      // after kMaxCommitDelay with nothing pending, an untimed wait that the
+      // next append interrupts. Either way an append is committed at most
+      // kMaxCommitDelay after it arrived.
+      bool idle_timed_out = false;
+      while (!CommitDueLocked()) {
+        if (!pending_.empty()) {
+          work_.WaitWithDeadline(&mu_, oldest_pending_ + kMaxCommitDelay);
+        } else if (!idle_timed_out) {
+          idle_timed_out = work_.WaitWithTimeout(&mu_, kMaxCommitDelay);
+        } else {
+          writer_idle_untimed_ = true;
+          work_.Wait(&mu_);
+          writer_idle_untimed_ = false;
+        }
+      }
+      if (pending_.empty()) return;  // stopping, nothing left
       batch.swap(pending_);
     }
     absl::Status s = Commit(batch);  // no lock held across the disk write
@@ -308,10 +344,17 @@ void Journal::WriterLoop() {
         durable_seq_.store(batch.back().seq, std::memory_order_release);
         ++commits_;
       }
-      durable_.SignalAll();
     }
     batch.clear();
   }
+}
+
+bool Journal::CommitDueLocked() const {
+  if (stopping_) return true;
+  if (pending_.empty()) return false;
+  return requested_seq_ > durable_seq_.load(std::memory_order_relaxed) ||
+         pending_.size() >= kMaxPendingEntries ||
+         absl::Now() >= oldest_pending_ + kMaxCommitDelay;
 }
 
 absl::Status Journal::Commit(const std::vector<Pending>& batch) {
