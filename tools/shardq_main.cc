@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "tools/demo.h"
 #include "tools/record_verbs.h"
 #include "tools/verbs.h"
@@ -33,6 +34,12 @@ CLI::App* AddDemo(CLI::App& app, shardq::DemoOptions* demo) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's abseil is built without NDEBUG, so every absl::Mutex (ours and
+  // gRPC's) runs the deadlock detector: a lock-graph update per acquisition,
+  // several percent of a busy coordinator's CPU. The unit tests (their own
+  // mains) keep it; the command does not pay for it. Set here, not in the
+  // library: a process embedding shardq decides for itself.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"shardq: elastic data sharding for distributed training"};
   app.require_subcommand(1);
 

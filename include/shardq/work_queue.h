@@ -89,10 +89,25 @@ class WorkQueue final : public ItemSource {
   // held. An item whose reader stopped at a split the coordinator never
   // recorded (the lease was lost meanwhile) is released instead, so that
   // it is read again whole elsewhere: nothing is skipped.
+  //
+  // A lease lost in a coordinator crash is OK too: the coordinator writes
+  // grants behind (it answers a take before the grant is on disk), so after
+  // a crash and restart it may not know a lease this worker holds. It then
+  // answers NOT_FOUND; the item is pending again there and will be read
+  // again by some worker (records are delivered at least once). This
+  // worker logs a warning to stderr, counts it in lost_leases() and
+  // forgets the lease, rather than failing the training process.
   absl::Status Complete(const WorkItem& item);
 
-  // Gives the item back unfinished: it goes to the front of the queue.
+  // Gives the item back unfinished: it goes to the front of the queue. OK
+  // also when the coordinator no longer holds the lease for this worker
+  // (it expired, or was lost in a coordinator crash): the item is back in
+  // the queue either way.
   absl::Status Release(const WorkItem& item);
+
+  // Completions of leases that the coordinator no longer knew (lost in a
+  // coordinator crash, see Complete) since this worker started.
+  int64_t lost_leases() const;
 
   absl::StatusOr<QueueStats> Stats();
 
@@ -153,6 +168,12 @@ class WorkQueue final : public ItemSource {
   // Waits until no split answer of `lease_id` is in flight; true when the
   // item may be completed (false: release it instead).
   bool SettleSplit(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After NOT_FOUND for `item`'s lease: true (and the lease is forgotten)
+  // when this worker holds it and the queue still exists, i.e. the
+  // coordinator lost the lease; false when the error is the caller's.
+  bool LeaseLostByCoordinator(const WorkItem& item);
+  // Drops a lease from held_ and progress_; false if it was not held.
+  bool Forget(uint64_t lease_id);
 
   const std::shared_ptr<QueueBackend> backend_;
   const std::string name_;
@@ -168,6 +189,7 @@ class WorkQueue final : public ItemSource {
   absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
   // Consumed offset per held lease, as noted by readers.
   absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
+  int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar stop_changed_;  // signalled when stopping_ is set
   bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;

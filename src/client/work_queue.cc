@@ -194,11 +194,19 @@ absl::Status WorkQueue::Complete(const WorkItem& item) {
   }
   absl::StatusOr<CompleteOutcome> outcome =
       backend_->Complete(name_, worker_id_, item.lease_id);
-  if (outcome.ok()) {
+  if (absl::IsNotFound(outcome.status()) && LeaseLostByCoordinator(item)) {
+    std::fprintf(stderr,
+                 "shardq: warning: queue '%s', worker '%s': the coordinator no longer "
+                 "knows lease %llu (item '%s', epoch %lld); it was lost in a coordinator "
+                 "crash and the item will be read again elsewhere\n",
+                 name_.c_str(), worker_id_.c_str(),
+                 static_cast<unsigned long long>(item.lease_id), item.item.c_str(),
+                 static_cast<long long>(item.epoch));
     absl::MutexLock lock(&mu_);
-    held_.erase(item.lease_id);
-    progress_.erase(item.lease_id);
+    ++lost_leases_;
+    return absl::OkStatus();
   }
+  if (outcome.ok()) Forget(item.lease_id);
   return outcome.status();
 }
 
@@ -208,13 +216,38 @@ absl::Status WorkQueue::Release(const WorkItem& item) {
     SettleSplit(item.lease_id);
   }
   absl::Status s = backend_->Release(name_, worker_id_, item.lease_id);
-  absl::MutexLock lock(&mu_);
-  // Gone from the coordinator either way: released now, or lost earlier.
-  if (s.ok() || absl::IsNotFound(s)) {
-    held_.erase(item.lease_id);
-    progress_.erase(item.lease_id);
+  if (s.ok()) {
+    Forget(item.lease_id);
+    return s;
   }
+  // Not held by this worker on the coordinator any more (it expired, or
+  // the grant was lost in a coordinator crash): the item is back in the
+  // queue already, which is all a release asks for.
+  if (absl::IsNotFound(s) && LeaseLostByCoordinator(item)) return absl::OkStatus();
   return s;
+}
+
+bool WorkQueue::LeaseLostByCoordinator(const WorkItem& item) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_.contains(item.lease_id)) return false;  // never ours: a caller error
+  }
+  // NOT_FOUND also names a queue that is gone altogether (a coordinator
+  // restarted without its state): that is an error to report, not a lease
+  // to forget. Only asked on this rare path.
+  if (!backend_->GetQueue(name_).ok()) return false;
+  return Forget(item.lease_id);
+}
+
+bool WorkQueue::Forget(uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  progress_.erase(lease_id);
+  return held_.erase(lease_id) > 0;
+}
+
+int64_t WorkQueue::lost_leases() const {
+  absl::MutexLock lock(&mu_);
+  return lost_leases_;
 }
 
 void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
@@ -288,7 +321,9 @@ void WorkQueue::HeartbeatLoop() {
     }
     if (leases.empty()) continue;
     // Lost leases stay in held_: completing one later may still count (a
-    // late first completion) and is otherwise recorded as a duplicate.
+    // late first completion) and is otherwise recorded as a duplicate. A
+    // lease lost in a coordinator crash is reported here the same way;
+    // Complete tells the two apart (NOT_FOUND, see lost_leases()).
     absl::StatusOr<HeartbeatReply> reply =
         backend_->Heartbeat(name_, worker_id_, leases, progress);
     if (reply.ok() && !reply->splits.empty()) AnswerSplits(reply->splits);

@@ -1,5 +1,6 @@
 #include "shardq/work_queue.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "shardq/input_producer.h"
 #include "shardq/text_line_reader.h"
 #include "src/client/backend.h"
+#include "src/server/coordinator_impl.h"
 
 namespace shardq {
 namespace {
@@ -193,6 +195,138 @@ TEST(WorkQueue, ItemOfADeadWorkerGoesToASurvivorAfterTheLease) {
   ASSERT_TRUE((*survivor)->Complete(*item).ok());
   EXPECT_TRUE(absl::IsOutOfRange((*survivor)->Take().status()));
   EXPECT_EQ((*survivor)->Stats()->expired, 1);
+}
+
+// A backend whose coordinator can be swapped, as a remote client's address
+// reaches whichever coordinator process listens there after a restart.
+class RestartableBackend final : public QueueBackend {
+ public:
+  void PointAt(CoordinatorImpl* coordinator) {
+    absl::MutexLock lock(&mu_);
+    target_ = BackendForCoordinator(coordinator);
+  }
+  absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
+    return Target()->CreateQueue(config);
+  }
+  absl::StatusOr<QueueInfo> GetQueue(absl::string_view queue) override {
+    return Target()->GetQueue(queue);
+  }
+  absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue, absl::string_view worker,
+                                             int64_t max_items, absl::Time deadline) override {
+    return Target()->Take(queue, worker, max_items, deadline);
+  }
+  absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue, absl::string_view worker,
+                                           uint64_t lease_id) override {
+    return Target()->Complete(queue, worker, lease_id);
+  }
+  absl::Status Release(absl::string_view queue, absl::string_view worker,
+                       uint64_t lease_id) override {
+    return Target()->Release(queue, worker, lease_id);
+  }
+  absl::StatusOr<HeartbeatReply> Heartbeat(
+      absl::string_view queue, absl::string_view worker, const std::vector<uint64_t>& lease_ids,
+      const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
+    return Target()->Heartbeat(queue, worker, lease_ids, progress);
+  }
+  absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
+                                   uint64_t lease_id, int64_t split_point) override {
+    return Target()->AcceptSplit(queue, worker, lease_id, split_point);
+  }
+  absl::Status ReportProgress(absl::string_view queue, absl::string_view worker,
+                              const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
+    return Target()->ReportProgress(queue, worker, progress);
+  }
+  absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue) override {
+    return Target()->ExportCheckpoint(queue);
+  }
+  absl::StatusOr<QueueInfo> RestoreCheckpoint(const journal::Checkpoint& checkpoint,
+                                              const std::string& name) override {
+    return Target()->RestoreCheckpoint(checkpoint, name);
+  }
+  absl::StatusOr<QueueStats> Stats(absl::string_view queue) override {
+    return Target()->Stats(queue);
+  }
+  absl::StatusOr<std::vector<QueueStats>> AllStats() override { return Target()->AllStats(); }
+
+ private:
+  std::shared_ptr<QueueBackend> Target() {
+    absl::MutexLock lock(&mu_);
+    return target_;
+  }
+  absl::Mutex mu_;
+  std::shared_ptr<QueueBackend> target_ ABSL_GUARDED_BY(mu_);
+};
+
+std::unique_ptr<CoordinatorImpl> OpenDurable(const std::string& dir) {
+  CoordinatorOptions options;
+  options.state_dir = dir;
+  absl::StatusOr<std::unique_ptr<CoordinatorImpl>> c = CoordinatorImpl::Create(options);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+// What is on disk right now, as a crash would leave it.
+std::string CrashCopy(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string copy = dir + "-crashed";
+  fs::remove_all(copy);
+  fs::create_directories(copy);
+  for (const char* file : {"state.db", "state.db-wal"}) {
+    if (fs::exists(dir + "/" + file)) fs::copy_file(dir + "/" + file, copy + "/" + file);
+  }
+  return copy;
+}
+
+TEST(WorkQueue, LeaseLostInACoordinatorCrashIsCountedNotAnError) {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/lost-lease-", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::unique_ptr<CoordinatorImpl> before = OpenDurable(dir);
+  ASSERT_NE(before, nullptr);
+  auto backend = std::make_shared<RestartableBackend>();
+  backend->PointAt(before.get());
+  WorkQueueOptions o = Options("lost", MakeFiles("lost", 4, 3));
+  o.num_clients = 2;
+  auto worker = WorkQueue::Create(o, backend);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE(before->Flush().ok());
+  const std::string crashed = CrashCopy(dir);
+  // Grants are answered before they are durable: these two are not in the
+  // copy, as if the coordinator crashed right after answering.
+  absl::StatusOr<WorkItem> completed_later = (*worker)->Take();
+  absl::StatusOr<WorkItem> released_later = (*worker)->Take();
+  ASSERT_TRUE(completed_later.ok() && released_later.ok());
+
+  std::unique_ptr<CoordinatorImpl> after = OpenDurable(crashed);
+  ASSERT_NE(after, nullptr);
+  backend->PointAt(after.get());
+  EXPECT_TRUE((*worker)->Complete(*completed_later).ok());
+  EXPECT_TRUE((*worker)->Release(*released_later).ok());
+  EXPECT_EQ((*worker)->lost_leases(), 1);
+  EXPECT_EQ((*worker)->held(), 0);
+  absl::StatusOr<QueueStats> stats = after->Stats("lost");
+  EXPECT_EQ(stats->completed, 0);
+  EXPECT_EQ(stats->pending, 4);
+  // The lost item is read again: the next take hands it out (new lease).
+  absl::StatusOr<WorkItem> again = (*worker)->Take();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->index, completed_later->index);
+  EXPECT_NE(again->lease_id, completed_later->lease_id);
+  EXPECT_TRUE((*worker)->Complete(*again).ok());
+  EXPECT_EQ(after->Stats("lost")->completed, 1);
+
+  // A lease this worker never held is still the caller's error.
+  WorkItem bogus = *again;
+  bogus.lease_id = (uint64_t{1000} << 20) | 1;
+  EXPECT_EQ((*worker)->Complete(bogus).code(), absl::StatusCode::kNotFound);
+  // So is a queue that is gone altogether (a coordinator without state).
+  absl::StatusOr<WorkItem> held = (*worker)->Take();
+  ASSERT_TRUE(held.ok());
+  CoordinatorImpl empty;
+  backend->PointAt(&empty);
+  EXPECT_EQ((*worker)->Complete(*held).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*worker)->lost_leases(), 1);
+  backend->PointAt(after.get());
+  worker->reset();  // releases `held` while `after` is alive
 }
 
 }  // namespace

@@ -291,7 +291,9 @@ absl::Status QueueState::ApplyLease(const journal::Lease& lease, absl::Time now)
   }
   const Ref ref = pending_.front();
   pending_.pop_front();
-  ++lease_sequence_;
+  // From the id, not counted: the sequence may have skipped ids at a
+  // recovery (SkipLeaseIdsAfterRecovery), and a replay must follow it.
+  lease_sequence_ = lease.lease_id() & kLeaseSequenceMask;
   const absl::Time deadline = now + config_.lease_timeout;
   Lease& held = leases_[lease.lease_id()];
   held = Lease();
@@ -676,6 +678,10 @@ absl::Status QueueState::ApplySplit(const journal::Split& split) {
   it->second.proposed_for.clear();
   ++splits_;
   return absl::OkStatus();
+}
+
+void QueueState::SkipLeaseIdsAfterRecovery() {
+  lease_sequence_ = (lease_sequence_ + kLeaseIdsSkippedAtRecovery) % kLeaseSequenceMask;
 }
 
 int64_t QueueState::ExpireLeases(absl::Time now) {

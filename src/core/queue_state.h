@@ -151,6 +151,20 @@ class QueueState {
   // Gives every lease the deadline now + lease_timeout (after recovery).
   void ResetDeadlines(absl::Time now);
 
+  // How many lease ids SkipLeaseIdsAfterRecovery() leaves unused. A
+  // coordinator that hands out grants before they are durable must keep
+  // fewer than this many answered and not yet durable per queue.
+  static constexpr uint64_t kLeaseIdsSkippedAtRecovery = uint64_t{1} << 13;
+
+  // After recovery: the next lease ids continue kLeaseIdsSkippedAtRecovery
+  // past the last journaled one. Grants answered before a crash but not yet
+  // durable are not in the journal; without the gap the next grants would
+  // reuse exactly their ids (the same front item, the same sequence), and a
+  // worker still holding a lost grant would complete someone else's lease.
+  // Not journaled: replay takes the sequence from the journaled lease ids
+  // (see ApplyLease), so the gap survives later recoveries.
+  void SkipLeaseIdsAfterRecovery();
+
   // Records that the holder of `lease_id` has consumed its item up to
   // `offset` (bytes for files, rows for tables; absolute, like the item's
   // start/end) at `now`; the rate of progress feeds split decisions. In
@@ -340,6 +354,8 @@ class QueueState {
   // Sets lease.start/end from its item string.
   void ParseRange(Lease& lease) const;
   UpdateSink sink_;
+  // The sequence part of the last lease id issued (mod 2^20 - 1); taken
+  // from each applied lease's id, so replay restores it exactly.
   uint64_t lease_sequence_ = 0;
   int64_t total_completed_ = 0;
   int64_t taken_ = 0;

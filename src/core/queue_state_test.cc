@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "google/protobuf/util/message_differencer.h"
+
 #include "gtest/gtest.h"
 
 namespace shardq {
@@ -200,6 +202,28 @@ TEST(QueueState, BogusRequestsGetSpecificErrorsAndChangeNothing) {
   after = s->Stats(kT0);
   EXPECT_EQ(after.completed, 1);
   EXPECT_EQ(after.duplicates, 1);
+}
+
+TEST(QueueState, ReplayFollowsTheLeaseIdsSkippedAtRecovery) {
+  // A state recovered once skipped lease ids; a replay of the journal it
+  // wrote since must land on the same sequence, not count grants from zero.
+  const QueueConfig config = Config(6);
+  const journal::Update creation = QueueState::CreationUpdate(config, kT0);
+  std::vector<journal::Update> journaled;
+  auto live = *QueueState::FromCreation(creation);
+  live->set_update_sink([&](const journal::Update& u) { journaled.push_back(u); });
+  const WorkItem first = MustTake(*live, "w", kT0);
+  live->SkipLeaseIdsAfterRecovery();
+  const WorkItem second = MustTake(*live, "w2", kT0);
+  constexpr uint64_t kSequenceMask = (uint64_t{1} << 20) - 1;
+  EXPECT_EQ(second.lease_id & kSequenceMask,
+            (first.lease_id & kSequenceMask) + QueueState::kLeaseIdsSkippedAtRecovery + 1);
+
+  auto replayed = *QueueState::FromCreation(creation);
+  for (const journal::Update& u : journaled) ASSERT_TRUE(replayed->Apply(u).ok());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(live->ToSnapshot(),
+                                                                 replayed->ToSnapshot()));
+  EXPECT_EQ(MustTake(*live, "w3", kT0).lease_id, MustTake(*replayed, "w3", kT0).lease_id);
 }
 
 TEST(QueueState, BadConfigNamesTheField) {

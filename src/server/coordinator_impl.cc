@@ -17,6 +17,10 @@ constexpr absl::Duration kMaxWaitSlice = absl::Seconds(1);
 constexpr size_t kMaxNameBytes = 256;
 constexpr int64_t kMaxItemsPerTake = 1024;
 constexpr size_t kMaxLeasesPerHeartbeat = 1 << 16;
+// A Take answers without waiting for the disk only while at most this many
+// of its queue's grants are not durable: fewer than recovery skips, so a
+// crash never loses a grant whose id is issued again (see the header).
+constexpr size_t kMaxGrantsBehind = QueueState::kLeaseIdsSkippedAtRecovery / 2;
 
 absl::Status ValidateName(absl::string_view kind, absl::string_view name) {
   if (name.empty() || name.size() > kMaxNameBytes) {
@@ -107,6 +111,9 @@ absl::Status CoordinatorImpl::Recover(RecoveredState recovered) {
     // Every lease gets a fresh period: live workers keep theirs by
     // heartbeating through the outage; dead workers' leases expire.
     state->ResetDeadlines(now);
+    // Grants answered before the crash may be missing from the journal;
+    // their ids must not be handed out again.
+    state->SkipLeaseIdsAfterRecovery();
     auto entry = std::make_shared<Entry>();
     entry->name = q.name;
     {
@@ -140,6 +147,14 @@ uint64_t CoordinatorImpl::AfterChange(Entry& e) {
     e.since_snapshot = 0;
   }
   return e.last_seq;
+}
+
+bool CoordinatorImpl::TooManyGrantsBehind(Entry& e) {
+  const uint64_t durable = journal_->durable_seq();
+  while (!e.grants_behind.empty() && e.grants_behind.front() <= durable) {
+    e.grants_behind.pop_front();
+  }
+  return e.grants_behind.size() > kMaxGrantsBehind;
 }
 
 absl::Status CoordinatorImpl::Durable(uint64_t seq) {
@@ -284,6 +299,7 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
         }
         if (r->outcome == TakeOutcome::kItem) {
           items.push_back(std::move(r->item));
+          if (journal_ != nullptr) e.grants_behind.push_back(e.last_seq);
           continue;
         }
         if (items.empty() && r->outcome == TakeOutcome::kEndOfInput) {
@@ -300,8 +316,11 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
       e.changed.WaitWithDeadline(&e.mu, wake);
     }
     seq = AfterChange(e);
+    // Grants (and the expiries noticed on the way) are written behind; an
+    // end of input or an error is answered only once durable, like every
+    // other answer (see the header).
+    if (result.ok() && (journal_ == nullptr || !TooManyGrantsBehind(e))) seq = 0;
   }
-  // Expiries may have been journaled even when nothing was handed out.
   if (absl::Status s = Durable(seq); !s.ok()) return s;
   if (!result.ok()) return result;
   return items;

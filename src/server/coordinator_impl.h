@@ -5,11 +5,30 @@
 // Durable when given a state directory: every state change of a queue is an
 // update that QueueState applies in memory and hands to the journal under
 // the queue's mutex (cheap, no I/O); the call then releases the mutex and
-// waits for its update to be durable before it answers. So no client ever
-// sees an acknowledgement for a change that a crash could lose, and the
-// mutex is never held across the disk write (group commit lets concurrent
-// calls share one fsync). Later updates are journaled after earlier ones,
-// so anything a client saw depends only on durable or still-pending state.
+// waits for its update to be durable before it answers. The mutex is never
+// held across the disk write (group commit lets concurrent calls share one
+// fsync). Later updates are journaled after earlier ones, so anything a
+// client saw depends only on durable or still-pending state.
+//
+// One exception: lease grants (and the expiries a Take notices) are written
+// behind. A Take that hands out items journals them in the same ordered
+// stream but answers without waiting for the disk. Everything else waits
+// before it answers: completions, releases, queue creation and attach,
+// restores, heartbeats, and a Take that reports end of input or an error.
+// Why this is safe:
+//  * SPEC.md requires every completion to be journaled before it is
+//    acknowledged, and it is: a completion waits for its own update, and
+//    since the journal is one ordered stream that wait also covers the
+//    grant it completes.
+//  * A grant lost in a crash cannot lose data. After recovery its item is
+//    pending again and is read again by someone (an at-least-once
+//    duplicate, one of the "leases in flight at the crash"). The worker
+//    that held it gets NOT_FOUND when it completes it, and the client
+//    library counts that as a lease lost in a coordinator crash.
+//  * A lost grant's id is never issued again: recovery skips
+//    QueueState::kLeaseIdsSkippedAtRecovery lease ids, and a Take waits
+//    for the disk when half that many of its queue's answered grants are
+//    not durable yet, so no crash can lose more grants than were skipped.
 //
 // Thread-safe. Each queue has its own mutex; blocked Takes wait on the
 // queue's condition variable and wake on every completion, release and
@@ -19,6 +38,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -140,6 +160,9 @@ class CoordinatorImpl {
     std::unique_ptr<QueueState> state ABSL_GUARDED_BY(mu);
     uint64_t last_seq ABSL_GUARDED_BY(mu) = 0;        // last journaled update
     int64_t since_snapshot ABSL_GUARDED_BY(mu) = 0;   // updates since then
+    // Journal sequence numbers of grants handed out without waiting that
+    // may not be durable yet, oldest first (see the file comment).
+    std::deque<uint64_t> grants_behind ABSL_GUARDED_BY(mu);
   };
 
   CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal, int64_t snapshot_every);
@@ -154,6 +177,10 @@ class CoordinatorImpl {
   // Called with e.mu held after a change: snapshots if due; returns the
   // sequence number the caller must wait for (0: nothing to wait for).
   uint64_t AfterChange(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // Forgets the grants in e.grants_behind that the disk has caught up
+  // with. True when too many are still behind for a Take to answer without
+  // waiting for the disk.
+  bool TooManyGrantsBehind(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Waits (without any lock) until `seq` is durable.
   absl::Status Durable(uint64_t seq);
   // Runs `change(entry)` (returning absl::Status or StatusOr) under the

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace shardq {
 namespace {
@@ -53,6 +54,15 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
+// Runs a prepared statement that returns no rows and resets it for its next
+// use. On failure the connection's error code and message (which the reset
+// keeps) say why.
+bool Step(sqlite3_stmt* stmt) {
+  const int rc = sqlite3_step(stmt);
+  sqlite3_reset(stmt);
+  return rc == SQLITE_DONE;
+}
+
 std::string ColumnBlob(sqlite3_stmt* stmt, int column) {
   const void* data = sqlite3_column_blob(stmt, column);
   const int size = sqlite3_column_bytes(stmt, column);
@@ -66,7 +76,10 @@ absl::Status CreateSchema(sqlite3* db, const std::string& dir) {
            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
            "CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY, queue TEXT NOT NULL,"
            " update_pb BLOB NOT NULL)",
-           "CREATE INDEX IF NOT EXISTS journal_queue ON journal (queue, seq)",
+           // Format 1 dirs written before this may hold a secondary index
+           // journal(queue, seq). Nothing reads it (the snapshot trim scans
+           // the primary key range seq <= ?) and every append paid for it.
+           "DROP INDEX IF EXISTS journal_queue",
            "CREATE TABLE IF NOT EXISTS snapshots (queue TEXT PRIMARY KEY,"
            " seq INTEGER NOT NULL, snapshot_pb BLOB NOT NULL)",
        }) {
@@ -132,6 +145,36 @@ absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out)
 
 }  // namespace
 
+// The statements of a commit, prepared once: preparing them per commit
+// (parsing the SQL) cost more CPU than the rest of the commit.
+struct Journal::Statements {
+  ~Statements() {
+    for (sqlite3_stmt* stmt : {begin, commit, rollback, insert, snapshot, trim}) {
+      sqlite3_finalize(stmt);
+    }
+  }
+  bool Prepare(sqlite3* db) {
+    auto prepare = [db](const char* sql, sqlite3_stmt** out) {
+      return sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, out, nullptr) ==
+             SQLITE_OK;
+    };
+    return prepare("BEGIN IMMEDIATE", &begin) && prepare("COMMIT", &commit) &&
+           prepare("ROLLBACK", &rollback) &&
+           prepare("INSERT INTO journal (seq, queue, update_pb) VALUES (?, ?, ?)", &insert) &&
+           prepare("INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb) VALUES (?, ?, ?)",
+                   &snapshot) &&
+           // The primary key range, then the queue: no secondary index needed.
+           prepare("DELETE FROM journal WHERE seq <= ? AND queue = ?", &trim);
+  }
+
+  sqlite3_stmt* begin = nullptr;
+  sqlite3_stmt* commit = nullptr;
+  sqlite3_stmt* rollback = nullptr;
+  sqlite3_stmt* insert = nullptr;
+  sqlite3_stmt* snapshot = nullptr;
+  sqlite3_stmt* trim = nullptr;
+};
+
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
                                                        RecoveredState* recovered) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -164,15 +207,24 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   if (absl::Status s = CreateSchema(db, dir); !s.ok()) return fail(s);
   RecoveredState state;
   if (absl::Status s = ReadState(db, dir, &state); !s.ok()) return fail(s);
+  auto statements = std::make_unique<Statements>();
+  if (!statements->Prepare(db)) {
+    absl::Status s = SqliteError(db, dir, "preparing the commit statements");
+    statements.reset();
+    return fail(s);
+  }
   const uint64_t last_seq = state.last_seq;
   *recovered = std::move(state);
-  return std::unique_ptr<Journal>(new Journal(dir, db, lock_fd, last_seq));
+  return std::unique_ptr<Journal>(
+      new Journal(dir, db, lock_fd, std::move(statements), last_seq));
 }
 
-Journal::Journal(std::string dir, sqlite3* db, int lock_fd, uint64_t last_seq)
+Journal::Journal(std::string dir, sqlite3* db, int lock_fd,
+                 std::unique_ptr<Statements> statements, uint64_t last_seq)
     : dir_(std::move(dir)),
       db_(db),
       lock_fd_(lock_fd),
+      statements_(std::move(statements)),
       next_seq_(last_seq + 1),
       durable_seq_(last_seq) {
   writer_ = std::thread([this] { WriterLoop(); });
@@ -186,6 +238,7 @@ Journal::~Journal() {
     work_.SignalAll();
   }
   writer_.join();
+  statements_.reset();  // finalised before the connection closes
   sqlite3_close(db_);
   ::close(lock_fd_);
 }
@@ -196,9 +249,9 @@ uint64_t Journal::Append(const std::string& queue, const journal::Update& update
   update.SerializeToString(&p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
-  pending_.push_back(std::move(p));
-  work_.Signal();
-  return pending_.back().seq;
+  const uint64_t seq = p.seq;
+  AddPendingLocked(std::move(p));
+  return seq;
 }
 
 void Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
@@ -210,15 +263,38 @@ void Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
   snapshot.SerializeToString(&p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  AddPendingLocked(std::move(p));
+}
+
+void Journal::AddPendingLocked(Pending p) {
+  // The first append starts the clock of kMaxCommitDelay. Only a writer
+  // idling without a deadline needs waking to learn of it; otherwise a
+  // waiter (WaitDurable) or the writer's own deadline ends its wait.
+  if (pending_.empty()) {
+    oldest_pending_ = absl::Now();
+    if (writer_idle_untimed_) work_.Signal();
+  }
   pending_.push_back(std::move(p));
-  work_.Signal();
+  if (pending_.size() == kMaxPendingEntries) work_.Signal();
 }
 
 absl::Status Journal::WaitDurable(uint64_t seq) {
   absl::MutexLock lock(&mu_);
-  while (durable_seq_ < seq && error_.ok()) durable_.Wait(&mu_);
+  if (seq > requested_seq_ && seq > durable_seq_.load(std::memory_order_relaxed)) {
+    requested_seq_ = seq;
+    work_.Signal();
+  }
+  // A condition, not a CondVar: the writer's unlock evaluates each waiter's
+  // condition and wakes only those whose entry is now durable, instead of
+  // waking every waiter on every commit.
+  auto done = [this, seq]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return durable_seq_.load(std::memory_order_relaxed) >= seq || !error_.ok();
+  };
+  mu_.Await(absl::Condition(&done));
   return error_;
 }
+
+uint64_t Journal::durable_seq() const { return durable_seq_.load(std::memory_order_acquire); }
 
 absl::Status Journal::Flush() {
   uint64_t last;
@@ -235,66 +311,87 @@ int64_t Journal::commits() const {
 }
 
 void Journal::WriterLoop() {
+  // Swapped with pending_ each round, so both vectors keep their capacity.
+  std::vector<Pending> batch;
   while (true) {
-    std::vector<Pending> batch;
     {
       absl::MutexLock lock(&mu_);
-      while (pending_.empty() && !stopping_) work_.Wait(&mu_);
-      if (pending_.empty()) return;
+      // Idle after a commit: a timed wait first, so that the usual next
+      // append (a grant between a client's completions) costs no wake-up;
+      // after kMaxCommitDelay with nothing pending, an untimed wait that the
+      // next append interrupts. Either way an append is committed at most
+      // kMaxCommitDelay after it arrived.
+      bool idle_timed_out = false;
+      while (!CommitDueLocked()) {
+        if (!pending_.empty()) {
+          work_.WaitWithDeadline(&mu_, oldest_pending_ + kMaxCommitDelay);
+        } else if (!idle_timed_out) {
+          idle_timed_out = work_.WaitWithTimeout(&mu_, kMaxCommitDelay);
+        } else {
+          writer_idle_untimed_ = true;
+          work_.Wait(&mu_);
+          writer_idle_untimed_ = false;
+        }
+      }
+      if (pending_.empty()) return;  // stopping, nothing left
       batch.swap(pending_);
     }
     absl::Status s = Commit(batch);  // no lock held across the disk write
-    absl::MutexLock lock(&mu_);
-    if (!s.ok() && error_.ok()) error_ = s;
-    if (s.ok()) {
-      durable_seq_ = batch.back().seq;
-      ++commits_;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!s.ok() && error_.ok()) error_ = s;
+      if (s.ok()) {
+        durable_seq_.store(batch.back().seq, std::memory_order_release);
+        ++commits_;
+      }
     }
-    durable_.SignalAll();
+    batch.clear();
   }
 }
 
+bool Journal::CommitDueLocked() const {
+  if (stopping_) return true;
+  if (pending_.empty()) return false;
+  return requested_seq_ > durable_seq_.load(std::memory_order_relaxed) ||
+         pending_.size() >= kMaxPendingEntries ||
+         absl::Now() >= oldest_pending_ + kMaxCommitDelay;
+}
+
 absl::Status Journal::Commit(const std::vector<Pending>& batch) {
-  if (absl::Status s = Exec(db_, dir_, "BEGIN IMMEDIATE"); !s.ok()) return s;
-  Statement insert(db_, "INSERT INTO journal (seq, queue, update_pb) VALUES (?, ?, ?)");
-  Statement snapshot(db_, "INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb) VALUES (?, ?, ?)");
-  Statement trim(db_, "DELETE FROM journal WHERE queue = ? AND seq <= ?");
-  if (!insert.ok() || !snapshot.ok() || !trim.ok()) {
-    absl::Status s = SqliteError(db_, dir_, "preparing the commit");
-    Exec(db_, dir_, "ROLLBACK").IgnoreError();
-    return s;
-  }
+  if (!Step(statements_->begin)) return SqliteError(db_, dir_, "BEGIN IMMEDIATE");
   for (const Pending& p : batch) {
     bool ok = true;
     if (!p.snapshot) {
-      sqlite3_stmt* st = insert.get();
-      sqlite3_reset(st);
+      sqlite3_stmt* st = statements_->insert;
       sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(p.seq));
       sqlite3_bind_text(st, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
       sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
-      ok = sqlite3_step(st) == SQLITE_DONE;
+      ok = Step(st);
     } else {
-      sqlite3_stmt* st = snapshot.get();
-      sqlite3_reset(st);
+      sqlite3_stmt* st = statements_->snapshot;
       sqlite3_bind_text(st, 1, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
       sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(p.snapshot_seq));
       sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
-      ok = sqlite3_step(st) == SQLITE_DONE;
+      ok = Step(st);
       if (ok) {
-        sqlite3_stmt* t = trim.get();
-        sqlite3_reset(t);
-        sqlite3_bind_text(t, 1, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
-        sqlite3_bind_int64(t, 2, static_cast<sqlite3_int64>(p.snapshot_seq));
-        ok = sqlite3_step(t) == SQLITE_DONE;
+        sqlite3_stmt* t = statements_->trim;
+        sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(p.snapshot_seq));
+        sqlite3_bind_text(t, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
+        ok = Step(t);
       }
     }
     if (!ok) {
       absl::Status s = SqliteError(db_, dir_, absl::StrCat("writing entry ", p.seq));
-      Exec(db_, dir_, "ROLLBACK").IgnoreError();
+      Step(statements_->rollback);
       return s;
     }
   }
-  return Exec(db_, dir_, "COMMIT");
+  if (!Step(statements_->commit)) {
+    absl::Status s = SqliteError(db_, dir_, "COMMIT");
+    Step(statements_->rollback);
+    return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shardq

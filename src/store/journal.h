@@ -5,10 +5,22 @@
 // concurrent completions share one fsync), and callers wait for their
 // sequence number to be durable before they answer their client.
 //
+// The writer commits when someone waits (WaitDurable, Flush), when
+// kMaxPendingEntries are pending, or kMaxCommitDelay after the oldest
+// pending append, whichever comes first. So an append nobody waits for (a
+// lease grant) rides along with the next waited-for one instead of costing
+// an fsync of its own, and is still on disk within a few milliseconds.
+//
+// The journal is one ordered stream: an entry is durable only once every
+// entry appended before it is. A caller may therefore append without
+// waiting (the coordinator writes lease grants behind, see
+// coordinator_impl.h) and rely on any later wait to cover that entry too.
+//
 // Thread-safe.
 #ifndef SHARDQ_STORE_JOURNAL_H_
 #define SHARDQ_STORE_JOURNAL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/shardq/journal.pb.h"
 
 struct sqlite3;
@@ -49,6 +62,11 @@ class Journal {
   // Commits what was appended, then closes.
   ~Journal();
 
+  // The longest an append waits for a commit when nobody waits for it, and
+  // the most appends one commit waits to gather.
+  static constexpr absl::Duration kMaxCommitDelay = absl::Milliseconds(5);
+  static constexpr size_t kMaxPendingEntries = 4096;
+
   // Queues `update` of `queue` for the next commit; returns its sequence
   // number. No I/O.
   uint64_t Append(const std::string& queue, const journal::Update& update);
@@ -59,7 +77,8 @@ class Journal {
   void AppendSnapshot(const std::string& queue, uint64_t seq,
                       journal::QueueSnapshot snapshot);
 
-  // Blocks until every append up to `seq` is durable. A failed write is
+  // Blocks until every append up to `seq` is durable (asking the writer to
+  // commit now). A failed write is
   // returned to every waiter (and every later one): the coordinator must not
   // acknowledge what it could not store.
   absl::Status WaitDurable(uint64_t seq);
@@ -70,6 +89,10 @@ class Journal {
   // Number of commits (fsyncs) so far, for tests and metrics.
   int64_t commits() const;
 
+  // Every append up to this sequence number is durable. Lock-free, for
+  // callers that only need to know how far behind the disk is.
+  uint64_t durable_seq() const;
+
  private:
   struct Pending {
     uint64_t seq = 0;
@@ -79,20 +102,32 @@ class Journal {
     uint64_t snapshot_seq = 0;    // for snapshots
   };
 
-  Journal(std::string dir, sqlite3* db, int lock_fd, uint64_t last_seq);
+  struct Statements;  // prepared once, used by the writer thread only
+
+  Journal(std::string dir, sqlite3* db, int lock_fd,
+          std::unique_ptr<Statements> statements, uint64_t last_seq);
+  void AddPendingLocked(Pending p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the writer should commit (or, when stopping with nothing
+  // pending, return) now.
+  bool CommitDueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriterLoop();
   absl::Status Commit(const std::vector<Pending>& batch);
 
   const std::string dir_;
   sqlite3* const db_;  // used by the writer thread only (after Open)
   const int lock_fd_;
+  std::unique_ptr<Statements> statements_;
 
   mutable absl::Mutex mu_;
   absl::CondVar work_;     // appends arrived or stopping
-  absl::CondVar durable_;  // durable_seq_ advanced or failed
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  absl::Time oldest_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ became non-empty
+  uint64_t requested_seq_ ABSL_GUARDED_BY(mu_) = 0;  // highest seq a caller waits for
+  bool writer_idle_untimed_ ABSL_GUARDED_BY(mu_) = false;  // see WriterLoop
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_);
-  uint64_t durable_seq_ ABSL_GUARDED_BY(mu_);
+  // Written under mu_ (waiters re-check it under mu_); read lock-free by
+  // durable_seq().
+  std::atomic<uint64_t> durable_seq_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;

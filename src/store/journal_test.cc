@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace shardq {
@@ -65,6 +66,25 @@ TEST(Journal, ConcurrentAppendsShareCommits) {
   for (auto& t : threads) t.join();
   // 800 durable appends; group commit needs far fewer fsyncs than that.
   EXPECT_LT((*journal)->commits(), 800);
+}
+
+TEST(Journal, AnAppendNobodyWaitsForIsStillCommitted) {
+  // Lease grants are appended and not waited for: the writer commits them
+  // on its own after at most kMaxCommitDelay (liveness only; the bound is
+  // not timed here).
+  const std::string dir = FreshDir("behind");
+  RecoveredState state;
+  auto journal = Journal::Open(dir, &state);
+  ASSERT_TRUE(journal.ok());
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t seq = (*journal)->Append("q", Release(round + 1));
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while ((*journal)->durable_seq() < seq && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_GE((*journal)->durable_seq(), seq);
+    absl::SleepFor(Journal::kMaxCommitDelay * 3);  // let the writer go idle
+  }
 }
 
 TEST(Journal, SnapshotReplacesTheEntriesItCovers) {
