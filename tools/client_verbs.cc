@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,14 @@ CLI::App* AddCreate(CLI::App& app, CreateOptions* o) {
       ->check(CLI::Range(0.01, 86400.0))->capture_default_str();
   cmd->add_option("--num-clients", o->num_clients, "items one worker may hold at once")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  CLI::Option* no_split = cmd->add_flag(
+      "--no-split", o->no_split,
+      "never split an item a worker still reads when others run out of work");
+  cmd->add_option("--split-min-residual", o->split_min_residual,
+                  "smallest range split off an item: bytes for files, rows for tables")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->excludes(no_split);
   cmd->add_option("works", o->works, "files (or table URIs) to hand out")->required();
   return cmd;
 }
@@ -47,6 +56,8 @@ int RunCreate(const CreateOptions& o) {
   config.seed = o.seed;
   config.num_clients = o.num_clients;
   config.lease_timeout = absl::Seconds(o.lease_timeout_seconds);
+  config.split = !o.no_split;
+  config.split_min_residual = o.split_min_residual;
   absl::StatusOr<QueueInfo> info = connected->backend->CreateQueue(config);
   if (!info.ok()) return ReportError("create", info.status());
   std::printf("queue=%s items=%lld epochs=%lld seed=%llu %s\n", info->name.c_str(),
@@ -88,7 +99,7 @@ int RunTake(const ClientFlags& o) {
 CLI::App* AddStatus(CLI::App& app, StatusOptions* o) {
   CLI::App* cmd = app.add_subcommand(
       "status", "Per queue: items, epochs, pending, leased, completed, expired, "
-                "duplicates, seed; per worker: completed and items/s");
+                "duplicates, splits, seed; per worker: completed and items/s");
   cmd->add_option("--address", o->client.address, "coordinator HOST:PORT");
   cmd->add_option("--name", o->client.name, "only this queue (default: every queue)");
   cmd->add_option("--token-file", o->client.token_file, "file holding the token");
@@ -112,6 +123,7 @@ nlohmann::json ToJson(const QueueStats& s) {
       {"epochs", s.num_epochs}, {"pending", s.pending}, {"leased", s.leased},
       {"completed", s.completed}, {"taken", s.taken},   {"expired", s.expired},
       {"released", s.released}, {"duplicates", s.duplicates},
+      {"splits", s.splits},     {"split_items_open", s.split_items_open},
       {"finished", s.finished}};
   q["per_epoch"] = nlohmann::json::array();
   for (size_t e = 0; e < s.epochs.size(); ++e) {
@@ -136,11 +148,12 @@ void PrintText(const QueueStats& s) {
               static_cast<long long>(s.num_items), static_cast<long long>(s.num_epochs),
               static_cast<unsigned long long>(s.seed), s.finished ? ", finished" : "");
   std::printf("  pending %lld  leased %lld  completed %lld  taken %lld  expired %lld  "
-              "released %lld  duplicates %lld\n",
+              "released %lld  duplicates %lld  splits %lld (%lld open)\n",
               static_cast<long long>(s.pending), static_cast<long long>(s.leased),
               static_cast<long long>(s.completed), static_cast<long long>(s.taken),
               static_cast<long long>(s.expired), static_cast<long long>(s.released),
-              static_cast<long long>(s.duplicates));
+              static_cast<long long>(s.duplicates), static_cast<long long>(s.splits),
+              static_cast<long long>(s.split_items_open));
   for (size_t e = 0; e < s.epochs.size(); ++e) {
     const int width = 30;
     const int filled = s.num_items > 0

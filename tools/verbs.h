@@ -48,6 +48,8 @@ struct CreateOptions {
   std::string prefix;
   double lease_timeout_seconds = 30;
   int64_t num_clients = 1;
+  bool no_split = false;            // tail rebalancing off
+  int64_t split_min_residual = 1;   // bytes (rows for tables)
   std::vector<std::string> works;
 };
 CLI::App* AddCreate(CLI::App& app, CreateOptions* o);

@@ -118,6 +118,7 @@ std::string StatusPage(const std::vector<QueueMetrics>& queues) {
                     s.num_epochs, " epochs, seed ", s.seed, s.finished ? ", finished" : "",
                     " &mdash; pending ", s.pending, ", leased ", s.leased, ", completed ",
                     s.completed, ", lease expiries ", s.expired, ", duplicates ", s.duplicates,
+                    ", splits ", s.splits, " (", s.split_items_open, " open)",
                     absl::StrFormat(", %.1f takes/s", m.take_rate), "</p>");
     page += "<table><tr><th>epoch</th><th>progress</th><th>pending</th><th>leased</th>"
             "<th>completed</th></tr>";

@@ -38,6 +38,8 @@ std::map<std::string, double> Scalars(const QueueMetrics& m) {
       {q + "lease_expiries", static_cast<double>(s.expired)},
       {q + "released", static_cast<double>(s.released)},
       {q + "duplicates", static_cast<double>(s.duplicates)},
+      {q + "splits", static_cast<double>(s.splits)},
+      {q + "split_items_open", static_cast<double>(s.split_items_open)},
       {q + "take_rate", m.take_rate},
       {q + "complete_rate", m.complete_rate},
   };
@@ -145,6 +147,10 @@ std::string PrometheusText(const std::vector<QueueMetrics>& queues) {
       {"shardq_duplicate_completions_total", "counter",
        "Completions of items already completed.",
        [](const QueueMetrics& m) { return double(m.stats.duplicates); }},
+      {"shardq_splits_total", "counter", "Held items split to rebalance the tail.",
+       [](const QueueMetrics& m) { return double(m.stats.splits); }},
+      {"shardq_split_items_open", "gauge", "Ranges split off held items, not completed yet.",
+       [](const QueueMetrics& m) { return double(m.stats.split_items_open); }},
       {"shardq_take_rate", "gauge", "Items handed out per second (recent).",
        [](const QueueMetrics& m) { return m.take_rate; }},
   };

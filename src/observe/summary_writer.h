@@ -29,8 +29,9 @@ QueueMetrics DeriveMetrics(const QueueStats& now, absl::Time at, const QueueStat
                            absl::Time before_at);
 
 // The scalars of one queue, tag -> value, e.g.
-// "shardq/<queue>/pending", "shardq/<queue>/epoch_0/completed",
-// "shardq/<queue>/take_rate", "shardq/<queue>/worker/<id>/completed".
+// "shardq/<queue>/pending", "shardq/<queue>/splits",
+// "shardq/<queue>/epoch_0/completed", "shardq/<queue>/take_rate",
+// "shardq/<queue>/worker/<id>/completed".
 std::map<std::string, double> Scalars(const QueueMetrics& m);
 
 // Writes events.out.tfevents.<seconds>.<host>.shardq in a log directory.

@@ -76,6 +76,31 @@ TEST(SummaryWriter, PrometheusTextHasOneSamplePerQueueAndEscapesLabels) {
   EXPECT_NE(text.find("shardq_lease_expiries_total{queue=\"we\\\"ird\"} 1"), std::string::npos);
 }
 
+TEST(SummaryWriter, SplitsAreACounterAndOpenSplitItemsAGauge) {
+  QueueStats s = Sample(14, 10);
+  s.splits = 3;
+  s.split_items_open = 1;
+  const std::string text = PrometheusText({DeriveMetrics(s, absl::Now(), nullptr, absl::Now())});
+  EXPECT_NE(text.find("# HELP shardq_splits_total "), std::string::npos);
+  EXPECT_NE(text.find("# TYPE shardq_splits_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("shardq_splits_total{queue=\"train\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("# HELP shardq_split_items_open "), std::string::npos);
+  EXPECT_NE(text.find("# TYPE shardq_split_items_open gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("shardq_split_items_open{queue=\"train\"} 1\n"), std::string::npos);
+}
+
+TEST(SummaryWriter, ScalarsCarrySplitsNextToTheOtherQueueCounters) {
+  QueueStats s = Sample(14, 10);
+  s.splits = 3;
+  s.split_items_open = 1;
+  const std::map<std::string, double> scalars =
+      Scalars(DeriveMetrics(s, absl::Now(), nullptr, absl::Now()));
+  EXPECT_EQ(scalars.at("shardq/train/splits"), 3.0);
+  EXPECT_EQ(scalars.at("shardq/train/split_items_open"), 1.0);
+  // 11 per queue, 3 per epoch (2 epochs), 2 per worker (1 worker).
+  EXPECT_EQ(scalars.size(), 11u + 2 * 3 + 2);
+}
+
 TEST(SummaryWriter, UnwritableDirectoryIsAnError) {
   EXPECT_FALSE(EventFileWriter::Create("/proc/shardq-no/events").ok());
 }

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardq/input_producer.h"
@@ -143,6 +144,58 @@ TEST(ReadItems, TwoWorkersSharingAQueueReadEveryRecordOnce) {
   from_a.insert(from_a.end(), from_b.begin(), from_b.end());
   EXPECT_EQ(Sorted(from_a), Sorted(ExpectedLines(tag, 4, 150)));
   EXPECT_EQ(ValueOrDie(a->Stats()).duplicates, 0);
+}
+
+// Tail rebalancing through the pipeline: a slow consumer's item is split
+// while its reader reads ahead, and the two workers still read every
+// record exactly once.
+TEST(ReadItems, SlowWorkersItemIsSplitAndEveryRecordIsReadOnce) {
+  const std::string tag = UniqueName("split");
+  std::vector<std::string> files = WriteTextFiles(tag, 1, 3000);
+  WorkQueueOptions options;
+  options.name = UniqueName("split");
+  options.works = files;
+  options.num_slices = 2;
+  options.num_clients = 1;
+  options.shuffle = false;
+  options.heartbeat_interval = absl::Milliseconds(10);
+  std::unique_ptr<WorkQueue> slow = ValueOrDie(WorkQueue::Create(options));
+  std::unique_ptr<WorkQueue> fast = ValueOrDie(WorkQueue::Create(options));
+  InterleaveOptions read;
+  read.buffer_size = 8;  // read ahead little, so most of the slow item is splittable
+  std::vector<std::string> from_slow, from_fast;
+  std::thread ts([&] {
+    auto it = ValueOrDie(ReadItems(slow.get(), TextReaderFactory(), read).MakeIterator());
+    while (true) {
+      absl::StatusOr<Record> r = it->Next();
+      if (!r.ok()) {
+        EXPECT_TRUE(absl::IsOutOfRange(r.status())) << r.status();
+        break;
+      }
+      from_slow.push_back(r->value);
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  std::thread tf([&] {
+    auto it = ValueOrDie(ReadItems(fast.get(), TextReaderFactory(), read).MakeIterator());
+    while (true) {
+      absl::StatusOr<Record> r = it->Next();
+      if (!r.ok()) {
+        EXPECT_TRUE(absl::IsOutOfRange(r.status())) << r.status();
+        break;
+      }
+      from_fast.push_back(r->value);
+    }
+  });
+  ts.join();
+  tf.join();
+  const QueueStats stats = ValueOrDie(fast->Stats());
+  EXPECT_GE(stats.splits, 1);
+  EXPECT_EQ(stats.duplicates, 0);
+  // Without a split the slow worker reads its whole slice (1500 lines).
+  EXPECT_LT(from_slow.size(), 1500u);
+  from_slow.insert(from_slow.end(), from_fast.begin(), from_fast.end());
+  EXPECT_EQ(Sorted(from_slow), Sorted(ExpectedLines(tag, 1, 3000)));
 }
 
 class Determinism : public ::testing::TestWithParam<Config> {};

@@ -122,6 +122,7 @@ class ReadStage final : public Stage<R> {
         return block;
       }
       slot.reader = *std::move(reader);
+      slot.reader->SetRange(slot.ticket->item().range);
     }
     block.records.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
     block.offsets.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));

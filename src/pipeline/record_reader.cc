@@ -30,15 +30,20 @@ class TextItemReader final : public RecordReader {
     int64_t offset = 0;
     absl::StatusOr<bool> more = slice_->Next(&record->value, &offset);
     if (!more.ok() || !*more) return more;
+    // A split (tail rebalancing) may have ended the item before this line.
+    if (range_ != nullptr && !range_->Claim(offset)) return false;
     record->key = absl::StrCat(item_, ":", offset);
     return true;
   }
+
+  void SetRange(std::shared_ptr<SplittableRange> range) override { range_ = std::move(range); }
 
   int64_t resume_offset() const override { return slice_->position(); }
 
  private:
   const std::string item_;
   const std::unique_ptr<TextSliceReader> slice_;
+  std::shared_ptr<SplittableRange> range_;
 };
 
 // Hands out one item, once: lets the public TFRecordReader, which reads
@@ -57,6 +62,8 @@ class OneItemSource final : public ItemSource {
     return item_;
   }
   absl::Status ItemDone(const WorkItem&) override { return absl::OkStatus(); }
+  // The wrapped public reader claims records through it.
+  void set_range(std::shared_ptr<SplittableRange> range) { item_.range = std::move(range); }
 
  private:
   WorkItem item_;
@@ -94,6 +101,9 @@ class TFRecordItemReader final : public RecordReader {
   }
 
   int64_t resume_offset() const override { return -1; }
+  void SetRange(std::shared_ptr<SplittableRange> range) override {
+    source_.set_range(std::move(range));
+  }
 
  private:
   TFRecordReader reader_;
@@ -168,6 +178,9 @@ class TableItemReader final : public ItemReader<Row> {
   }
 
   int64_t resume_offset() const override { return -1; }
+  void SetRange(std::shared_ptr<SplittableRange> range) override {
+    source_.set_range(std::move(range));
+  }
 
  private:
   const std::shared_ptr<TableReaderPool> pool_;

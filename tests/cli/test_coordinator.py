@@ -105,6 +105,28 @@ def test_take_prints_an_item_and_unseeded_queue_reports_its_seed(coordinator, tm
     assert item in files
 
 
+def test_create_takes_split_flags_and_status_reports_splits(coordinator, tmp_path):
+    files = make_text_files(tmp_path, 2, 10)
+    off = run("create", "--address", coordinator.address, "--name", "nosplit", "--no-split",
+              *files)
+    assert "created" in off.stdout
+    on = run("create", "--address", coordinator.address, "--name", "split",
+             "--split-min-residual", "64", *files)
+    assert "created" in on.stdout
+    for name in ("nosplit", "split"):
+        status = status_json(coordinator.address, name)
+        assert type(status["splits"]) is int and status["splits"] == 0
+        assert type(status["split_items_open"]) is int and status["split_items_open"] == 0
+    text = run("status", "--address", coordinator.address, "--name", "split").stdout
+    assert "splits 0 (0 open)" in text
+    bad = run("create", "--address", coordinator.address, "--name", "bad",
+              "--split-min-residual", "0", *files, check=False)
+    assert bad.returncode != 0 and "--split-min-residual" in bad.stderr
+    both = run("create", "--address", coordinator.address, "--name", "bad", "--no-split",
+               "--split-min-residual", "8", *files, check=False)
+    assert both.returncode != 0 and "excludes" in both.stderr
+
+
 def test_missing_work_and_unknown_queue_are_clear_errors(coordinator, tmp_path):
     missing = str(tmp_path / "nope.txt")
     proc = run("create", "--address", coordinator.address, "--name", "m", missing, check=False)

@@ -63,8 +63,14 @@ def test_metrics_status_page_and_event_files(start_coordinator, tmp_path, tb_pb2
     assert 'shardq_epoch_items{queue="obs",epoch="1",state="completed"} 6' in metrics
     assert 'shardq_worker_items_completed{queue="obs",worker="w0"} 12' in metrics
     assert "# TYPE shardq_lease_expiries_total counter" in metrics
+    # One worker never finds another's item to split.
+    assert "# TYPE shardq_splits_total counter" in metrics
+    assert 'shardq_splits_total{queue="obs"} 0' in metrics
+    assert "# TYPE shardq_split_items_open gauge" in metrics
+    assert 'shardq_split_items_open{queue="obs"} 0' in metrics
     page = urllib.request.urlopen(f"http://127.0.0.1:{port}/").read().decode()
     assert "queue obs" in page and "w0" in page
+    assert "splits 0 (0 open)" in page
 
     time.sleep(0.3)  # at least one sample after the run
     c.stop()         # writes the final sample
@@ -80,6 +86,7 @@ def test_metrics_status_page_and_event_files(start_coordinator, tmp_path, tb_pb2
     assert values["shardq/obs/completed"] == 12
     assert values["shardq/obs/epoch_0/completed"] == 6
     assert values["shardq/obs/leased"] == 0
+    assert values["shardq/obs/splits"] == 0
     assert values["shardq/obs/worker/w0/completed"] == 12
     steps = [tb_pb2.Event.FromString(r).step for r in records[1:]]
     assert steps == sorted(steps) and len(steps) >= 2

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "shardq/splittable_range.h"
 #include "shardq/table_reader.h"      // Row, TableReaderOptions
 #include "shardq/text_line_reader.h"  // Record
 #include "shardq/tfrecord_reader.h"   // TFRecordReaderOptions
@@ -46,6 +47,13 @@ class ItemReader {
   // -1 when the format cannot resume an item in the middle (a compressed
   // file); the pipeline then reports no progress for the item.
   virtual int64_t resume_offset() const = 0;
+
+  // Called once, before the first Next, with the item's live range (null
+  // when the item cannot be split). A reader that honours splits claims
+  // every record's start offset through it and stops where a split ended
+  // the item (shardq/splittable_range.h). The default ignores it; an item
+  // whose reader never claims a record is never split.
+  virtual void SetRange(std::shared_ptr<SplittableRange> range) {}
 };
 
 // Opens the reader of an item string (a work name, optionally with a
