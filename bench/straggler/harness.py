@@ -486,7 +486,7 @@ def main():
     p.add_argument("--record-us", type=float, default=2000)
     p.add_argument("--files-per-worker", type=int, default=4)
     p.add_argument("--batch", type=int, default=16, help="records per read call")
-    p.add_argument("--heartbeat-ms", type=int, default=200,
+    p.add_argument("--heartbeat-ms", type=int, default=50,
                    help="workers' heartbeat interval; the epochs here last seconds, so "
                         "this is shorter than the client's 1 s default in proportion")
     p.add_argument("--tfdata-workers", type=int, default=2)

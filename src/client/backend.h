@@ -43,11 +43,12 @@ class QueueBackend {
                                absl::string_view worker, uint64_t lease_id) = 0;
   // Renews the leases and records progress (lease id, consumed offset);
   // returns the leases the worker no longer holds and the split proposals
-  // awaiting its answer.
+  // awaiting its answer. While splits are possible the coordinator may hold
+  // the answer up to `wait` for a proposal (CoordinatorImpl::Heartbeat).
   virtual absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids,
-      const std::vector<std::pair<uint64_t, int64_t>>& progress) = 0;
+      const std::vector<std::pair<uint64_t, int64_t>>& progress, absl::Duration wait) = 0;
   // Answers a split proposal (see CoordinatorImpl::AcceptSplit).
   virtual absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
                                            uint64_t lease_id, int64_t split_point) = 0;

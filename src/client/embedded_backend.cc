@@ -32,9 +32,10 @@ class CoordinatorBackend final : public QueueBackend {
   absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids,
-      const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
+      const std::vector<std::pair<uint64_t, int64_t>>& progress,
+      absl::Duration wait) override {
     if (!progress.empty()) coordinator_->ReportProgress(queue, worker, progress).IgnoreError();
-    return coordinator_->Heartbeat(queue, worker, lease_ids);
+    return coordinator_->Heartbeat(queue, worker, lease_ids, wait);
   }
   absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
                                    uint64_t lease_id, int64_t split_point) override {

@@ -105,8 +105,11 @@ class RemoteBackend final : public QueueBackend {
   absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids,
-      const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
+      const std::vector<std::pair<uint64_t, int64_t>>& progress,
+      absl::Duration wait) override {
     v1::HeartbeatRequest req;
+    wait = std::clamp(wait, absl::ZeroDuration(), kLongPoll);
+    req.set_wait_ms(absl::ToInt64Milliseconds(wait));
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
     req.mutable_lease_ids()->Add(lease_ids.begin(), lease_ids.end());
@@ -116,9 +119,10 @@ class RemoteBackend final : public QueueBackend {
       p->set_offset(offset);
     }
     v1::HeartbeatResponse resp;
-    absl::Status s = Unary("Heartbeat", [&](grpc::ClientContext* ctx) {
-      return stub_->Heartbeat(ctx, req, &resp);
-    });
+    absl::Status s = Unary(
+        "Heartbeat",
+        [&](grpc::ClientContext* ctx) { return stub_->Heartbeat(ctx, req, &resp); },
+        wait + kCallTimeout);
     if (!s.ok()) return s;
     return FromProto(resp);
   }

@@ -307,26 +307,34 @@ void WorkQueue::HeartbeatLoop() {
   // At least three renewals per lease period: one lost heartbeat never
   // expires a lease of a live worker.
   const absl::Duration interval = std::min(lease_timeout_ / 3, heartbeat_interval_);
+  // The next heartbeat is due at `due`. While splits are possible the
+  // coordinator holds a heartbeat up to `interval` waiting for a proposal
+  // for us; such a call counts as the wait, and the next follows at once.
+  absl::Time due = absl::Now() + interval;
   while (true) {
     std::vector<uint64_t> leases;
     std::vector<std::pair<uint64_t, int64_t>> progress;
     {
       absl::MutexLock lock(&mu_);
-      const absl::Time wake = absl::Now() + interval;
-      while (!stopping_ && !stop_changed_.WaitWithDeadline(&mu_, wake)) {
+      while (!stopping_ && !stop_changed_.WaitWithDeadline(&mu_, due)) {
       }
       if (stopping_) return;
       for (const auto& [id, item] : held_) leases.push_back(id);
       progress.assign(progress_.begin(), progress_.end());
     }
+    const absl::Time started = absl::Now();
+    due = started + interval;
     if (leases.empty()) continue;
     // Lost leases stay in held_: completing one later may still count (a
     // late first completion) and is otherwise recorded as a duplicate. A
     // lease lost in a coordinator crash is reported here the same way;
     // Complete tells the two apart (NOT_FOUND, see lost_leases()).
     absl::StatusOr<HeartbeatReply> reply =
-        backend_->Heartbeat(name_, worker_id_, leases, progress);
-    if (reply.ok() && !reply->splits.empty()) AnswerSplits(reply->splits);
+        backend_->Heartbeat(name_, worker_id_, leases, progress, interval);
+    if (reply.ok() && !reply->splits.empty()) {
+      AnswerSplits(reply->splits);
+      due = absl::Now();  // more may come: ask again at once
+    }
   }
 }
 

@@ -225,8 +225,9 @@ class RestartableBackend final : public QueueBackend {
   }
   absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker, const std::vector<uint64_t>& lease_ids,
-      const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
-    return Target()->Heartbeat(queue, worker, lease_ids, progress);
+      const std::vector<std::pair<uint64_t, int64_t>>& progress,
+      absl::Duration wait) override {
+    return Target()->Heartbeat(queue, worker, lease_ids, progress, wait);
   }
   absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
                                    uint64_t lease_id, int64_t split_point) override {

@@ -223,6 +223,12 @@ class QueueState {
   // Returns how many expired.
   int64_t ExpireLeases(absl::Time now);
 
+  // True while splits may be proposed: splitting is on, nothing is pending
+  // and items are held (a take would be told to wait).
+  bool SplitsPossible() const {
+    return config_.split && !leases_.empty() && !PeekFront().has_value();
+  }
+
   // Earliest lease deadline; InfiniteFuture when nothing is leased.
   absl::Time NextDeadline() const;
 

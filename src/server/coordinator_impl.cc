@@ -302,6 +302,8 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
           if (journal_ != nullptr) e.grants_behind.push_back(e.last_seq);
           continue;
         }
+        // A heartbeat of the holder may be waiting for this proposal.
+        if (r->proposed_lease != 0) e.changed.SignalAll();
         if (items.empty() && r->outcome == TakeOutcome::kEndOfInput) {
           result = absl::OutOfRangeError(absl::StrCat("queue '", queue, "': end of input"));
         }
@@ -366,7 +368,7 @@ absl::Status CoordinatorImpl::Release(absl::string_view queue,
 
 absl::StatusOr<HeartbeatReply> CoordinatorImpl::Heartbeat(
     absl::string_view queue, absl::string_view worker,
-    const std::vector<uint64_t>& lease_ids) {
+    const std::vector<uint64_t>& lease_ids, absl::Duration wait) {
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
   if (lease_ids.size() > kMaxLeasesPerHeartbeat) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -377,7 +379,13 @@ absl::StatusOr<HeartbeatReply> CoordinatorImpl::Heartbeat(
                            -> absl::StatusOr<HeartbeatReply> {
     const absl::Time now = clock_->Now();
     if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
-    return e.state->Heartbeat(worker, lease_ids, now);
+    HeartbeatReply reply = e.state->Heartbeat(worker, lease_ids, now);
+    const absl::Time until = absl::Now() + std::min(wait, kMaxWaitSlice);
+    while (reply.splits.empty() && e.state->SplitsPossible() && !shutting_down_.load() &&
+           !e.changed.WaitWithDeadline(&e.mu, until)) {
+      reply = e.state->Heartbeat(worker, lease_ids, clock_->Now());
+    }
+    return reply;
   });
 }
 

@@ -120,9 +120,13 @@ class CoordinatorImpl {
                                            uint64_t lease_id);
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id);
+  // While splits are possible (QueueState::SplitsPossible) and none is
+  // proposed to `worker`, waits up to `wait` for one, so that a proposal
+  // reaches its holder at once rather than with its next heartbeat.
   absl::StatusOr<HeartbeatReply> Heartbeat(absl::string_view queue,
                                            absl::string_view worker,
-                                           const std::vector<uint64_t>& lease_ids);
+                                           const std::vector<uint64_t>& lease_ids,
+                                           absl::Duration wait = absl::ZeroDuration());
   // The holder's answer to a split proposal (QueueState::AcceptSplit); an
   // accepted split is durable before this returns, and wakes waiting takes.
   absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,

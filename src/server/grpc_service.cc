@@ -130,7 +130,8 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
         .IgnoreError();
   }
   absl::StatusOr<HeartbeatReply> reply =
-      coordinator_->Heartbeat(req->queue(), req->worker(), ToVector(req->lease_ids()));
+      coordinator_->Heartbeat(req->queue(), req->worker(), ToVector(req->lease_ids()),
+                              absl::Milliseconds(std::max<int64_t>(0, req->wait_ms())));
   if (reply.ok()) ToProto(*reply, resp);
   return ToGrpcStatus(reply.status());
 }
