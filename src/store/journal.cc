@@ -283,16 +283,13 @@ absl::Status Journal::WaitDurable(uint64_t seq) {
   // Leader group commit (as leveldb's DBImpl::Write): a waiter that finds
   // no commit running commits everything pending itself, with no hand-off
   // to another thread; waiters arriving meanwhile wait for that commit,
-  // and one of those not covered by it leads the next. A condition, not a
-  // CondVar: an unlock wakes only the waiters whose entry became durable
-  // or who may lead the next commit.
-  auto ready = [this, seq]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return durable_seq_.load(std::memory_order_relaxed) >= seq || !error_.ok() ||
-           !committing_;
-  };
+  // and one of those not covered by it leads the next. A CondVar, not an
+  // absl::Condition, so that TSan sees every wait (see
+  // src/pipeline/tsan_absl_mutex_shim.cc); each commit wakes all waiters,
+  // which are those it covered plus the candidates to lead the next one.
   while (durable_seq_.load(std::memory_order_relaxed) < seq && error_.ok()) {
     if (committing_) {
-      mu_.Await(absl::Condition(&ready));
+      committed_.Wait(&mu_);
     } else if (pending_.empty()) {
       break;  // `seq` was never appended: nothing to wait for
     } else {
@@ -319,6 +316,7 @@ void Journal::CommitPendingLocked() {
   }
   spare_batch_ = std::move(batch);
   committing_ = false;
+  committed_.SignalAll();
   if (writer_waits_for_commit_) work_.Signal();
 }
 

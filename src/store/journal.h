@@ -120,7 +120,8 @@ class Journal {
   std::unique_ptr<Statements> statements_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar work_;     // appends arrived or stopping
+  absl::CondVar work_;       // for the writer: appends arrived, stopping, commit ended
+  absl::CondVar committed_;  // for waiters: a commit ended (durable_seq_ or error_ changed)
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   absl::Time oldest_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ became non-empty
   std::vector<Pending> spare_batch_ ABSL_GUARDED_BY(mu_);  // reused capacity
