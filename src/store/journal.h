@@ -1,7 +1,7 @@
 // The coordinator's durable state: an append-only journal of updates and
 // per-queue snapshots, in one SQLite database (WAL mode) inside a state
-// directory. Appends are cheap and never block on the disk: a writer thread
-// commits everything appended so far in one transaction (group commit: many
+// directory. Appends are cheap and never block on the disk; a commit writes
+// everything appended so far in one transaction (group commit: many
 // concurrent completions share one fsync), and callers wait for their
 // sequence number to be durable before they answer their client.
 //
