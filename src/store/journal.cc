@@ -268,8 +268,8 @@ void Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
 
 void Journal::AddPendingLocked(Pending p) {
   // The first append starts the clock of kMaxCommitDelay. Only a writer
-  // idling without a deadline needs waking to learn of it; otherwise a
-  // waiter (WaitDurable) or the writer's own deadline ends its wait.
+  // idling without a deadline needs waking to learn of it; otherwise its
+  // own deadline ends its wait (and waiters commit for themselves).
   if (pending_.empty()) {
     oldest_pending_ = absl::Now();
     if (writer_idle_untimed_) work_.Signal();
@@ -280,18 +280,44 @@ void Journal::AddPendingLocked(Pending p) {
 
 absl::Status Journal::WaitDurable(uint64_t seq) {
   absl::MutexLock lock(&mu_);
-  if (seq > requested_seq_ && seq > durable_seq_.load(std::memory_order_relaxed)) {
-    requested_seq_ = seq;
-    work_.Signal();
+  // Leader group commit (as leveldb's DBImpl::Write): a waiter that finds
+  // no commit running commits everything pending itself, with no hand-off
+  // to another thread; waiters arriving meanwhile wait for that commit,
+  // and one of those not covered by it leads the next. A CondVar, not an
+  // absl::Condition, so that TSan sees every wait (see
+  // src/pipeline/tsan_absl_mutex_shim.cc); each commit wakes all waiters,
+  // which are those it covered plus the candidates to lead the next one.
+  while (durable_seq_.load(std::memory_order_relaxed) < seq && error_.ok()) {
+    if (committing_) {
+      committed_.Wait(&mu_);
+    } else if (pending_.empty()) {
+      break;  // `seq` was never appended: nothing to wait for
+    } else {
+      CommitPendingLocked();
+    }
   }
-  // A condition, not a CondVar: the writer's unlock evaluates each waiter's
-  // condition and wakes only those whose entry is now durable, instead of
-  // waking every waiter on every commit.
-  auto done = [this, seq]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return durable_seq_.load(std::memory_order_relaxed) >= seq || !error_.ok();
-  };
-  mu_.Await(absl::Condition(&done));
   return error_;
+}
+
+void Journal::CommitPendingLocked() {
+  committing_ = true;
+  std::vector<Pending> batch = std::move(pending_);
+  pending_ = std::move(spare_batch_);  // empty, with the capacity of a past batch
+  pending_.clear();
+  const uint64_t last = batch.back().seq;
+  mu_.Unlock();  // no lock held across the disk write
+  absl::Status s = Commit(batch);
+  batch.clear();
+  mu_.Lock();
+  if (!s.ok() && error_.ok()) error_ = s;
+  if (s.ok()) {
+    durable_seq_.store(last, std::memory_order_release);
+    ++commits_;
+  }
+  spare_batch_ = std::move(batch);
+  committing_ = false;
+  committed_.SignalAll();
+  if (writer_waits_for_commit_) work_.Signal();
 }
 
 uint64_t Journal::durable_seq() const { return durable_seq_.load(std::memory_order_acquire); }
@@ -311,50 +337,36 @@ int64_t Journal::commits() const {
 }
 
 void Journal::WriterLoop() {
-  // Swapped with pending_ each round, so both vectors keep their capacity.
-  std::vector<Pending> batch;
+  // Commits only what nobody waits for (waiters commit for themselves, see
+  // WaitDurable): kMaxCommitDelay after the oldest pending append, at
+  // kMaxPendingEntries, or when stopping. Idle, it first waits with a
+  // timeout, so that the usual next append (a grant between a client's
+  // completions) needs no wake-up; after kMaxCommitDelay of nothing it
+  // waits without one, and the next append wakes it.
+  absl::MutexLock lock(&mu_);
+  bool idle_timed_out = false;
   while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      // Idle after a commit: a timed wait first, so that the usual next
-      // append (a grant between a client's completions) costs no wake-up;
-      // after kMaxCommitDelay with nothing pending, an untimed wait that the
-      // next append interrupts. Either way an append is committed at most
-      // kMaxCommitDelay after it arrived.
-      bool idle_timed_out = false;
-      while (!CommitDueLocked()) {
-        if (!pending_.empty()) {
-          work_.WaitWithDeadline(&mu_, oldest_pending_ + kMaxCommitDelay);
-        } else if (!idle_timed_out) {
-          idle_timed_out = work_.WaitWithTimeout(&mu_, kMaxCommitDelay);
-        } else {
-          writer_idle_untimed_ = true;
-          work_.Wait(&mu_);
-          writer_idle_untimed_ = false;
-        }
+    if (committing_) {
+      writer_waits_for_commit_ = true;
+      work_.Wait(&mu_);
+      writer_waits_for_commit_ = false;
+    } else if (pending_.empty()) {
+      if (stopping_) return;
+      if (!idle_timed_out) {
+        idle_timed_out = work_.WaitWithTimeout(&mu_, kMaxCommitDelay);
+      } else {
+        writer_idle_untimed_ = true;
+        work_.Wait(&mu_);
+        writer_idle_untimed_ = false;
       }
-      if (pending_.empty()) return;  // stopping, nothing left
-      batch.swap(pending_);
+    } else if (stopping_ || pending_.size() >= kMaxPendingEntries ||
+               absl::Now() >= oldest_pending_ + kMaxCommitDelay) {
+      CommitPendingLocked();
+    } else {
+      idle_timed_out = false;
+      work_.WaitWithDeadline(&mu_, oldest_pending_ + kMaxCommitDelay);
     }
-    absl::Status s = Commit(batch);  // no lock held across the disk write
-    {
-      absl::MutexLock lock(&mu_);
-      if (!s.ok() && error_.ok()) error_ = s;
-      if (s.ok()) {
-        durable_seq_.store(batch.back().seq, std::memory_order_release);
-        ++commits_;
-      }
-    }
-    batch.clear();
   }
-}
-
-bool Journal::CommitDueLocked() const {
-  if (stopping_) return true;
-  if (pending_.empty()) return false;
-  return requested_seq_ > durable_seq_.load(std::memory_order_relaxed) ||
-         pending_.size() >= kMaxPendingEntries ||
-         absl::Now() >= oldest_pending_ + kMaxCommitDelay;
 }
 
 absl::Status Journal::Commit(const std::vector<Pending>& batch) {

@@ -1,15 +1,16 @@
 // The coordinator's durable state: an append-only journal of updates and
 // per-queue snapshots, in one SQLite database (WAL mode) inside a state
-// directory. Appends are cheap and never block on the disk: a writer thread
-// commits everything appended so far in one transaction (group commit: many
+// directory. Appends are cheap and never block on the disk; a commit writes
+// everything appended so far in one transaction (group commit: many
 // concurrent completions share one fsync), and callers wait for their
 // sequence number to be durable before they answer their client.
 //
-// The writer commits when someone waits (WaitDurable, Flush), when
-// kMaxPendingEntries are pending, or kMaxCommitDelay after the oldest
-// pending append, whichever comes first. So an append nobody waits for (a
-// lease grant) rides along with the next waited-for one instead of costing
-// an fsync of its own, and is still on disk within a few milliseconds.
+// A commit happens when someone waits (WaitDurable, Flush: the waiter
+// commits everything pending itself, one commit at a time), or, by a
+// writer thread, when kMaxPendingEntries are pending or kMaxCommitDelay
+// after the oldest pending append. So an append nobody waits for (a lease
+// grant) rides along with the next waited-for one instead of costing an
+// fsync of its own, and is still on disk within a few milliseconds.
 //
 // The journal is one ordered stream: an entry is durable only once every
 // entry appended before it is. A caller may therefore append without
@@ -102,28 +103,31 @@ class Journal {
     uint64_t snapshot_seq = 0;    // for snapshots
   };
 
-  struct Statements;  // prepared once, used by the writer thread only
+  struct Statements;  // prepared once, used by the one running commit
 
   Journal(std::string dir, sqlite3* db, int lock_fd,
           std::unique_ptr<Statements> statements, uint64_t last_seq);
   void AddPendingLocked(Pending p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the writer should commit (or, when stopping with nothing
-  // pending, return) now.
-  bool CommitDueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits everything pending (which must not be empty, with no commit
+  // running), releasing mu_ across the disk write.
+  void CommitPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriterLoop();
   absl::Status Commit(const std::vector<Pending>& batch);
 
   const std::string dir_;
-  sqlite3* const db_;  // used by the writer thread only (after Open)
+  sqlite3* const db_;  // used only by the running commit (after Open)
   const int lock_fd_;
   std::unique_ptr<Statements> statements_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar work_;     // appends arrived or stopping
+  absl::CondVar work_;       // for the writer: appends arrived, stopping, commit ended
+  absl::CondVar committed_;  // for waiters: a commit ended (durable_seq_ or error_ changed)
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   absl::Time oldest_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ became non-empty
-  uint64_t requested_seq_ ABSL_GUARDED_BY(mu_) = 0;  // highest seq a caller waits for
-  bool writer_idle_untimed_ ABSL_GUARDED_BY(mu_) = false;  // see WriterLoop
+  std::vector<Pending> spare_batch_ ABSL_GUARDED_BY(mu_);  // reused capacity
+  bool committing_ ABSL_GUARDED_BY(mu_) = false;  // one commit at a time
+  bool writer_idle_untimed_ ABSL_GUARDED_BY(mu_) = false;     // see WriterLoop
+  bool writer_waits_for_commit_ ABSL_GUARDED_BY(mu_) = false;  // see WriterLoop
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_);
   // Written under mu_ (waiters re-check it under mu_); read lock-free by
   // durable_seq().
