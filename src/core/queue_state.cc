@@ -4,7 +4,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "shardq/slice.h"
 #include "src/core/rng.h"
 
 namespace shardq {
@@ -236,15 +235,13 @@ void QueueState::DropLease(uint64_t lease_id, const Lease& lease) {
   --Worker(lease.worker).held;
 }
 
-namespace {
-
-journal::Update NewUpdate(absl::Time now) {
+journal::Update QueueState::NewUpdate(absl::Time now) {
   journal::Update update;
   update.set_time_us(absl::ToUnixMicros(now));
   return update;
 }
 
-}  // namespace
+bool QueueState::SlotFits(int64_t slot) { return slot < kMaxTotalWork; }
 
 absl::Status QueueState::Commit(const journal::Update& update,
                                 CompleteOutcome* outcome) {
@@ -529,155 +526,6 @@ void QueueState::ResetDeadlines(absl::Time now) {
     lease.granted = now;
     deadlines_.insert({lease.deadline, id});
   }
-}
-
-namespace {
-
-// Where a lease's reader is now, how fast it goes and where its range ends,
-// as far as the coordinator can tell.
-struct Estimate {
-  int64_t start = 0;
-  int64_t end = 0;
-  double position = 0;
-  double rate = 0;  // units per second; 0: unknown
-};
-
-}  // namespace
-
-void QueueState::ParseRange(Lease& lease) const {
-  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
-  if (spec.ok() && spec->start.has_value() && spec->end.has_value()) {
-    lease.start = *spec->start;
-    lease.end = *spec->end;
-  } else {
-    lease.start = lease.end = -1;
-  }
-}
-
-uint64_t QueueState::ProposeSplit(absl::string_view asker, absl::Time now) {
-  const int64_t min_residual = config_.split_min_residual;
-  Lease* best = nullptr;
-  uint64_t best_id = 0;
-  double best_finish = 0;  // seconds from now
-  int64_t best_point = -1;
-  auto asker_record = workers_.find(asker);
-  double asker_rate = asker_record != workers_.end() ? asker_record->second.unit_rate : 0;
-  if (asker_rate <= 0 && rate_count_ > 0) {
-    asker_rate = rate_sum_ / static_cast<double>(rate_count_);
-  }
-  for (auto& [id, lease] : leases_) {
-    if (lease.proposal >= 0) {
-      if (lease.proposed_for == asker) return 0;  // one proposal per asker
-      continue;
-    }
-    if (lease.no_split || lease.start < 0 || lease.worker == asker) continue;
-    Estimate e;
-    e.start = lease.start;
-    e.end = lease.end;
-    e.position = static_cast<double>(e.start);
-    if (lease.progress >= 0) {
-      const double seconds = absl::ToDoubleSeconds(lease.progress_time - lease.granted);
-      if (lease.first_progress >= 0 && lease.progress_time > lease.first_progress_time) {
-        e.rate = static_cast<double>(lease.progress - lease.first_progress) /
-                 absl::ToDoubleSeconds(lease.progress_time - lease.first_progress_time);
-      } else if (seconds > 0) {
-        e.rate = static_cast<double>(lease.progress - e.start) / seconds;
-      }
-      e.position = static_cast<double>(lease.progress) +
-                   e.rate * absl::ToDoubleSeconds(now - lease.progress_time);
-    }
-    e.position = std::min(e.position, static_cast<double>(e.end));
-    const double left = static_cast<double>(e.end) - e.position;
-    if (left < static_cast<double>(2 * min_residual)) continue;
-    // Unknown rates (no progress yet): assume the asker's pace, and split
-    // what is left in half.
-    const double holder_rate = e.rate > 0 ? e.rate : asker_rate;
-    const double finish = holder_rate > 0 ? left / holder_rate : left;
-    if (best != nullptr && finish <= best_finish) continue;
-    // Both finish together: the holder reads [position, S) at its rate,
-    // the asker [S, end) at its own.
-    const double share = (holder_rate > 0 && asker_rate > 0)
-                             ? holder_rate / (holder_rate + asker_rate)
-                             : 0.5;
-    int64_t point = static_cast<int64_t>(e.position + left * share);
-    point = std::max(point, static_cast<int64_t>(e.position) + min_residual);
-    point = std::min(point, e.end - min_residual);
-    if (point <= e.start || point >= e.end) continue;
-    best = &lease;
-    best_id = id;
-    best_finish = finish;
-    best_point = point;
-  }
-  if (best == nullptr) return 0;
-  best->proposal = best_point;
-  best->proposed_for = std::string(asker);
-  return best_id;
-}
-
-absl::StatusOr<bool> QueueState::AcceptSplit(absl::string_view worker, uint64_t lease_id,
-                                             int64_t split_point, absl::Time now) {
-  absl::StatusOr<Lease*> held = HeldBy(worker, lease_id);
-  if (!held.ok()) return held.status();
-  Lease& lease = **held;
-  const int64_t proposed = lease.proposal;
-  lease.proposal = -1;
-  lease.proposed_for.clear();
-  if (split_point < 0) {
-    lease.no_split = true;
-    return false;
-  }
-  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
-  if (!spec.ok()) return spec.status();
-  if (!spec->start.has_value() || !spec->end.has_value() || split_point <= *spec->start ||
-      split_point >= *spec->end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "queue '", config_.name, "': split point ", split_point, " of lease ", lease_id,
-        " is not inside its item '", ItemString(lease.ref), "'"));
-  }
-  if (proposed >= 0 && split_point < proposed) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "queue '", config_.name, "': split point ", split_point, " of lease ", lease_id,
-        " is before the proposed ", proposed));
-  }
-  if (Slot(Ref{0, num_items() + static_cast<int64_t>(extras_.size())}) >= kMaxTotalWork) {
-    lease.no_split = true;
-    return false;
-  }
-  journal::Update update = NewUpdate(now);
-  update.mutable_split()->set_lease_id(lease_id);
-  update.mutable_split()->set_split_point(split_point);
-  if (absl::Status s = Commit(update); !s.ok()) return s;
-  return true;
-}
-
-absl::Status QueueState::ApplySplit(const journal::Split& split) {
-  auto it = leases_.find(split.lease_id());
-  if (it == leases_.end()) {
-    return absl::DataLossError(absl::StrCat("queue '", config_.name,
-                                            "': journal splits unknown lease ",
-                                            split.lease_id()));
-  }
-  const Ref ref = it->second.ref;
-  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(ref));
-  if (!spec.ok() || !spec->start.has_value() || !spec->end.has_value() ||
-      split.split_point() <= *spec->start || split.split_point() >= *spec->end) {
-    return absl::DataLossError(absl::StrCat("queue '", config_.name, "': journal splits lease ",
-                                            split.lease_id(), " at ", split.split_point(),
-                                            " outside its item"));
-  }
-  SliceSpec head = *spec;
-  head.end = split.split_point();
-  SliceSpec rest = *std::move(spec);
-  rest.start = split.split_point();
-  const int64_t parent = IsExtra(ref) ? ExtraOf(ref).parent : ref.index;
-  extras_.push_back(Extra{ref.epoch, parent, FormatItem(rest), false});
-  SetItemString(ref, FormatItem(head));
-  pending_.push_front(Ref{ref.epoch, num_items() + static_cast<int64_t>(extras_.size()) - 1});
-  it->second.end = split.split_point();
-  it->second.proposal = -1;
-  it->second.proposed_for.clear();
-  ++splits_;
-  return absl::OkStatus();
 }
 
 void QueueState::SkipLeaseIdsAfterRecovery() {

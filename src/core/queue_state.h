@@ -326,6 +326,10 @@ class QueueState {
   // Sets the item string a ref hands out (a split head).
   void SetItemString(Ref ref, std::string item);
   absl::Status ApplySplit(const journal::Split& split);
+  // An update stamped `now` (queue_state.cc).
+  static journal::Update NewUpdate(absl::Time now);
+  // Whether a lease slot fits the bits above the lease sequence.
+  static bool SlotFits(int64_t slot);
   // Leases per epoch count planned items only; extras are counted apart.
   void CountLease(Ref ref, int delta);
   void DropLease(uint64_t lease_id, const Lease& lease);
