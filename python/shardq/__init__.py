@@ -63,16 +63,22 @@ class WorkQueue:
     ``seed``), ``prefix``, ``num_slices`` (None: one item per work),
     ``num_clients`` (items one worker may hold at once), ``name``, and
     ``address`` of a coordinator (None: from the environment, else embedded).
+    ``split`` (keyword): tail rebalancing, on by default: when a worker finds
+    nothing left to take, an item another worker is still reading is split
+    and the rest handed to it; ``split_min_residual`` is the smallest range
+    split off (bytes; rows for tables). ``stats()`` reports ``splits``.
     """
 
     def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, num_clients=1, name="work_queue", address=None, *,
-                 lease_timeout=30.0, worker_id=None, token=None, tls_ca=None):
+                 lease_timeout=30.0, worker_id=None, token=None, tls_ca=None, split=True,
+                 split_min_residual=1):
         self._native = _shardq._WorkQueue(
             _check_works(works), int(num_epochs), bool(shuffle),
             None if seed is None else int(seed), prefix,
             None if num_slices is None else int(num_slices), int(num_clients), str(name),
-            address, float(lease_timeout), worker_id, token, tls_ca, False)
+            address, float(lease_timeout), worker_id, token, tls_ca, False, bool(split),
+            int(split_min_residual))
 
     @classmethod
     def attach(cls, name="work_queue", address=None, *, worker_id=None, token=None,

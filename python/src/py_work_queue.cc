@@ -36,6 +36,8 @@ py::dict StatsToDict(const QueueStats& s) {
   d["expired"] = s.expired;
   d["released"] = s.released;
   d["duplicates"] = s.duplicates;
+  d["splits"] = s.splits;
+  d["split_items_open"] = s.split_items_open;
   d["finished"] = s.finished;
   py::list epochs;
   for (const EpochStats& e : s.epochs) {
@@ -207,7 +209,7 @@ void BindWorkQueue(py::module_& m) {
                        std::string name, std::optional<std::string> address,
                        double lease_timeout, std::optional<std::string> worker_id,
                        std::optional<std::string> token, std::optional<std::string> tls_ca,
-                       bool attach) {
+                       bool attach, bool split, int64_t split_min_residual) {
              WorkQueueOptions o;
              o.works = std::move(works);
              o.num_epochs = num_epochs;
@@ -222,6 +224,8 @@ void BindWorkQueue(py::module_& m) {
              o.worker_id = worker_id.value_or("");
              o.token = token.value_or("");
              o.tls_ca_file = tls_ca.value_or("");
+             o.split = split;
+             o.split_min_residual = split_min_residual;
              absl::StatusOr<std::unique_ptr<WorkQueue>> queue;
              {
                py::gil_scoped_release release;
@@ -232,7 +236,8 @@ void BindWorkQueue(py::module_& m) {
            py::arg("works"), py::arg("num_epochs"), py::arg("shuffle"), py::arg("seed"),
            py::arg("prefix"), py::arg("num_slices"), py::arg("num_clients"), py::arg("name"),
            py::arg("address"), py::arg("lease_timeout"), py::arg("worker_id"),
-           py::arg("token"), py::arg("tls_ca"), py::arg("attach"))
+           py::arg("token"), py::arg("tls_ca"), py::arg("attach"), py::arg("split") = true,
+           py::arg("split_min_residual") = 1)
       .def("take", &PyWorkQueue::Take, py::arg("timeout") = py::none())
       .def("complete", &PyWorkQueue::Complete, py::arg("item"))
       .def("release", &PyWorkQueue::Release, py::arg("item"))

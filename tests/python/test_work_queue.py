@@ -146,3 +146,49 @@ def test_context_manager_gives_items_back(text_files):
         q.take()
     other = shardq.WorkQueue(files, name=name, worker_id="second")
     assert other.take(timeout=5) == files[0]
+
+
+def _read_with_a_straggler(tmp_path, split):
+    """Two workers over 2 slices of 1200 equal lines; "slow" sleeps 2 ms a line."""
+    path = tmp_path / f"lines-{split}.txt"
+    path.write_text("".join(f"line-{i:06d}\n" for i in range(1200)))
+    name = unique("tail")
+    queues = {w: shardq.WorkQueue([str(path)], num_slices=2, shuffle=False, name=name,
+                                  worker_id=w, split=split)
+              for w in ("slow", "fast")}
+    lines = {"slow": [], "fast": []}
+
+    def work(w):
+        reader = shardq.TextLineReader()
+        while True:
+            try:
+                _, values = reader.read_up_to(queues[w], 4)
+            except shardq.OutOfRangeError:
+                return
+            for v in values:
+                if w == "slow":
+                    time.sleep(0.002)
+                lines[w].append(v)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in ("slow", "fast")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return lines, queues["fast"].stats()
+
+
+def test_a_stragglers_item_is_split_and_every_line_is_read_once(tmp_path):
+    lines, stats = _read_with_a_straggler(tmp_path, split=True)
+    everything = sorted(lines["slow"] + lines["fast"])
+    assert everything == [f"line-{i:06d}".encode() for i in range(1200)]
+    assert stats["splits"] >= 1
+    assert stats["split_items_open"] == 0 and stats["finished"]
+    # Without the split the slow worker reads its whole 600-line slice.
+    assert len(lines["slow"]) < 600
+
+
+def test_split_false_keeps_whole_slices(tmp_path):
+    lines, stats = _read_with_a_straggler(tmp_path, split=False)
+    assert stats["splits"] == 0
+    assert sorted(map(len, lines.values())) == [0, 1200] or len(lines["slow"]) % 600 == 0
