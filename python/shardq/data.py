@@ -17,13 +17,19 @@ dicts of numpy arrays whose memory is the C++ parser's buffer (no copy;
 ``torch.from_numpy`` shares it too). Iterating waits with the GIL
 released, and Ctrl-C interrupts a blocked ``next``.
 
-Items are completed only when every one of their records has left the
-pipeline (returned to Python, or dropped by ``drop_remainder`` / split), so
-a worker that stops, or dies, mid-item leaves it to be read again; dropping
-an iterator (or ``close()``) gives its unfinished items back to the queue.
-The pipeline then holds items whose records wait in its buffers: give the
-queue a ``num_clients`` of at least the batch size (or enough items to fill
-a batch), otherwise ``batch`` fails with FailedPreconditionError saying so.
+With ``complete="consumed"``, items are completed only when every one of
+their records has left the pipeline (returned to Python, or dropped by
+``drop_remainder`` / split), so a worker that stops, or dies, mid-item
+leaves it to be read again; dropping an iterator (or ``close()``) gives its
+unfinished items back to the queue. The pipeline then holds items whose
+records wait in its buffers: the queue needs a ``num_clients`` large enough
+for the items one batch spans (at most the batch size), otherwise ``batch``
+fails with FailedPreconditionError saying so. With ``complete="read"`` an
+item is completed once all its records are read into the pipeline, as the
+readers do; a crash may then lose what its buffers held. The default,
+``"auto"``, is "read" for a queue with ``num_clients=1`` (the default,
+where a batch spanning two items could never be filled otherwise) and
+"consumed" for any larger ``num_clients``.
 
 A Python ``map`` callable is GIL-bound: it runs in the consumer's thread,
 and so do the stages after it (as Python generators, where a completed item
@@ -132,7 +138,7 @@ class Dataset:
         native_ops, python_ops = _plan(self._ops)
         builder = _shardq._Pipeline(source["queue"], source["reader"], source["on_corrupt"],
                                     source["cycle_length"], source["num_parallel_reads"],
-                                    source["read_size"])
+                                    source["read_size"], source["complete_when_read"])
         for name, *args in native_ops:
             if name == "parse_example":
                 parser, threads = args
@@ -279,23 +285,31 @@ _PY_STAGES = {"map": _py_map, "parse_example": _py_parse_example, "shuffle": _py
 
 
 def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
-               cycle_length=None, num_parallel_reads=1):
+               cycle_length=None, num_parallel_reads=1, complete="auto"):
     """The records of a WorkQueue's items, read by the C++ pipeline: bytes
     for "text" and "tfrecord", dict rows (column -> value) for "table".
 
     ``cycle_length``: items read at once, taking turns (default: up to 4,
     at most the queue's num_clients); ``num_parallel_reads``: threads
     reading them; ``read_size``: rows fetched per query for tables;
-    ``on_corrupt``: "fail" or "skip" corrupt TFRecord regions. The
-    pipeline must be the queue's only taker (no take() on it meanwhile)."""
+    ``on_corrupt``: "fail" or "skip" corrupt TFRecord regions;
+    ``complete``: "consumed", "read" or "auto" (see the module docstring).
+    The pipeline must be the queue's only taker (no take() on it
+    meanwhile)."""
     if reader not in _READERS:
         raise shardq.InvalidArgumentError(
             f"reader must be 'text', 'tfrecord' or 'table', got {reader!r}")
     if on_corrupt not in ("fail", "skip"):
         raise shardq.InvalidArgumentError(
             f"on_corrupt must be 'fail' or 'skip', got {on_corrupt!r}")
+    if complete not in ("auto", "consumed", "read"):
+        raise shardq.InvalidArgumentError(
+            f"complete must be 'auto', 'consumed' or 'read', got {complete!r}")
+    if complete == "auto":
+        complete = "read" if queue.num_clients == 1 else "consumed"
     if cycle_length is None:
         cycle_length = min(4, queue.num_clients)
     return Dataset(None, (), dict(queue=queue, reader=reader, on_corrupt=on_corrupt,
                                   read_size=int(read_size), cycle_length=int(cycle_length),
-                                  num_parallel_reads=int(num_parallel_reads)))
+                                  num_parallel_reads=int(num_parallel_reads),
+                                  complete_when_read=complete == "read"))

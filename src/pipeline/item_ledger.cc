@@ -142,7 +142,8 @@ absl::Status ItemLedger::FinishReading(
   {
     absl::MutexLock lock(&mu_);
     ticket->read_all_ = true;
-    if (ticket->done_ || ticket->consumed_ != ticket->emitted_) {
+    if (ticket->done_ ||
+        (!options_.complete_when_read && ticket->consumed_ != ticket->emitted_)) {
       return absl::OkStatus();
     }
     ticket->done_ = true;

@@ -143,6 +143,7 @@ struct LedgerOptions {
   std::string name;              // the reading stage's, for errors
   int64_t max_items_held = 0;    // resolved: > 0, or 0 for unlimited
   absl::Duration take_poll_interval = absl::Milliseconds(100);
+  bool complete_when_read = false;  // see InterleaveOptions
 };
 
 // Why a stalled pipeline cannot get more records.

@@ -126,6 +126,31 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.label;
     });
 
+// complete_when_read: with one held item, batches spanning items fill, and
+// each item is completed once read into the pipeline.
+TEST(ReadItems, CompleteWhenReadBatchesAcrossItemsWithOneHeldItem) {
+  const std::string tag = UniqueName("onheld");
+  std::vector<std::string> files = WriteTextFiles(tag, 5, 7);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/1);
+  InterleaveOptions read;
+  read.complete_when_read = true;
+  BatchOptions batch;
+  batch.batch_size = 16;
+  auto it = ValueOrDie(ReadItems(queue.get(), TextReaderFactory(), read).Batch(batch)
+                           .MakeIterator());
+  std::vector<std::string> values;
+  while (true) {
+    absl::StatusOr<Batch<Record>> next = it->Next();
+    if (absl::IsOutOfRange(next.status())) break;
+    ASSERT_TRUE(next.ok()) << next.status();
+    for (const Record& r : next->rows) values.push_back(r.value);
+  }
+  EXPECT_EQ(Sorted(values), Sorted(ExpectedLines(tag, 5, 7)));
+  const QueueStats stats = ValueOrDie(queue->Stats());
+  EXPECT_TRUE(stats.finished);
+  EXPECT_EQ(stats.completed, 5);
+}
+
 TEST(ReadItems, TwoWorkersSharingAQueueReadEveryRecordOnce) {
   const std::string tag = UniqueName("workers");
   std::vector<std::string> files = WriteTextFiles(tag, 4, 150);

@@ -108,6 +108,7 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
   ledger_options.name = resolved.name;
   ledger_options.max_items_held = resolved.max_items_held;
   ledger_options.take_poll_interval = resolved.take_poll_interval;
+  ledger_options.complete_when_read = resolved.complete_when_read;
   context->ledger =
       std::make_unique<ItemLedger>(source, work_queue, ledger_options);
   ItemLedger* ledger = context->ledger.get();

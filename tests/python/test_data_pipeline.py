@@ -93,9 +93,25 @@ def test_items_complete_only_when_their_records_are_consumed(text_files):
 
 def test_too_few_held_items_for_a_batch_fail_clearly(tmp_path):
     files = write_files(tmp_path, 2, 10, width=1)
-    ds = shardq.data.from_queue(queue_of(files, num_clients=1), reader="tfrecord").batch(16)
+    ds = shardq.data.from_queue(queue_of(files, num_clients=1), reader="tfrecord",
+                                complete="consumed").batch(16)
     with pytest.raises(shardq.FailedPreconditionError, match="num_clients"):
         list(ds)
+
+
+def test_default_queue_batches_across_items_completing_them_when_read(tmp_path):
+    # num_clients=1 (the default): "auto" completes an item once it is read
+    # into the pipeline, so batches of 16 span the 10-record items.
+    files = write_files(tmp_path, 5, 10, width=1)
+    queue = queue_of(files, num_epochs=2)
+    batches = list(shardq.data.from_queue(queue, reader="tfrecord").batch(16))
+    records = [r for b in batches for r in b]
+    assert [len(b) for b in batches[:-1]] == [16] * (len(batches) - 1)
+    assert collections.Counter(records) == collections.Counter(
+        {r: 2 for r in set(records)})
+    assert len(records) == 2 * 5 * 10
+    stats = queue.stats()
+    assert stats["finished"] and stats["completed"] == 10
 
 
 def _blocked_pipeline(text_files):

@@ -58,6 +58,16 @@ struct InterleaveOptions {
   // batch, a few more than cycle_length is plenty.
   int64_t max_items_held = 0;
 
+  // false (the default): an item is completed once every record of it has
+  // left the pipeline, so a crash never loses records waiting in buffers.
+  // true: once every record of it has been read into the pipeline, as the
+  // plain readers do (TextLineReader & co. complete an item when ReadUpTo
+  // has returned its last record). The pipeline then never holds more than
+  // cycle_length items, so a batch spanning items can always be filled even
+  // with max_items_held = 1; a crash may lose the records of completed
+  // items still in buffers (at most the buffers' capacity).
+  bool complete_when_read = false;
+
   // true: an item slot whose item ran out waits for the source's next item
   // in its turn, so the order of records is a function of the order of
   // items (and of these options) only. false: the other slots go on
