@@ -27,6 +27,7 @@ MODE_LABELS = {
     "slices-50n": "shardq, num_slices = 50N",
     "slices-100n": "shardq, num_slices = 100N",
     "slices-10n-prefetch2": "shardq, 10N, input producer holding 2 items",
+    "split-10n": "shardq, 10N, tail rebalancing (splits in flight)",
     "tfdata": "tf.data service, ShardingPolicy.DYNAMIC",
     "ray-blocks-10n": "Ray Data streaming_split, 10N blocks",
     "ray": "Ray Data streaming_split, default blocks",
