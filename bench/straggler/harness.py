@@ -482,7 +482,9 @@ def main():
     p.add_argument("--models", default="uniform,two-slow,lognormal")
     p.add_argument("--modes", default="static,slices-10n,slices-50n,split-10n,"
                                       "slices-10n-prefetch2,tfdata,ray-blocks-10n")
-    p.add_argument("--records-per-worker", type=int, default=1500)
+    # 3000 x 2 ms: a 6.5 s ideal epoch, long enough that start-up and the
+    # last rounds of splitting are not most of the tail.
+    p.add_argument("--records-per-worker", type=int, default=3000)
     p.add_argument("--record-us", type=float, default=2000)
     p.add_argument("--files-per-worker", type=int, default=4)
     p.add_argument("--batch", type=int, default=16, help="records per read call")
