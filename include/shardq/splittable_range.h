@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <optional>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
 namespace shardq {

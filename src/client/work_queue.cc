@@ -357,7 +357,10 @@ void WorkQueue::AnswerSplits(const std::vector<SplitProposal>& proposals) {
     split_in_flight_.erase(p.lease_id);
     // The reader stops at `at` whatever happens; if the coordinator did not
     // record the split, completing the item would skip [at, end).
-    if (at.has_value() && !(recorded.ok() && *recorded)) split_unrecorded_.insert(p.lease_id);
+    // (Unless the item was completed meanwhile: then nothing remains to do.)
+    if (at.has_value() && !(recorded.ok() && *recorded) && held_.contains(p.lease_id)) {
+      split_unrecorded_.insert(p.lease_id);
+    }
     split_settled_.SignalAll();
   }
 }

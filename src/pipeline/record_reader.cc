@@ -70,6 +70,40 @@ class OneItemSource final : public ItemSource {
   bool handed_out_ = false;
 };
 
+// Hands out one item's records from a public reader's ReadUpTo, a chunk at
+// a time.
+template <typename R>
+class Chunks {
+ public:
+  // `read` returns the next chunk; OUT_OF_RANGE or an empty chunk is the
+  // end of the item.
+  template <typename Read>
+  absl::StatusOr<bool> Next(R* out, Read read) {
+    if (next_ == chunk_.size()) {
+      if (exhausted_) return false;
+      absl::StatusOr<std::vector<R>> chunk = read();
+      if (absl::IsOutOfRange(chunk.status())) chunk = std::vector<R>();
+      if (!chunk.ok()) return chunk.status();
+      chunk_ = *std::move(chunk);
+      next_ = 0;
+      if (chunk_.empty()) {
+        exhausted_ = true;
+        return false;
+      }
+    }
+    *out = std::move(chunk_[next_++]);
+    return true;
+  }
+
+  // True once the end of the item was reached.
+  bool exhausted() const { return exhausted_; }
+
+ private:
+  std::vector<R> chunk_;
+  size_t next_ = 0;
+  bool exhausted_ = false;
+};
+
 class TFRecordItemReader final : public RecordReader {
  public:
   // Records read per call of the underlying reader: enough to amortise
@@ -80,24 +114,7 @@ class TFRecordItemReader final : public RecordReader {
       : reader_(options), source_(std::move(item)) {}
 
   absl::StatusOr<bool> Next(Record* record) override {
-    if (next_ == chunk_.size()) {
-      if (exhausted_) return false;
-      absl::StatusOr<std::vector<Record>> chunk =
-          reader_.ReadUpTo(source_, kChunk);
-      if (absl::IsOutOfRange(chunk.status())) {
-        exhausted_ = true;
-        return false;
-      }
-      if (!chunk.ok()) return chunk.status();
-      chunk_ = *std::move(chunk);
-      next_ = 0;
-      if (chunk_.empty()) {
-        exhausted_ = true;
-        return false;
-      }
-    }
-    *record = std::move(chunk_[next_++]);
-    return true;
+    return chunks_.Next(record, [this] { return reader_.ReadUpTo(source_, kChunk); });
   }
 
   int64_t resume_offset() const override { return -1; }
@@ -108,9 +125,7 @@ class TFRecordItemReader final : public RecordReader {
  private:
   TFRecordReader reader_;
   OneItemSource source_;
-  std::vector<Record> chunk_;
-  size_t next_ = 0;
-  bool exhausted_ = false;
+  Chunks<Record> chunks_;
 };
 
 // TableReaders between items. Thread-safe.
@@ -154,27 +169,11 @@ class TableItemReader final : public ItemReader<Row> {
   // A reader that stopped mid-item still holds that item: dropped, not
   // lent again.
   ~TableItemReader() override {
-    if (exhausted_) pool_->Return(std::move(reader_));
+    if (chunks_.exhausted()) pool_->Return(std::move(reader_));
   }
 
   absl::StatusOr<bool> Next(Row* row) override {
-    if (next_ == chunk_.size()) {
-      if (exhausted_) return false;
-      absl::StatusOr<std::vector<Row>> chunk = reader_->ReadUpTo(source_, kChunk);
-      if (absl::IsOutOfRange(chunk.status())) {
-        exhausted_ = true;
-        return false;
-      }
-      if (!chunk.ok()) return chunk.status();
-      chunk_ = *std::move(chunk);
-      next_ = 0;
-      if (chunk_.empty()) {
-        exhausted_ = true;
-        return false;
-      }
-    }
-    *row = std::move(chunk_[next_++]);
-    return true;
+    return chunks_.Next(row, [this] { return reader_->ReadUpTo(source_, kChunk); });
   }
 
   int64_t resume_offset() const override { return -1; }
@@ -186,9 +185,7 @@ class TableItemReader final : public ItemReader<Row> {
   const std::shared_ptr<TableReaderPool> pool_;
   std::unique_ptr<TableReader> reader_;
   OneItemSource source_;
-  std::vector<Row> chunk_;
-  size_t next_ = 0;
-  bool exhausted_ = false;
+  Chunks<Row> chunks_;
 };
 
 }  // namespace

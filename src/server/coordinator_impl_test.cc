@@ -76,6 +76,36 @@ TEST(CoordinatorImpl, BlockedTakeWakesWhenAnotherWorkerReleases) {
   EXPECT_EQ((*got)[0].index, (*held)[0].index);
 }
 
+// Tail rebalancing: a holder's heartbeat held by the coordinator returns
+// as soon as a waiting take proposes a split of its item.
+TEST(CoordinatorImpl, HeldHeartbeatReturnsWithTheProposalATakeMakes) {
+  FakeClock clock;  // rates: slow reads 10 units in 10 s
+  CoordinatorImpl c(&clock);
+  QueueConfig config = Config("q", 2);
+  config.items = {"f?start=0&end=1000", "g?start=0&end=1000"};
+  config.shuffle = false;
+  ASSERT_TRUE(c.CreateQueue(config).ok());
+  std::vector<WorkItem> slow = *c.Take("q", "slow", 1, absl::InfinitePast());
+  std::vector<WorkItem> fast = *c.Take("q", "fast", 1, absl::InfinitePast());
+  clock.Advance(absl::Seconds(10));
+  ASSERT_TRUE(c.ReportProgress("q", "slow", {{slow[0].lease_id, 10}}).ok());
+  ASSERT_TRUE(c.Complete("q", "fast", fast[0].lease_id).ok());
+  // Nothing is pending now, but no proposal exists yet: the heartbeat waits.
+  absl::StatusOr<HeartbeatReply> reply;
+  std::thread holder([&] {
+    reply = c.Heartbeat("q", "slow", {slow[0].lease_id}, absl::Seconds(30));
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  // The idle worker's take proposes a split (and waits: nothing to hand out).
+  EXPECT_TRUE(c.Take("q", "fast", 1, absl::InfinitePast())->empty());
+  holder.join();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->splits.size(), 1u);
+  EXPECT_EQ(reply->splits[0].lease_id, slow[0].lease_id);
+  EXPECT_GT(reply->splits[0].split_point, 10);
+  EXPECT_LT(reply->splits[0].split_point, 1000);
+}
+
 TEST(CoordinatorImpl, TakeAtDeadlineReturnsNothingWhileItemsAreHeld) {
   CoordinatorImpl c;
   ASSERT_TRUE(c.CreateQueue(Config("q", 1)).ok());
