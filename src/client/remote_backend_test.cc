@@ -1,5 +1,6 @@
 #include "src/client/remote_backend.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -16,10 +17,14 @@
 namespace shardq {
 namespace {
 
-std::unique_ptr<CoordinatorServer> StartServer(const std::string& token = "") {
+// With `state_dir`, a durable coordinator: its Complete is answered by
+// callback once the journal has stored it (see grpc_service.h).
+std::unique_ptr<CoordinatorServer> StartServer(const std::string& token = "",
+                                               const std::string& state_dir = "") {
   ServerOptions options;
   options.listen = "127.0.0.1:0";
   options.token = token;
+  options.state_dir = state_dir;
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
   EXPECT_TRUE(server.ok()) << server.status();
   return *std::move(server);
@@ -46,8 +51,24 @@ std::vector<std::string> MakeFiles(const std::string& tag, int files, int lines)
   return paths;
 }
 
-TEST(RemoteBackend, WorkQueuesInManyThreadsReadEveryLineOncePerEpochOverGrpc) {
-  std::unique_ptr<CoordinatorServer> server = StartServer();
+std::string FreshStateDir(const std::string& name) {
+  std::string dir = absl::StrCat(testing::TempDir(), "/remote-state-", name, "-", ::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+class RemoteBackendBothModes : public testing::TestWithParam<bool> {
+ protected:
+  std::string StateDir(const std::string& name) { return GetParam() ? FreshStateDir(name) : ""; }
+};
+
+INSTANTIATE_TEST_SUITE_P(InMemoryAndDurable, RemoteBackendBothModes, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Durable" : "InMemory";
+                         });
+
+TEST_P(RemoteBackendBothModes, WorkQueuesInManyThreadsReadEveryLineOncePerEpochOverGrpc) {
+  std::unique_ptr<CoordinatorServer> server = StartServer("", StateDir("many"));
   std::vector<std::string> files = MakeFiles("remote", 4, 50);
   std::mutex mu;
   std::map<std::string, int> lines;
@@ -103,13 +124,29 @@ TEST(RemoteBackend, EndOfInputIsOutOfRange) {
   EXPECT_TRUE(absl::IsOutOfRange(backend->Take("eoi", "w", 1, absl::Now()).status()));
 }
 
-TEST(RemoteBackend, MissingOrWrongTokenIsUnauthenticated) {
-  std::unique_ptr<CoordinatorServer> server = StartServer("tok");
+TEST_P(RemoteBackendBothModes, MissingOrWrongTokenIsUnauthenticated) {
+  std::unique_ptr<CoordinatorServer> server = StartServer("tok", StateDir("token"));
   EXPECT_EQ(Connect(server->port())->AllStats().status().code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(Connect(server->port(), "nope")->AllStats().status().code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_TRUE(Connect(server->port(), "tok")->AllStats().ok());
+  std::shared_ptr<QueueBackend> good = Connect(server->port(), "tok");
+  EXPECT_TRUE(good->AllStats().ok());
+  // Complete too (a callback method on a durable server).
+  QueueConfig config;
+  config.name = "tokq";
+  config.items = {"only"};
+  ASSERT_TRUE(good->CreateQueue(config).ok());
+  absl::StatusOr<std::vector<WorkItem>> items = good->Take("tokq", "w", 1, absl::Now());
+  ASSERT_TRUE(items.ok()) << items.status();
+  ASSERT_EQ(items->size(), 1u);
+  const uint64_t lease = (*items)[0].lease_id;
+  EXPECT_EQ(Connect(server->port(), "nope")->Complete("tokq", "w", lease).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(*good->Complete("tokq", "w", lease), CompleteOutcome::kCompleted);
+  EXPECT_EQ(*good->Complete("tokq", "w", lease), CompleteOutcome::kDuplicate);
+  EXPECT_EQ(good->Complete("no-such-queue", "w", lease).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(RemoteBackend, UnreachableCoordinatorIsUnavailableAfterTheRetryBudget) {

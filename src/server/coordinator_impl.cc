@@ -159,11 +159,13 @@ bool CoordinatorImpl::TooManyGrantsBehind(Entry& e) {
 
 absl::Status CoordinatorImpl::Durable(uint64_t seq) {
   if (journal_ == nullptr || seq == 0) return absl::OkStatus();
-  absl::Status s = journal_->WaitDurable(seq);
-  if (!s.ok()) {
-    return absl::InternalError(absl::StrCat("coordinator cannot store state: ", s.message()));
-  }
-  return s;
+  return StoreError(journal_->WaitDurable(seq));
+}
+
+absl::Status CoordinatorImpl::StoreError(const absl::Status& journal_error) {
+  if (journal_error.ok()) return journal_error;
+  return absl::InternalError(
+      absl::StrCat("coordinator cannot store state: ", journal_error.message()));
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::AddQueue(
@@ -349,9 +351,37 @@ absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
     absl::string_view queue, absl::string_view worker, uint64_t lease_id) {
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    absl::StatusOr<CompleteOutcome> outcome = e.state->Complete(worker, lease_id, clock_->Now());
-    if (outcome.ok()) e.changed.SignalAll();
-    return outcome;
+    return CompleteLocked(e, worker, lease_id);
+  });
+}
+
+absl::StatusOr<CompleteOutcome> CoordinatorImpl::CompleteLocked(Entry& e,
+                                                                absl::string_view worker,
+                                                                uint64_t lease_id) {
+  absl::StatusOr<CompleteOutcome> outcome = e.state->Complete(worker, lease_id, clock_->Now());
+  if (outcome.ok()) e.changed.SignalAll();  // a take may wait for the queue to finish
+  return outcome;
+}
+
+void CoordinatorImpl::CompleteAsync(
+    absl::string_view queue, absl::string_view worker, uint64_t lease_id,
+    std::function<void(absl::StatusOr<CompleteOutcome>)> done) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return done(s);
+  absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
+  if (!entry.ok()) return done(entry.status());
+  Entry& e = **entry;
+  absl::StatusOr<CompleteOutcome> outcome;
+  uint64_t seq;
+  {
+    absl::MutexLock lock(&e.mu);
+    outcome = CompleteLocked(e, worker, lease_id);
+    seq = AfterChange(e);
+  }
+  if (journal_ == nullptr || seq == 0) return done(std::move(outcome));
+  journal_->OnDurable(seq, [outcome = std::move(outcome),
+                            done = std::move(done)](absl::Status stored) mutable {
+    if (!stored.ok()) return done(StoreError(stored));
+    done(std::move(outcome));
   });
 }
 

@@ -8,7 +8,8 @@
 // waits for its update to be durable before it answers. The mutex is never
 // held across the disk write (group commit lets concurrent calls share one
 // fsync). Later updates are journaled after earlier ones, so anything a
-// client saw depends only on durable or still-pending state.
+// client saw depends only on durable or still-pending state. CompleteAsync
+// is the same without the wait: it answers by callback once durable.
 //
 // One exception: lease grants (and the expiries a Take notices) are written
 // behind. A Take that hands out items journals them in the same ordered
@@ -39,6 +40,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -118,6 +120,12 @@ class CoordinatorImpl {
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                            absl::string_view worker,
                                            uint64_t lease_id);
+  // Complete without blocking the caller until the completion is durable:
+  // `done` gets the same answer, inline when nothing needs the disk, else
+  // on the journal's thread once the completion is durable (it must be
+  // quick). For servers that should not park a thread per waiting call.
+  void CompleteAsync(absl::string_view queue, absl::string_view worker, uint64_t lease_id,
+                     std::function<void(absl::StatusOr<CompleteOutcome>)> done);
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id);
   // While splits are possible (QueueState::SplitsPossible) and none is
@@ -185,8 +193,13 @@ class CoordinatorImpl {
   // with. True when too many are still behind for a Take to answer without
   // waiting for the disk.
   bool TooManyGrantsBehind(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  absl::StatusOr<CompleteOutcome> CompleteLocked(Entry& e, absl::string_view worker,
+                                                 uint64_t lease_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Waits (without any lock) until `seq` is durable.
   absl::Status Durable(uint64_t seq);
+  // The error a call returns when the journal cannot store its change.
+  static absl::Status StoreError(const absl::Status& journal_error);
   // Runs `change(entry)` (returning absl::Status or StatusOr) under the
   // queue's mutex, then waits, unlocked, until what it journaled is durable.
   // NOT_FOUND for an unknown queue.

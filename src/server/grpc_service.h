@@ -29,11 +29,15 @@ struct ServerOptions {
   std::string state_dir;
 };
 
-// Thread-safe (handlers run on gRPC's threads).
+// Thread-safe (handlers run on gRPC's threads). Synchronous handlers,
+// except Complete with `complete_async` (a coordinator with a state dir):
+// then it is a callback method, so that a completion waiting for its group
+// commit holds no thread (the journal answers it once durable). In memory,
+// where a completion never waits, the synchronous handler answers sooner.
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
   // `coordinator` must outlive the service.
-  CoordinatorService(CoordinatorImpl* coordinator, std::string token);
+  CoordinatorService(CoordinatorImpl* coordinator, std::string token, bool complete_async);
 
   grpc::Status CreateQueue(grpc::ServerContext* ctx, const v1::CreateQueueRequest* req,
                            v1::QueueInfo* resp) override;
@@ -62,7 +66,11 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
  private:
   // UNAUTHENTICATED unless the call carries the token (when one is set).
-  absl::Status Authorize(const grpc::ServerContext& ctx) const;
+  absl::Status Authorize(const grpc::ServerContextBase& ctx) const;
+  // Complete as a callback method (see the class comment).
+  grpc::ServerUnaryReactor* CompleteAsync(grpc::CallbackServerContext* ctx,
+                                          const v1::CompleteRequest* req,
+                                          v1::CompleteResponse* resp);
 
   CoordinatorImpl* const coordinator_;
   const std::string token_;
@@ -88,7 +96,8 @@ class CoordinatorServer {
   void Shutdown(absl::Duration grace = absl::Seconds(1));
 
  private:
-  CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token);
+  CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token,
+                    bool durable);
 
   std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "src/core/rng.h"
@@ -223,6 +224,49 @@ TEST(DurableCoordinator, GrantsLostInACrashAreNeverReissuedAndTheirItemsAreReadA
   EXPECT_EQ(next.lease_id & kLeaseSequenceMask,
             (again[1].lease_id & kLeaseSequenceMask) +
                 QueueState::kLeaseIdsSkippedAtRecovery + 1);
+}
+
+TEST(DurableCoordinator, CompleteAsyncAnswersOnlyWhatACrashKeeps) {
+  FakeClock clock;
+  const std::string dir = FreshDir("async");
+  std::unique_ptr<CoordinatorImpl> live = Open(dir, &clock);
+  ASSERT_TRUE(live->CreateQueue(Config("alpha", 6, 1, 6)).ok());
+  std::vector<WorkItem> items = *live->Take("alpha", "w0", 6, absl::InfinitePast());
+  ASSERT_EQ(items.size(), 6u);
+  // A crash at the moment each answer is given: the copy must already hold
+  // that completion.
+  for (size_t i = 0; i < items.size(); ++i) {
+    std::string copy;
+    absl::StatusOr<CompleteOutcome> answer;
+    absl::Notification answered;
+    live->CompleteAsync("alpha", "w0", items[i].lease_id,
+                        [&](absl::StatusOr<CompleteOutcome> outcome) {
+                          copy = CrashCopy(dir, absl::StrCat("async-copy-", i));
+                          answer = std::move(outcome);
+                          answered.Notify();
+                        });
+    answered.WaitForNotification();
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(*answer, CompleteOutcome::kCompleted);
+    std::unique_ptr<CoordinatorImpl> recovered = Open(copy, &clock);
+    ASSERT_NE(recovered, nullptr);
+    EXPECT_EQ(recovered->Stats("alpha")->completed, static_cast<int64_t>(i + 1));
+  }
+  // The same answers as Complete: a duplicate, an unknown lease, an unknown
+  // queue (answered at once).
+  auto complete = [&](const std::string& queue, uint64_t lease) {
+    absl::StatusOr<CompleteOutcome> answer;
+    absl::Notification answered;
+    live->CompleteAsync(queue, "w0", lease, [&](absl::StatusOr<CompleteOutcome> outcome) {
+      answer = std::move(outcome);
+      answered.Notify();
+    });
+    answered.WaitForNotification();
+    return answer;
+  };
+  EXPECT_EQ(*complete("alpha", items[0].lease_id), CompleteOutcome::kDuplicate);
+  EXPECT_EQ(complete("alpha", 987654321).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(complete("nope", items[0].lease_id).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(DurableCoordinator, LeasesSurviveARestartAndCanBeCompletedAfterwards) {

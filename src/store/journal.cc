@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -71,6 +72,9 @@ std::string ColumnBlob(sqlite3_stmt* stmt, int column) {
 
 absl::Status CreateSchema(sqlite3* db, const std::string& dir) {
   for (const char* sql : {
+           // The LOCK file already keeps other coordinators out: no file
+           // locks per transaction, no shared-memory WAL index.
+           "PRAGMA locking_mode=EXCLUSIVE",
            "PRAGMA journal_mode=WAL",
            "PRAGMA synchronous=FULL",
            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -283,20 +287,54 @@ absl::Status Journal::WaitDurable(uint64_t seq) {
   // Leader group commit (as leveldb's DBImpl::Write): a waiter that finds
   // no commit running commits everything pending itself, with no hand-off
   // to another thread; waiters arriving meanwhile wait for that commit,
-  // and one of those not covered by it leads the next. A CondVar, not an
-  // absl::Condition, so that TSan sees every wait (see
-  // src/pipeline/tsan_absl_mutex_shim.cc); each commit wakes all waiters,
-  // which are those it covered plus the candidates to lead the next one.
+  // which wakes those it covered and one of the others to lead the next.
+  // CondVars, not an absl::Condition, so that TSan sees every wait (see
+  // src/pipeline/tsan_absl_mutex_shim.cc).
+  Waiter waiter;
+  waiter.seq = seq;
   while (durable_seq_.load(std::memory_order_relaxed) < seq && error_.ok()) {
     if (committing_) {
-      committed_.Wait(&mu_);
+      if (!waiter.listed) {
+        waiters_.push_back(&waiter);
+        waiter.listed = true;
+      }
+      waiter.wake.Wait(&mu_);
     } else if (pending_.empty()) {
       break;  // `seq` was never appended: nothing to wait for
     } else {
       CommitPendingLocked();
     }
   }
+  if (waiter.listed) {  // woken spuriously, or found the answer unasked
+    waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &waiter));
+    waiter.listed = false;
+    // It may have been the one asked to lead: pass that on.
+    if (!committing_ && !pending_.empty() && !waiters_.empty()) {
+      waiters_.front()->wake.Signal();
+    }
+  }
   return error_;
+}
+
+void Journal::OnDurable(uint64_t seq, std::function<void(absl::Status)> done) {
+  absl::Status now;
+  {
+    absl::MutexLock lock(&mu_);
+    if (durable_seq_.load(std::memory_order_relaxed) < seq && error_.ok()) {
+      callbacks_.push_back(Callback{seq, std::move(done)});
+      if (!committing_ && !pending_.empty()) {
+        // Nobody commits: lead, as WaitDurable does (no hand-off, which
+        // costs a lone client a thread wake-up per completion).
+        CommitPendingLocked();
+      } else if (seq > callback_target_) {
+        callback_target_ = seq;
+        work_.Signal();
+      }
+      return;
+    }
+    now = error_;
+  }
+  done(now);
 }
 
 void Journal::CommitPendingLocked() {
@@ -316,8 +354,39 @@ void Journal::CommitPendingLocked() {
   }
   spare_batch_ = std::move(batch);
   committing_ = false;
-  committed_.SignalAll();
-  if (writer_waits_for_commit_) work_.Signal();
+  AfterCommitLocked();
+}
+
+void Journal::AfterCommitLocked() {
+  const uint64_t durable = durable_seq_.load(std::memory_order_relaxed);
+  size_t kept = 0;
+  for (Waiter* w : waiters_) {
+    if (w->seq <= durable || !error_.ok()) {
+      w->listed = false;
+      w->wake.Signal();
+    } else {
+      waiters_[kept++] = w;
+    }
+  }
+  waiters_.resize(kept);
+  if (!pending_.empty() && !waiters_.empty()) waiters_.front()->wake.Signal();
+  if (writer_waits_for_commit_ || callback_target_ > durable) work_.Signal();
+  if (callbacks_.empty()) return;
+  std::vector<Callback> due;
+  kept = 0;
+  for (Callback& c : callbacks_) {
+    if (c.seq <= durable || !error_.ok()) {
+      due.push_back(std::move(c));
+    } else {
+      callbacks_[kept++] = std::move(c);
+    }
+  }
+  callbacks_.resize(kept);
+  if (due.empty()) return;
+  const absl::Status status = error_;
+  mu_.Unlock();
+  for (Callback& c : due) c.done(status);
+  mu_.Lock();
 }
 
 uint64_t Journal::durable_seq() const { return durable_seq_.load(std::memory_order_acquire); }
@@ -337,9 +406,10 @@ int64_t Journal::commits() const {
 }
 
 void Journal::WriterLoop() {
-  // Commits only what nobody waits for (waiters commit for themselves, see
-  // WaitDurable): kMaxCommitDelay after the oldest pending append, at
-  // kMaxPendingEntries, or when stopping. Idle, it first waits with a
+  // Commits what no thread waits for (waiters commit for themselves, see
+  // WaitDurable): at once for OnDurable's callers, else kMaxCommitDelay
+  // after the oldest pending append, at kMaxPendingEntries, or when
+  // stopping. Idle, it first waits with a
   // timeout, so that the usual next append (a grant between a client's
   // completions) needs no wake-up; after kMaxCommitDelay of nothing it
   // waits without one, and the next append wakes it.
@@ -360,6 +430,8 @@ void Journal::WriterLoop() {
         writer_idle_untimed_ = false;
       }
     } else if (stopping_ || pending_.size() >= kMaxPendingEntries ||
+               (callback_target_ > durable_seq_.load(std::memory_order_relaxed) &&
+                error_.ok()) ||
                absl::Now() >= oldest_pending_ + kMaxCommitDelay) {
       CommitPendingLocked();
     } else {

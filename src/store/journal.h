@@ -5,10 +5,11 @@
 // concurrent completions share one fsync), and callers wait for their
 // sequence number to be durable before they answer their client.
 //
-// A commit happens when someone waits (WaitDurable, Flush: the waiter
-// commits everything pending itself, one commit at a time), or, by a
-// writer thread, when kMaxPendingEntries are pending or kMaxCommitDelay
-// after the oldest pending append. So an append nobody waits for (a lease
+// A commit happens when someone waits (WaitDurable, Flush, or OnDurable
+// when no commit runs: the waiter commits everything pending itself, one
+// commit at a time), or, by a writer thread: at once for OnDurable's
+// callbacks that arrived during a commit, else when kMaxPendingEntries are
+// pending or kMaxCommitDelay after the oldest pending append. So an append nobody waits for (a lease
 // grant) rides along with the next waited-for one instead of costing an
 // fsync of its own, and is still on disk within a few milliseconds.
 //
@@ -23,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -84,6 +86,13 @@ class Journal {
   // acknowledge what it could not store.
   absl::Status WaitDurable(uint64_t seq);
 
+  // Calls `done` once every append up to `seq` is durable, with OK, or
+  // with the error that keeps it from being stored; never blocks: the
+  // writer thread commits without delay for it. `done` runs inline when
+  // `seq` is already durable, else on the thread whose commit covered it;
+  // it must be quick and must not call the journal.
+  void OnDurable(uint64_t seq, std::function<void(absl::Status)> done);
+
   // Commits everything appended so far and waits for it.
   absl::Status Flush();
 
@@ -105,12 +114,29 @@ class Journal {
 
   struct Statements;  // prepared once, used by the one running commit
 
+  // A thread in WaitDurable, asleep until a commit covers `seq` or it is
+  // asked to lead the next commit. Lives on that thread's stack.
+  struct Waiter {
+    uint64_t seq = 0;
+    absl::CondVar wake;
+    bool listed = false;  // in waiters_ (guarded by mu_)
+  };
+  // A caller of OnDurable.
+  struct Callback {
+    uint64_t seq = 0;
+    std::function<void(absl::Status)> done;
+  };
+
   Journal(std::string dir, sqlite3* db, int lock_fd,
           std::unique_ptr<Statements> statements, uint64_t last_seq);
   void AddPendingLocked(Pending p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits everything pending (which must not be empty, with no commit
   // running), releasing mu_ across the disk write.
   void CommitPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a commit: wakes (and unlists) the waiters it covered, or all on
+  // an error, and the first remaining one when more is pending; then runs
+  // the callbacks it covered, releasing mu_ while they run.
+  void AfterCommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriterLoop();
   absl::Status Commit(const std::vector<Pending>& batch);
 
@@ -121,7 +147,14 @@ class Journal {
 
   mutable absl::Mutex mu_;
   absl::CondVar work_;       // for the writer: appends arrived, stopping, commit ended
-  absl::CondVar committed_;  // for waiters: a commit ended (durable_seq_ or error_ changed)
+  // Threads in WaitDurable that wait for a running commit, in arrival
+  // order. A commit wakes only those it covered, plus the first of the
+  // rest to lead the next commit: no thread wakes just to sleep again.
+  std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
+  // OnDurable's callers not durable yet, and the highest seq among them:
+  // the writer thread commits up to it without delay.
+  std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
+  uint64_t callback_target_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   absl::Time oldest_pending_ ABSL_GUARDED_BY(mu_);  // when pending_ became non-empty
   std::vector<Pending> spare_batch_ ABSL_GUARDED_BY(mu_);  // reused capacity

@@ -1,10 +1,12 @@
 #include "src/store/journal.h"
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
@@ -85,6 +87,75 @@ TEST(Journal, AnAppendNobodyWaitsForIsStillCommitted) {
     EXPECT_GE((*journal)->durable_seq(), seq);
     absl::SleepFor(Journal::kMaxCommitDelay * 3);  // let the writer go idle
   }
+}
+
+TEST(Journal, OnDurableAnswersOnceTheAppendIsDurable) {
+  const std::string dir = FreshDir("ondurable");
+  RecoveredState state;
+  auto journal = Journal::Open(dir, &state);
+  ASSERT_TRUE(journal.ok());
+  // Many appends answered by callback from several threads, mixed with
+  // blocking waits: every callback runs once, with OK, and only when
+  // durable_seq() has passed its entry.
+  constexpr int kThreads = 6;
+  constexpr int kPerThread = 150;
+  std::atomic<int> answered{0};
+  std::atomic<int> early{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const uint64_t seq = (*journal)->Append("q", Release(t * 1000 + i + 1));
+        if (t % 3 == 0) {
+          ASSERT_TRUE((*journal)->WaitDurable(seq).ok());
+          answered.fetch_add(1);
+          continue;
+        }
+        absl::Notification done;
+        (*journal)->OnDurable(seq, [&, seq](absl::Status s) {
+          EXPECT_TRUE(s.ok()) << s;
+          if ((*journal)->durable_seq() < seq) early.fetch_add(1);
+          answered.fetch_add(1);
+          done.Notify();
+        });
+        done.WaitForNotification();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(answered.load(), kThreads * kPerThread);
+  EXPECT_EQ(early.load(), 0);
+  EXPECT_LT((*journal)->commits(), kThreads * kPerThread);  // grouped
+
+  // Already durable: answered at once, on the caller's thread.
+  const std::thread::id caller = std::this_thread::get_id();
+  bool inline_ok = false;
+  (*journal)->OnDurable((*journal)->durable_seq(), [&](absl::Status s) {
+    inline_ok = s.ok() && std::this_thread::get_id() == caller;
+  });
+  EXPECT_TRUE(inline_ok);
+}
+
+TEST(Journal, OnDurableCallbacksOfOneThreadAreAllAnswered) {
+  // One thread appends and registers callbacks without waiting for them
+  // (no waiter leads a commit after the first): the writer thread must
+  // commit for them at once.
+  const std::string dir = FreshDir("ondurable-writer");
+  RecoveredState state;
+  auto journal = Journal::Open(dir, &state);
+  ASSERT_TRUE(journal.ok());
+  std::atomic<int> answered{0};
+  absl::Notification all;
+  constexpr int kCallbacks = 500;
+  for (int i = 0; i < kCallbacks; ++i) {
+    const uint64_t seq = (*journal)->Append("q", Release(i + 1));
+    (*journal)->OnDurable(seq, [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      if (answered.fetch_add(1) + 1 == kCallbacks) all.Notify();
+    });
+  }
+  EXPECT_TRUE(all.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(answered.load(), kCallbacks);
 }
 
 TEST(Journal, SnapshotReplacesTheEntriesItCovers) {
