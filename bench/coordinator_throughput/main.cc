@@ -690,6 +690,7 @@ absl::StatusOr<RowResult> RunRow(System& system, const std::string& label, int c
 
 struct Flags {
   std::string shardq_address;
+  std::string durable_address;  // optional: a `shardq serve --state-dir`
   std::string redis_address = "127.0.0.1:6379";
   std::vector<int> clients = {1, 8, 32};
   std::vector<int64_t> items = {20000, 40000, 60000};
@@ -727,10 +728,12 @@ std::string LatencyCell(const LatencyHistogram& latency) {
 struct Summary {
   std::vector<double> rates;  // pairs/s of each repeat
   LatencyHistogram take_latency;
+  LatencyHistogram complete_latency;
 
   void Add(const RowResult& run) {
     rates.push_back(run.pairs_per_second());
     take_latency.Merge(run.take_latency);
+    complete_latency.Merge(run.complete_latency);
   }
   double MedianRate() const {
     std::vector<double> sorted = rates;
@@ -771,23 +774,36 @@ int Run(const Flags& flags) {
   // Run order within a row: shardq, Redis, then the extra shardq variants.
   std::vector<Variant> variants;
   auto add_shardq = [&](std::string label, std::string table_name, int64_t batch,
-                        bool own_connection) -> absl::Status {
+                        bool own_connection, const std::string& address) -> absl::Status {
     absl::StatusOr<std::unique_ptr<ShardqSystem>> system =
-        ShardqSystem::Create(flags.shardq_address, batch, own_connection);
+        ShardqSystem::Create(address, batch, own_connection);
     if (!system.ok()) return system.status();
     variants.push_back({std::move(label), std::move(table_name), *std::move(system)});
     return absl::OkStatus();
   };
-  absl::Status added = add_shardq("shardq", "1 item", 1, false);
+  const std::string batched_name =
+      absl::StrCat("batched, ≤", flags.batch, " items per take (shardq feature)");
+  absl::Status added = add_shardq("shardq", "1 item", 1, false, flags.shardq_address);
   variants.push_back({"redis", "", *std::move(redis)});
   if (added.ok()) {
-    added = add_shardq("shardq-batched",
-                       absl::StrCat("batched, ≤", flags.batch, " items per take (shardq feature)"),
-                       flags.batch, false);
+    added = add_shardq("shardq-batched", batched_name, flags.batch, false, flags.shardq_address);
   }
   if (added.ok() && flags.diagnose_connections) {
     added = add_shardq("shardq-own-conn",
-                       "1 item, own TCP connection per client (diagnostic, bare stub)", 1, true);
+                       "1 item, own TCP connection per client (diagnostic, bare stub)", 1, true,
+                       flags.shardq_address);
+  }
+  // The durable server's variants, interleaved with the others in every
+  // repeat, each paired with the in-memory variant it is compared with.
+  std::vector<std::pair<size_t, size_t>> durable_pairs;  // (in memory, durable)
+  if (added.ok() && !flags.durable_address.empty()) {
+    added = add_shardq("durable", "1 item", 1, false, flags.durable_address);
+    durable_pairs.emplace_back(0, variants.size() - 1);
+  }
+  if (added.ok() && !flags.durable_address.empty()) {
+    added = add_shardq("durable-batched", batched_name, flags.batch, false,
+                       flags.durable_address);
+    durable_pairs.emplace_back(2, variants.size() - 1);
   }
   if (!added.ok()) {
     std::fprintf(stderr, "coordinator_throughput: %s\n", added.ToString().c_str());
@@ -796,9 +812,11 @@ int Run(const Flags& flags) {
   const size_t redis_variant = 1;
 
   std::printf("coordinator_throughput: %u hardware threads (%s); shardq serve at %s, "
-              "redis-server %s at %s\n",
+              "redis-server %s at %s%s%s\n",
               std::thread::hardware_concurrency(), CpuModel().c_str(),
-              flags.shardq_address.c_str(), redis_version.c_str(), flags.redis_address.c_str());
+              flags.shardq_address.c_str(), redis_version.c_str(), flags.redis_address.c_str(),
+              flags.durable_address.empty() ? "" : "; shardq serve --state-dir at ",
+              flags.durable_address.c_str());
   std::printf("each client: its own thread and connection; take, complete, repeat until "
               "drained; %d warm-up items per client first (not measured)\n\n",
               static_cast<int>(flags.warmup_items_per_client));
@@ -845,7 +863,7 @@ int Run(const Flags& flags) {
   for (size_t r = 0; r < summaries.size(); ++r) {
     const Summary& redis_row = summaries[r][redis_variant];
     for (size_t v = 0; v < variants.size(); ++v) {
-      if (v == redis_variant) continue;
+      if (v == redis_variant || variants[v].label.rfind("durable", 0) == 0) continue;
       const Summary& s = summaries[r][v];
       std::printf("| %d | %s | %d | %.0f | %s | %.0f | %s | %.2f |\n", flags.clients[r],
                   variants[v].table_name.c_str(), static_cast<int>(flags.items[r]),
@@ -862,6 +880,23 @@ int Run(const Flags& flags) {
               "like-for-like comparison. Batched: up to %d items per take call (latency is per "
               "call), completed one by one.\n",
               flags.repeats, static_cast<int>(flags.batch));
+  if (!durable_pairs.empty()) {
+    std::printf("\n## Durable (`shardq serve --state-dir`) vs in memory, interleaved in the "
+                "same run\n\n| clients | shardq take | in-memory pairs/s | durable pairs/s | "
+                "durable complete p50 / p99 (µs) | durable / in-memory |\n"
+                "|--:|---|--:|--:|--:|--:|\n");
+    for (size_t r = 0; r < summaries.size(); ++r) {
+      for (const auto& [memory, durable] : durable_pairs) {
+        const Summary& m = summaries[r][memory];
+        const Summary& d = summaries[r][durable];
+        std::printf("| %d | %s | %.0f | %.0f | %s | %.2f |\n", flags.clients[r],
+                    variants[durable].table_name.c_str(), m.MedianRate(), d.MedianRate(),
+                    LatencyCell(d.complete_latency).c_str(), d.MedianRate() / m.MedianRate());
+      }
+    }
+    std::printf("\nDurable: every completion journaled and fsynced before it is answered "
+                "(group commit); lease grants journaled in the same stream, written behind.\n");
+  }
   return 0;
 }
 
@@ -873,6 +908,9 @@ int main(int argc, char** argv) {
   CLI::App app{"shardq coordinator vs Redis work queue: take+complete throughput and latency"};
   app.add_option("--shardq", flags.shardq_address, "HOST:PORT of a running `shardq serve`")
       ->required();
+  app.add_option("--shardq-durable", flags.durable_address,
+                 "HOST:PORT of a running `shardq serve --state-dir`: adds its rows, "
+                 "interleaved, and a durable / in-memory table");
   app.add_option("--redis", flags.redis_address, "HOST:PORT of a running redis-server")
       ->capture_default_str();
   app.add_option("--clients", flags.clients, "concurrent clients per row")

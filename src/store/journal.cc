@@ -320,14 +320,18 @@ void Journal::OnDurable(uint64_t seq, std::function<void(absl::Status)> done) {
   absl::Status now;
   {
     absl::MutexLock lock(&mu_);
-    if (durable_seq_.load(std::memory_order_relaxed) < seq && error_.ok()) {
+    // Not durable yet, and appended (pending or being committed): answer
+    // later. Otherwise (durable, an error, or `seq` never appended, as in
+    // WaitDurable) answer now.
+    if (durable_seq_.load(std::memory_order_relaxed) < seq && error_.ok() &&
+        (committing_ || !pending_.empty())) {
       callbacks_.push_back(Callback{seq, std::move(done)});
-      if (!committing_ && !pending_.empty()) {
+      if (!committing_) {
         // Nobody commits: lead, as WaitDurable does (no hand-off, which
         // costs a lone client a thread wake-up per completion).
         CommitPendingLocked();
       } else if (seq > callback_target_) {
-        callback_target_ = seq;
+        callback_target_ = seq;  // the writer thread commits next
         work_.Signal();
       }
       return;
