@@ -9,8 +9,8 @@
 // when no commit runs: the waiter commits everything pending itself, one
 // commit at a time), or, by a writer thread: at once for OnDurable's
 // callbacks that arrived during a commit, else when kMaxPendingEntries are
-// pending or kMaxCommitDelay after the oldest pending append. So an append nobody waits for (a lease
-// grant) rides along with the next waited-for one instead of costing an
+// pending or kMaxCommitDelay after the oldest pending append. So an append
+// nobody waits for (a lease grant) rides along with the next waited-for one instead of costing an
 // fsync of its own, and is still on disk within a few milliseconds.
 //
 // The journal is one ordered stream: an entry is durable only once every
@@ -87,10 +87,12 @@ class Journal {
   absl::Status WaitDurable(uint64_t seq);
 
   // Calls `done` once every append up to `seq` is durable, with OK, or
-  // with the error that keeps it from being stored; never blocks: the
-  // writer thread commits without delay for it. `done` runs inline when
-  // `seq` is already durable, else on the thread whose commit covered it;
-  // it must be quick and must not call the journal.
+  // with the error that keeps it from being stored. Never waits for a
+  // running commit: when none runs, it commits on the caller's thread (as
+  // WaitDurable's leader does); otherwise it returns at once and the writer
+  // thread commits for it as soon as the running commit ends. `done` runs
+  // on the thread whose commit covered `seq` (the caller's when it is
+  // already durable); it must be quick and must not call the journal.
   void OnDurable(uint64_t seq, std::function<void(absl::Status)> done);
 
   // Commits everything appended so far and waits for it.
@@ -146,13 +148,13 @@ class Journal {
   std::unique_ptr<Statements> statements_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar work_;       // for the writer: appends arrived, stopping, commit ended
+  absl::CondVar work_;  // for the writer: appends or callbacks arrived, stopping, commit ended
   // Threads in WaitDurable that wait for a running commit, in arrival
   // order. A commit wakes only those it covered, plus the first of the
   // rest to lead the next commit: no thread wakes just to sleep again.
   std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
-  // OnDurable's callers not durable yet, and the highest seq among them:
-  // the writer thread commits up to it without delay.
+  // OnDurable's callers not durable yet, and the highest seq registered
+  // while a commit ran: the writer thread commits up to it without delay.
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
   uint64_t callback_target_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
