@@ -149,6 +149,52 @@ TEST_P(RemoteBackendBothModes, MissingOrWrongTokenIsUnauthenticated) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_P(RemoteBackendBothModes, ATakeThatWaitsGetsTheItemAnotherWorkerReleases) {
+  std::unique_ptr<CoordinatorServer> server = StartServer("", StateDir("wait"));
+  std::shared_ptr<QueueBackend> a = Connect(server->port());
+  std::shared_ptr<QueueBackend> b = Connect(server->port());
+  QueueConfig config;
+  config.name = "waitq";
+  config.items = {"only"};
+  config.num_clients = 1;
+  ASSERT_TRUE(a->CreateQueue(config).ok());
+  absl::StatusOr<std::vector<WorkItem>> held = a->Take("waitq", "a", 1, absl::Now());
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ(held->size(), 1u);
+  // b's take finds nothing and waits (on a thread of its own, server-side)
+  // until a gives the item back.
+  absl::StatusOr<std::vector<WorkItem>> got;
+  std::thread waiter([&] { got = b->Take("waitq", "b", 1, absl::Now() + absl::Seconds(30)); });
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(a->Release("waitq", "a", (*held)[0].lease_id).ok());
+  waiter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].item, "only");
+  EXPECT_EQ(*b->Complete("waitq", "b", (*got)[0].lease_id), CompleteOutcome::kCompleted);
+  EXPECT_TRUE(absl::IsOutOfRange(b->Take("waitq", "b", 1, absl::Now()).status()));
+}
+
+TEST_P(RemoteBackendBothModes, ShutdownAnswersATakeThatIsStillWaiting) {
+  std::unique_ptr<CoordinatorServer> server = StartServer("", StateDir("shutdown"));
+  std::shared_ptr<QueueBackend> a = Connect(server->port());
+  QueueConfig config;
+  config.name = "stopq";
+  config.items = {"only"};
+  ASSERT_TRUE(a->CreateQueue(config).ok());
+  ASSERT_EQ(a->Take("stopq", "a", 1, absl::Now())->size(), 1u);
+  std::thread waiter([&] {
+    // Answered (empty or an error) when the server stops, not after 60 s.
+    a->Take("stopq", "b", 1, absl::Now() + absl::Seconds(60)).IgnoreError();
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  server->Shutdown();
+  server.reset();  // waits for the waiting take's thread
+  waiter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
 TEST(RemoteBackend, UnreachableCoordinatorIsUnavailableAfterTheRetryBudget) {
   RemoteOptions options;
   options.address = "127.0.0.1:1";  // nothing listens on port 1

@@ -1,7 +1,10 @@
 #include "src/server/grpc_service.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <system_error>
+#include <thread>
 
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
@@ -47,21 +50,12 @@ std::vector<std::pair<uint64_t, int64_t>> ToPairs(
 
 }  // namespace
 
-CoordinatorService::CoordinatorService(CoordinatorImpl* coordinator, std::string token,
-                                       bool complete_async)
-    : coordinator_(coordinator), token_(std::move(token)) {
-  if (!complete_async) return;
-  // What the generated WithCallbackMethod_Complete does, chosen at run
-  // time; the method's index is its place in the proto service.
-  const int index = v1::CompleteRequest::descriptor()
-                        ->file()
-                        ->FindServiceByName("Coordinator")
-                        ->FindMethodByName("Complete")
-                        ->index();
-  MarkMethodCallback(
-      index, new grpc::internal::CallbackUnaryHandler<v1::CompleteRequest, v1::CompleteResponse>(
-                 [this](grpc::CallbackServerContext* ctx, const v1::CompleteRequest* req,
-                        v1::CompleteResponse* resp) { return CompleteAsync(ctx, req, resp); }));
+CoordinatorService::CoordinatorService(CoordinatorImpl* coordinator, std::string token)
+    : coordinator_(coordinator), token_(std::move(token)) {}
+
+CoordinatorService::~CoordinatorService() {
+  absl::MutexLock lock(&take_waiters_->mu);
+  while (take_waiters_->running > 0) take_waiters_->done.Wait(&take_waiters_->mu);
 }
 
 absl::Status CoordinatorService::Authorize(const grpc::ServerContextBase& ctx) const {
@@ -95,47 +89,78 @@ grpc::Status CoordinatorService::GetQueue(grpc::ServerContext* ctx,
   return ToGrpcStatus(info.status());
 }
 
-grpc::Status CoordinatorService::Take(grpc::ServerContext* ctx,
-                                      const v1::TakeRequest* req,
-                                      v1::TakeResponse* resp) {
-  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+grpc::ServerUnaryReactor* CoordinatorService::Take(grpc::CallbackServerContext* ctx,
+                                                   const v1::TakeRequest* req,
+                                                   v1::TakeResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (absl::Status s = Authorize(*ctx); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   const int64_t wait_ms = std::clamp<int64_t>(req->wait_ms(), 0, kMaxWaitMs);
   // Answer a little before the caller's own deadline, so it gets "ask
   // again" rather than DEADLINE_EXCEEDED.
   absl::Time deadline = absl::Now() + absl::Milliseconds(wait_ms);
   const absl::Time call_deadline = absl::FromChrono(ctx->deadline());
   deadline = std::min(deadline, call_deadline - absl::Milliseconds(100));
+  // `resp` lives until Finish.
+  auto answer = [reactor, resp](absl::StatusOr<std::vector<WorkItem>> items) {
+    if (absl::IsOutOfRange(items.status())) {
+      resp->set_end_of_input(true);
+      reactor->Finish(grpc::Status::OK);
+      return;
+    }
+    if (items.ok()) {
+      for (const WorkItem& item : *items) ToProto(item, resp->add_items());
+    }
+    reactor->Finish(ToGrpcStatus(items.status()));
+  };
+  // First without waiting, on this callback thread.
   absl::StatusOr<std::vector<WorkItem>> items =
-      coordinator_->Take(req->queue(), req->worker(), req->max_items(), deadline);
-  if (absl::IsOutOfRange(items.status())) {
-    resp->set_end_of_input(true);
-    return grpc::Status::OK;
+      coordinator_->Take(req->queue(), req->worker(), req->max_items(), absl::InfinitePast());
+  if (!items.ok() || !items->empty() || absl::Now() >= deadline) {
+    answer(std::move(items));
+    return reactor;
   }
-  if (items.ok()) {
-    for (const WorkItem& item : *items) ToProto(item, resp->add_items());
+  // Nothing to hand out yet: wait on a thread of its own, so that the
+  // callback threads stay free for the completions this take waits for.
+  {
+    absl::MutexLock lock(&take_waiters_->mu);
+    if (take_waiters_->running >= kMaxWaitingTakes) {
+      answer(std::vector<WorkItem>());  // "ask again"
+      return reactor;
+    }
+    ++take_waiters_->running;
   }
-  return ToGrpcStatus(items.status());
+  auto wait = [coordinator = coordinator_, waiters = take_waiters_, answer,
+               queue = req->queue(), worker = req->worker(), max_items = req->max_items(),
+               deadline] {
+    answer(coordinator->Take(queue, worker, max_items, deadline));
+    absl::MutexLock lock(&waiters->mu);
+    if (--waiters->running == 0) waiters->done.SignalAll();
+  };
+  try {
+    std::thread(std::move(wait)).detach();
+  } catch (const std::system_error&) {  // no thread to be had: "ask again"
+    {
+      absl::MutexLock lock(&take_waiters_->mu);
+      if (--take_waiters_->running == 0) take_waiters_->done.SignalAll();
+    }
+    answer(std::vector<WorkItem>());
+  }
+  return reactor;
 }
 
-grpc::Status CoordinatorService::Complete(grpc::ServerContext* ctx,
-                                          const v1::CompleteRequest* req,
-                                          v1::CompleteResponse* resp) {
-  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<CompleteOutcome> outcome =
-      coordinator_->Complete(req->queue(), req->worker(), req->lease_id());
-  if (outcome.ok()) resp->set_duplicate(*outcome == CompleteOutcome::kDuplicate);
-  return ToGrpcStatus(outcome.status());
-}
-
-grpc::ServerUnaryReactor* CoordinatorService::CompleteAsync(grpc::CallbackServerContext* ctx,
-                                                            const v1::CompleteRequest* req,
-                                                            v1::CompleteResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::Complete(grpc::CallbackServerContext* ctx,
+                                                       const v1::CompleteRequest* req,
+                                                       v1::CompleteResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (absl::Status s = Authorize(*ctx); !s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
-  // `resp` lives until Finish; the callback may run on the journal's thread.
+  // Answered at once in memory; on a durable server by the journal once
+  // the completion is on disk. `resp` lives until Finish.
   coordinator_->CompleteAsync(
       req->queue(), req->worker(), req->lease_id(),
       [reactor, resp](absl::StatusOr<CompleteOutcome> outcome) {
@@ -224,9 +249,8 @@ grpc::Status CoordinatorService::RestoreCheckpoint(grpc::ServerContext* ctx,
 }
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator,
-                                     const std::string& token, bool durable)
-    : coordinator_(std::move(coordinator)),
-      service_(coordinator_.get(), token, /*complete_async=*/durable) {}
+                                     const std::string& token)
+    : coordinator_(std::move(coordinator)), service_(coordinator_.get(), token) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
@@ -255,7 +279,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       CoordinatorImpl::Create(coordinator_options);
   if (!coordinator.ok()) return coordinator.status();
   std::unique_ptr<CoordinatorServer> server(
-      new CoordinatorServer(*std::move(coordinator), options.token, !options.state_dir.empty()));
+      new CoordinatorServer(*std::move(coordinator), options.token));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(&server->service_);

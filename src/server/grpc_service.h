@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/server.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/rpc/convert.h"
@@ -29,24 +30,33 @@ struct ServerOptions {
   std::string state_dir;
 };
 
-// Thread-safe (handlers run on gRPC's threads). Synchronous handlers,
-// except Complete with `complete_async` (a coordinator with a state dir):
-// then it is a callback method, so that a completion waiting for its group
-// commit holds no thread (the journal answers it once durable). In memory,
-// where a completion never waits, the synchronous handler answers sooner.
-class CoordinatorService final : public v1::Coordinator::Service {
+// Thread-safe (handlers run on gRPC's threads). Take and Complete, the
+// calls every worker makes per item, are callback methods: their handlers
+// run on gRPC's callback threads and never park one. A Take that must wait
+// for an item waits on a thread of its own (TakeWaiters); a durable
+// Complete is answered by the journal once its group commit is on disk.
+// The other calls are synchronous handlers. (A server mixing the two kinds
+// for its hot calls pays a hand-off between gRPC's two thread pools on
+// every call.)
+class CoordinatorService final
+    : public v1::Coordinator::WithCallbackMethod_Take<
+          v1::Coordinator::WithCallbackMethod_Complete<v1::Coordinator::Service>> {
  public:
   // `coordinator` must outlive the service.
-  CoordinatorService(CoordinatorImpl* coordinator, std::string token, bool complete_async);
+  CoordinatorService(CoordinatorImpl* coordinator, std::string token);
+  // Waits for the Takes still waiting on their own threads (the
+  // coordinator's Shutdown ends their waits).
+  ~CoordinatorService() override;
 
   grpc::Status CreateQueue(grpc::ServerContext* ctx, const v1::CreateQueueRequest* req,
                            v1::QueueInfo* resp) override;
   grpc::Status GetQueue(grpc::ServerContext* ctx, const v1::GetQueueRequest* req,
                         v1::QueueInfo* resp) override;
-  grpc::Status Take(grpc::ServerContext* ctx, const v1::TakeRequest* req,
-                    v1::TakeResponse* resp) override;
-  grpc::Status Complete(grpc::ServerContext* ctx, const v1::CompleteRequest* req,
-                        v1::CompleteResponse* resp) override;
+  grpc::ServerUnaryReactor* Take(grpc::CallbackServerContext* ctx, const v1::TakeRequest* req,
+                                 v1::TakeResponse* resp) override;
+  grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* ctx,
+                                     const v1::CompleteRequest* req,
+                                     v1::CompleteResponse* resp) override;
   grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                        v1::ReleaseResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -67,13 +77,21 @@ class CoordinatorService final : public v1::Coordinator::Service {
  private:
   // UNAUTHENTICATED unless the call carries the token (when one is set).
   absl::Status Authorize(const grpc::ServerContextBase& ctx) const;
-  // Complete as a callback method (see the class comment).
-  grpc::ServerUnaryReactor* CompleteAsync(grpc::CallbackServerContext* ctx,
-                                          const v1::CompleteRequest* req,
-                                          v1::CompleteResponse* resp);
+
+  // Takes waiting for items, each on a thread of its own, counted so that
+  // the destructor can wait for them. Shared with those threads, which may
+  // outlive the service by the last instructions after their count.
+  struct TakeWaiters {
+    absl::Mutex mu;
+    absl::CondVar done;
+    int64_t running ABSL_GUARDED_BY(mu) = 0;
+  };
+  // At most this many Takes wait at once; more are answered "ask again".
+  static constexpr int64_t kMaxWaitingTakes = 4096;
 
   CoordinatorImpl* const coordinator_;
   const std::string token_;
+  const std::shared_ptr<TakeWaiters> take_waiters_ = std::make_shared<TakeWaiters>();
 };
 
 // A running coordinator: CoordinatorImpl + service + gRPC server.
@@ -96,8 +114,7 @@ class CoordinatorServer {
   void Shutdown(absl::Duration grace = absl::Seconds(1));
 
  private:
-  CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token,
-                    bool durable);
+  CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token);
 
   std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;
