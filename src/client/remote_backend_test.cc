@@ -1,5 +1,8 @@
 #include "src/client/remote_backend.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -193,6 +196,34 @@ TEST_P(RemoteBackendBothModes, ShutdownAnswersATakeThatIsStillWaiting) {
   server.reset();  // waits for the waiting take's thread
   waiter.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+TEST(RemoteBackend, AForkedChildDropsAServerWithAWaitingTakeWithoutHanging) {
+  // A child forked while a take waits (as a DataLoader forks its workers)
+  // has the server object but none of its threads: destroying it there
+  // must not wait for them.
+  std::unique_ptr<CoordinatorServer> server = StartServer();
+  std::shared_ptr<QueueBackend> a = Connect(server->port());
+  QueueConfig config;
+  config.name = "forkq";
+  config.items = {"only"};
+  ASSERT_TRUE(a->CreateQueue(config).ok());
+  ASSERT_EQ(a->Take("forkq", "a", 1, absl::Now())->size(), 1u);
+  std::thread waiter(
+      [&] { a->Take("forkq", "b", 1, absl::Now() + absl::Seconds(60)).IgnoreError(); });
+  absl::SleepFor(absl::Milliseconds(200));  // the take now waits server-side
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);  // a hang ends the child with SIGALRM
+    server.reset();
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  server->Shutdown();
+  waiter.join();
 }
 
 TEST(RemoteBackend, UnreachableCoordinatorIsUnavailableAfterTheRetryBudget) {

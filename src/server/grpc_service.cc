@@ -54,6 +54,7 @@ CoordinatorService::CoordinatorService(CoordinatorImpl* coordinator, std::string
     : coordinator_(coordinator), token_(std::move(token)) {}
 
 CoordinatorService::~CoordinatorService() {
+  if (!owner_.current()) return;
   absl::MutexLock lock(&take_waiters_->mu);
   while (take_waiters_->running > 0) take_waiters_->done.Wait(&take_waiters_->mu);
 }

@@ -45,7 +45,8 @@ class CoordinatorService final
   // `coordinator` must outlive the service.
   CoordinatorService(CoordinatorImpl* coordinator, std::string token);
   // Waits for the Takes still waiting on their own threads (the
-  // coordinator's Shutdown ends their waits).
+  // coordinator's Shutdown ends their waits); in a fork()ed child, which
+  // has none of those threads, it does not wait.
   ~CoordinatorService() override;
 
   grpc::Status CreateQueue(grpc::ServerContext* ctx, const v1::CreateQueueRequest* req,
@@ -92,6 +93,7 @@ class CoordinatorService final
   CoordinatorImpl* const coordinator_;
   const std::string token_;
   const std::shared_ptr<TakeWaiters> take_waiters_ = std::make_shared<TakeWaiters>();
+  OwnerProcess owner_;  // see src/core/process.h
 };
 
 // A running coordinator: CoordinatorImpl + service + gRPC server.
