@@ -748,6 +748,7 @@ struct Variant {
   std::string label;       // progress lines and queue names
   std::string table_name;  // the "shardq take" column; empty for Redis
   std::unique_ptr<System> system;
+  bool durable = false;  // against `shardq serve --state-dir`: its own table
 };
 
 int Run(const Flags& flags) {
@@ -798,11 +799,13 @@ int Run(const Flags& flags) {
   std::vector<std::pair<size_t, size_t>> durable_pairs;  // (in memory, durable)
   if (added.ok() && !flags.durable_address.empty()) {
     added = add_shardq("durable", "1 item", 1, false, flags.durable_address);
+    if (added.ok()) variants.back().durable = true;
     durable_pairs.emplace_back(0, variants.size() - 1);
   }
   if (added.ok() && !flags.durable_address.empty()) {
     added = add_shardq("durable-batched", batched_name, flags.batch, false,
                        flags.durable_address);
+    if (added.ok()) variants.back().durable = true;
     durable_pairs.emplace_back(2, variants.size() - 1);
   }
   if (!added.ok()) {
@@ -863,7 +866,7 @@ int Run(const Flags& flags) {
   for (size_t r = 0; r < summaries.size(); ++r) {
     const Summary& redis_row = summaries[r][redis_variant];
     for (size_t v = 0; v < variants.size(); ++v) {
-      if (v == redis_variant || variants[v].label.rfind("durable", 0) == 0) continue;
+      if (v == redis_variant || variants[v].durable) continue;
       const Summary& s = summaries[r][v];
       std::printf("| %d | %s | %d | %.0f | %s | %.0f | %s | %.2f |\n", flags.clients[r],
                   variants[v].table_name.c_str(), static_cast<int>(flags.items[r]),

@@ -43,6 +43,14 @@ std::shared_ptr<QueueBackend> Connect(int port, const std::string& token = "") {
   return *backend;
 }
 
+// Creates queue `name` with the single item "only".
+void CreateOneItemQueue(QueueBackend& backend, const std::string& name) {
+  QueueConfig config;
+  config.name = name;
+  config.items = {"only"};
+  ASSERT_TRUE(backend.CreateQueue(config).ok());
+}
+
 std::vector<std::string> MakeFiles(const std::string& tag, int files, int lines) {
   std::vector<std::string> paths;
   for (int f = 0; f < files; ++f) {
@@ -117,10 +125,7 @@ TEST(RemoteBackend, ErrorsKeepTheirCodeAndMessageAcrossTheWire) {
 TEST(RemoteBackend, EndOfInputIsOutOfRange) {
   std::unique_ptr<CoordinatorServer> server = StartServer();
   std::shared_ptr<QueueBackend> backend = Connect(server->port());
-  QueueConfig config;
-  config.name = "eoi";
-  config.items = {"only"};
-  ASSERT_TRUE(backend->CreateQueue(config).ok());
+  CreateOneItemQueue(*backend, "eoi");
   absl::StatusOr<std::vector<WorkItem>> items = backend->Take("eoi", "w", 1, absl::Now());
   ASSERT_EQ(items->size(), 1u);
   ASSERT_TRUE(backend->Complete("eoi", "w", (*items)[0].lease_id).ok());
@@ -136,10 +141,7 @@ TEST_P(RemoteBackendBothModes, MissingOrWrongTokenIsUnauthenticated) {
   std::shared_ptr<QueueBackend> good = Connect(server->port(), "tok");
   EXPECT_TRUE(good->AllStats().ok());
   // Complete too (a callback method on a durable server).
-  QueueConfig config;
-  config.name = "tokq";
-  config.items = {"only"};
-  ASSERT_TRUE(good->CreateQueue(config).ok());
+  CreateOneItemQueue(*good, "tokq");
   absl::StatusOr<std::vector<WorkItem>> items = good->Take("tokq", "w", 1, absl::Now());
   ASSERT_TRUE(items.ok()) << items.status();
   ASSERT_EQ(items->size(), 1u);
@@ -156,11 +158,7 @@ TEST_P(RemoteBackendBothModes, ATakeThatWaitsGetsTheItemAnotherWorkerReleases) {
   std::unique_ptr<CoordinatorServer> server = StartServer("", StateDir("wait"));
   std::shared_ptr<QueueBackend> a = Connect(server->port());
   std::shared_ptr<QueueBackend> b = Connect(server->port());
-  QueueConfig config;
-  config.name = "waitq";
-  config.items = {"only"};
-  config.num_clients = 1;
-  ASSERT_TRUE(a->CreateQueue(config).ok());
+  CreateOneItemQueue(*a, "waitq");
   absl::StatusOr<std::vector<WorkItem>> held = a->Take("waitq", "a", 1, absl::Now());
   ASSERT_TRUE(held.ok()) << held.status();
   ASSERT_EQ(held->size(), 1u);
@@ -181,10 +179,7 @@ TEST_P(RemoteBackendBothModes, ATakeThatWaitsGetsTheItemAnotherWorkerReleases) {
 TEST_P(RemoteBackendBothModes, ShutdownAnswersATakeThatIsStillWaiting) {
   std::unique_ptr<CoordinatorServer> server = StartServer("", StateDir("shutdown"));
   std::shared_ptr<QueueBackend> a = Connect(server->port());
-  QueueConfig config;
-  config.name = "stopq";
-  config.items = {"only"};
-  ASSERT_TRUE(a->CreateQueue(config).ok());
+  CreateOneItemQueue(*a, "stopq");
   ASSERT_EQ(a->Take("stopq", "a", 1, absl::Now())->size(), 1u);
   std::thread waiter([&] {
     // Answered (empty or an error) when the server stops, not after 60 s.
@@ -204,10 +199,7 @@ TEST(RemoteBackend, AForkedChildDropsAServerWithAWaitingTakeWithoutHanging) {
   // must not wait for them.
   std::unique_ptr<CoordinatorServer> server = StartServer();
   std::shared_ptr<QueueBackend> a = Connect(server->port());
-  QueueConfig config;
-  config.name = "forkq";
-  config.items = {"only"};
-  ASSERT_TRUE(a->CreateQueue(config).ok());
+  CreateOneItemQueue(*a, "forkq");
   ASSERT_EQ(a->Take("forkq", "a", 1, absl::Now())->size(), 1u);
   std::thread waiter(
       [&] { a->Take("forkq", "b", 1, absl::Now() + absl::Seconds(60)).IgnoreError(); });
