@@ -20,6 +20,14 @@
 // once, checked on the driver side (per-item counts) and on the server side
 // (shardq's queue stats; Redis's pending and processing lists both empty).
 //
+// With --fsync-probe DIR it also measures, once per repeat, what one
+// journal commit per completion would allow: a lone writer appending a
+// completion to a fresh Journal in DIR and waiting for it to be durable,
+// over and over (SQLite + fdatasync on DIR's filesystem, the same code the
+// durable server commits with). The durable table is then read against it:
+// group commit is what lifts a durable server above that rate, and at one
+// client nothing can (each completion waits for its own commit).
+//
 // The servers are started and stopped by ./run; this program only connects.
 #include <hiredis/hiredis.h>
 #include <unistd.h>
@@ -30,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -54,6 +63,7 @@
 #include "src/client/backend.h"
 #include "src/client/remote_backend.h"
 #include "src/core/queue_state.h"
+#include "src/store/journal.h"
 
 namespace shardq {
 namespace {
@@ -688,9 +698,56 @@ absl::StatusOr<RowResult> RunRow(System& system, const std::string& label, int c
 
 // ---------------------------------------------------------------------------
 
+// Commits per second of a lone writer that appends one completion to a
+// fresh Journal under `dir` and waits until it is durable, `commits` times
+// (after 100 not measured). The journal is removed afterwards.
+absl::StatusOr<double> ProbeLoneCommits(const std::string& dir, int commits,
+                                        const std::string& run_id) {
+  const std::filesystem::path path =
+      std::filesystem::path(dir) / absl::StrCat("fsync-probe-", run_id);
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (!std::filesystem::create_directories(path, ec) || ec) {
+    return absl::InternalError(absl::StrCat("--fsync-probe: cannot create '", path.string(),
+                                            "': ", ec.message()));
+  }
+  double rate = 0;
+  absl::Status status;
+  {
+    RecoveredState recovered;
+    absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(path.string(), &recovered);
+    if (!journal.ok()) {
+      status = journal.status();
+    } else {
+      journal::Update update;
+      update.mutable_complete()->set_worker("probe");
+      absl::Time start;
+      for (int i = -100; i < commits && status.ok(); ++i) {
+        if (i == 0) start = absl::Now();
+        update.set_time_us(absl::ToUnixMicros(absl::Now()));
+        update.mutable_complete()->set_lease_id(static_cast<uint64_t>(i + 101));
+        status = (*journal)->WaitDurable((*journal)->Append("probe", update));
+      }
+      rate = commits / absl::ToDoubleSeconds(absl::Now() - start);
+    }
+  }
+  std::filesystem::remove_all(path, ec);
+  if (!status.ok()) return status;
+  return rate;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  if (n == 0) return 0;
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 struct Flags {
   std::string shardq_address;
   std::string durable_address;  // optional: a `shardq serve --state-dir`
+  std::string fsync_probe_dir;  // optional: where to measure lone commits
+  int fsync_probe_commits = 2000;
   std::string redis_address = "127.0.0.1:6379";
   std::vector<int> clients = {1, 8, 32};
   std::vector<int64_t> items = {20000, 40000, 60000};
@@ -735,12 +792,7 @@ struct Summary {
     take_latency.Merge(run.take_latency);
     complete_latency.Merge(run.complete_latency);
   }
-  double MedianRate() const {
-    std::vector<double> sorted = rates;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t n = sorted.size();
-    return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-  }
+  double MedianRate() const { return Median(rates); }
 };
 
 // One way of running the shardq side (or Redis) in every row.
@@ -827,6 +879,8 @@ int Run(const Flags& flags) {
 
   // summaries[row][variant]
   std::vector<std::vector<Summary>> summaries;
+  // lone_commits[row]: --fsync-probe's commits/s, one per repeat
+  std::vector<std::vector<double>> lone_commits(flags.clients.size());
   const std::string run_id = absl::StrCat(getpid(), "-", absl::ToUnixMillis(absl::Now()));
   for (size_t r = 0; r < flags.clients.size(); ++r) {
     const int clients = flags.clients[r];
@@ -857,6 +911,20 @@ int Run(const Flags& flags) {
         std::fflush(stdout);
         summaries[r][v].Add(*result);
       }
+      if (!flags.fsync_probe_dir.empty()) {
+        absl::StatusOr<double> probe =
+            ProbeLoneCommits(flags.fsync_probe_dir, flags.fsync_probe_commits, run_id);
+        if (!probe.ok()) {
+          std::fprintf(stderr, "coordinator_throughput: FAILED: --fsync-probe: %s\n",
+                       probe.status().ToString().c_str());
+          return 1;
+        }
+        std::printf("fsync-probe     one journal commit per completion, alone: %8.0f commits/s "
+                    "(%d commits in %s)\n",
+                    *probe, flags.fsync_probe_commits, flags.fsync_probe_dir.c_str());
+        std::fflush(stdout);
+        lone_commits[r].push_back(*probe);
+      }
     }
   }
 
@@ -884,21 +952,50 @@ int Run(const Flags& flags) {
               "call), completed one by one.\n",
               flags.repeats, static_cast<int>(flags.batch));
   if (!durable_pairs.empty()) {
+    const bool probed = !flags.fsync_probe_dir.empty();
     std::printf("\n## Durable (`shardq serve --state-dir`) vs in memory, interleaved in the "
                 "same run\n\n| clients | shardq take | in-memory pairs/s | durable pairs/s | "
-                "durable complete p50 / p99 (µs) | durable / in-memory |\n"
-                "|--:|---|--:|--:|--:|--:|\n");
+                "durable complete p50 / p99 (µs) | durable / in-memory |%s\n"
+                "|--:|---|--:|--:|--:|--:|%s\n",
+                probed ? " one commit per completion, alone (/s) | durable completions / that |"
+                       : "",
+                probed ? "--:|--:|" : "");
     for (size_t r = 0; r < summaries.size(); ++r) {
       for (const auto& [memory, durable] : durable_pairs) {
         const Summary& m = summaries[r][memory];
         const Summary& d = summaries[r][durable];
-        std::printf("| %d | %s | %.0f | %.0f | %s | %.2f |\n", flags.clients[r],
+        std::string probe_cells;
+        if (probed) {
+          const double lone = Median(lone_commits[r]);
+          probe_cells = absl::StrFormat(" %.0f | %.2f |", lone, d.MedianRate() / lone);
+        }
+        std::printf("| %d | %s | %.0f | %.0f | %s | %.2f |%s\n", flags.clients[r],
                     variants[durable].table_name.c_str(), m.MedianRate(), d.MedianRate(),
-                    LatencyCell(d.complete_latency).c_str(), d.MedianRate() / m.MedianRate());
+                    LatencyCell(d.complete_latency).c_str(), d.MedianRate() / m.MedianRate(),
+                    probe_cells.c_str());
       }
     }
     std::printf("\nDurable: every completion journaled and fsynced before it is answered "
                 "(group commit); lease grants journaled in the same stream, written behind.\n");
+    if (probed) {
+      std::printf("One commit per completion, alone: --fsync-probe's lone writer (append one "
+                  "completion, wait until durable, repeat) in the same run, median of one "
+                  "probe per repeat of that row; group commit is what takes a durable server "
+                  "above it.\n");
+      // A lone client's completion cannot share its commit: the best a
+      // durable server can do is an in-memory pair plus one lone commit.
+      for (size_t r = 0; r < summaries.size(); ++r) {
+        if (flags.clients[r] != 1) continue;
+        const Summary& m = summaries[r][durable_pairs.front().first];
+        const Summary& d = summaries[r][durable_pairs.front().second];
+        const double lone = Median(lone_commits[r]);
+        const double bound = 1 / (1 / m.MedianRate() + 1 / lone);
+        std::printf("1 client, 1 item: nothing shares a lone client's commit, so durable pairs/s "
+                    "is at most an in-memory pair plus one lone commit: %.0f pairs/s, %.2f of "
+                    "in-memory; durable reached %.0f, %.2f of that bound.\n",
+                    bound, bound / m.MedianRate(), d.MedianRate(), d.MedianRate() / bound);
+      }
+    }
   }
   return 0;
 }
@@ -911,6 +1008,13 @@ int main(int argc, char** argv) {
   CLI::App app{"shardq coordinator vs Redis work queue: take+complete throughput and latency"};
   app.add_option("--shardq", flags.shardq_address, "HOST:PORT of a running `shardq serve`")
       ->required();
+  app.add_option("--fsync-probe", flags.fsync_probe_dir,
+                 "DIR on the durable server's filesystem: once per repeat, measure a lone "
+                 "writer's journal commits/s there (one commit per completion) and read the "
+                 "durable table against it");
+  app.add_option("--fsync-probe-commits", flags.fsync_probe_commits,
+                 "commits per --fsync-probe measurement")
+      ->check(CLI::Range(100, 1000000));
   app.add_option("--shardq-durable", flags.durable_address,
                  "HOST:PORT of a running `shardq serve --state-dir`: adds its rows, "
                  "interleaved, and a durable / in-memory table");
