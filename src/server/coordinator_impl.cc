@@ -48,13 +48,14 @@ uint64_t DrawSeed() {
   return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
-CoordinatorImpl::CoordinatorImpl(Clock* clock) : CoordinatorImpl(clock, nullptr, 0) {}
+CoordinatorImpl::CoordinatorImpl(Clock* clock) : CoordinatorImpl(clock, nullptr, 0, 1) {}
 
 CoordinatorImpl::CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal,
-                                 int64_t snapshot_every)
+                                 int64_t snapshot_every, int64_t snapshot_bytes_per_update)
     : clock_(clock != nullptr ? clock : RealClock::Get()),
       journal_(std::move(journal)),
-      snapshot_every_(snapshot_every) {}
+      snapshot_every_(snapshot_every),
+      snapshot_bytes_per_update_(snapshot_bytes_per_update) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
     const CoordinatorOptions& options) {
@@ -65,7 +66,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
   absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(options.state_dir, &recovered);
   if (!journal.ok()) return journal.status();
   std::unique_ptr<CoordinatorImpl> coordinator(new CoordinatorImpl(
-      options.clock, *std::move(journal), std::max<int64_t>(1, options.snapshot_every)));
+      options.clock, *std::move(journal), std::max<int64_t>(1, options.snapshot_every),
+      std::max<int64_t>(1, options.snapshot_bytes_per_update)));
   if (absl::Status s = coordinator->Recover(std::move(recovered)); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("state dir '", options.state_dir,
                                                "': ", s.message()));
@@ -94,7 +96,9 @@ absl::Status CoordinatorImpl::Recover(RecoveredState recovered) {
   for (RecoveredState::Queue& q : recovered.queues) {
     std::unique_ptr<QueueState> state;
     size_t first_update = 0;
+    int64_t snapshot_bytes = 0;
     if (q.snapshot != nullptr) {
+      snapshot_bytes = static_cast<int64_t>(q.snapshot->ByteSizeLong());
       absl::StatusOr<std::unique_ptr<QueueState>> s = QueueState::FromSnapshot(*q.snapshot, now);
       if (!s.ok()) return s.status();
       state = *std::move(s);
@@ -121,6 +125,7 @@ absl::Status CoordinatorImpl::Recover(RecoveredState recovered) {
       entry->state = std::move(state);
       entry->last_seq = recovered.last_seq;
       entry->since_snapshot = static_cast<int64_t>(q.updates.size());
+      entry->snapshot_bytes = snapshot_bytes;
       AttachJournal(*entry);
     }
     absl::MutexLock lock(&mu_);
@@ -142,8 +147,10 @@ void CoordinatorImpl::AttachJournal(Entry& e) {
 
 uint64_t CoordinatorImpl::AfterChange(Entry& e) {
   if (journal_ == nullptr) return 0;
-  if (e.since_snapshot >= snapshot_every_) {
-    journal_->AppendSnapshot(e.name, e.last_seq, e.state->ToSnapshot());
+  if (e.since_snapshot >= snapshot_every_ &&
+      e.since_snapshot >= e.snapshot_bytes / snapshot_bytes_per_update_) {
+    e.snapshot_bytes =
+        static_cast<int64_t>(journal_->AppendSnapshot(e.name, e.last_seq, e.state->ToSnapshot()));
     e.since_snapshot = 0;
   }
   return e.last_seq;

@@ -77,9 +77,18 @@ struct CoordinatorOptions {
   // Empty: state lives in memory only. Otherwise every change is journaled
   // here and a restarted coordinator continues where the last one stopped.
   std::string state_dir;
-  // A queue is snapshotted after this many journaled updates, which bounds
-  // recovery time by the size of the state rather than of the history.
+  // When a queue is snapshotted, which bounds recovery time by the size of
+  // the state rather than of the history: once both at least
+  // `snapshot_every` updates were journaled since its last snapshot, and
+  // at least one per `snapshot_bytes_per_update` bytes of that snapshot.
+  // The second keeps a large queue (a 1M-slice snapshot is tens of MB and
+  // takes a good part of a second to write) from being snapshotted every
+  // few thousand completions: the snapshot's cost per update stays
+  // bounded, and replaying the updates since it takes about as long as
+  // loading it (one update replays in about the time 256 bytes of
+  // snapshot load).
   int64_t snapshot_every = 20000;
+  int64_t snapshot_bytes_per_update = 256;
 };
 
 class CoordinatorImpl {
@@ -172,12 +181,14 @@ class CoordinatorImpl {
     std::unique_ptr<QueueState> state ABSL_GUARDED_BY(mu);
     uint64_t last_seq ABSL_GUARDED_BY(mu) = 0;        // last journaled update
     int64_t since_snapshot ABSL_GUARDED_BY(mu) = 0;   // updates since then
+    int64_t snapshot_bytes ABSL_GUARDED_BY(mu) = 0;   // size of the last snapshot
     // Journal sequence numbers of grants handed out without waiting that
     // may not be durable yet, oldest first (see the file comment).
     std::deque<uint64_t> grants_behind ABSL_GUARDED_BY(mu);
   };
 
-  CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal, int64_t snapshot_every);
+  CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal, int64_t snapshot_every,
+                  int64_t snapshot_bytes_per_update);
   absl::Status Recover(RecoveredState recovered);
   absl::StatusOr<std::shared_ptr<Entry>> Find(absl::string_view queue);
   // Adds a queue made by `creation` (a create or restore update), journals
@@ -186,7 +197,8 @@ class CoordinatorImpl {
                                                   bool journal_it);
   // Routes the state's updates to the journal (under e.mu).
   void AttachJournal(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
-  // Called with e.mu held after a change: snapshots if due; returns the
+  // Called with e.mu held after a change: snapshots if due (see
+  // CoordinatorOptions::snapshot_every); returns the
   // sequence number the caller must wait for (0: nothing to wait for).
   uint64_t AfterChange(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Forgets the grants in e.grants_behind that the disk has caught up
@@ -211,6 +223,7 @@ class CoordinatorImpl {
   Clock* const clock_;
   const std::unique_ptr<Journal> journal_;  // null: in memory only
   const int64_t snapshot_every_;
+  const int64_t snapshot_bytes_per_update_;
   std::atomic<bool> shutting_down_{false};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> queues_

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -11,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "src/core/rng.h"
 #include "src/server/coordinator_impl.h"
+#include "src/store/journal.h"
 
 namespace shardq {
 namespace {
@@ -35,11 +38,13 @@ std::string CrashCopy(const std::string& dir, const std::string& name) {
 }
 
 std::unique_ptr<CoordinatorImpl> Open(const std::string& dir, Clock* clock,
-                                      int64_t snapshot_every = 20000) {
+                                      int64_t snapshot_every = 20000,
+                                      int64_t snapshot_bytes_per_update = 256) {
   CoordinatorOptions options;
   options.clock = clock;
   options.state_dir = dir;
   options.snapshot_every = snapshot_every;
+  options.snapshot_bytes_per_update = snapshot_bytes_per_update;
   absl::StatusOr<std::unique_ptr<CoordinatorImpl>> c = CoordinatorImpl::Create(options);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *std::move(c) : nullptr;
@@ -117,8 +122,9 @@ constexpr uint64_t kLeaseSequenceMask = (uint64_t{1} << 20) - 1;
 
 // `recovered` is `live` replayed from its journal: the same state, except
 // that recovery skipped QueueState::kLeaseIdsSkippedAtRecovery lease ids.
-void ExpectSameStateAfterRecovery(CoordinatorImpl& live, CoordinatorImpl& recovered) {
-  for (const char* q : {"alpha", "beta"}) {
+void ExpectSameStateAfterRecovery(CoordinatorImpl& live, CoordinatorImpl& recovered,
+                                  const std::vector<std::string>& queues = {"alpha", "beta"}) {
+  for (const std::string& q : queues) {
     absl::StatusOr<journal::QueueSnapshot> sa = live.DebugSnapshot(q);
     absl::StatusOr<journal::QueueSnapshot> sb = recovered.DebugSnapshot(q);
     ASSERT_TRUE(sa.ok() && sb.ok());
@@ -224,6 +230,53 @@ TEST(DurableCoordinator, GrantsLostInACrashAreNeverReissuedAndTheirItemsAreReadA
   EXPECT_EQ(next.lease_id & kLeaseSequenceMask,
             (again[1].lease_id & kLeaseSequenceMask) +
                 QueueState::kLeaseIdsSkippedAtRecovery + 1);
+}
+
+// The updates a recovery of `dir` would replay after the queues' snapshots
+// (read from a copy, so `dir` is untouched).
+int64_t UpdatesAfterSnapshots(const std::string& dir, const std::string& name) {
+  const std::string copy = CrashCopy(dir, name);
+  RecoveredState state;
+  absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(copy, &state);
+  EXPECT_TRUE(journal.ok()) << journal.status();
+  int64_t updates = 0;
+  for (const RecoveredState::Queue& q : state.queues) {
+    EXPECT_NE(q.snapshot, nullptr) << q.name;
+    updates += static_cast<int64_t>(q.updates.size());
+  }
+  return updates;
+}
+
+// A snapshot is due after snapshot_every updates, and, once the queue has
+// one, not before there is one update per snapshot_bytes_per_update bytes
+// of it: a large queue is not rewritten every few thousand completions.
+TEST(DurableCoordinator, ALargeSnapshotWaitsForProportionallyManyUpdates) {
+  for (const int64_t bytes_per_update : {int64_t{1}, int64_t{1} << 40}) {
+    SCOPED_TRACE(absl::StrCat("snapshot_bytes_per_update ", bytes_per_update));
+    FakeClock clock;
+    const std::string dir = FreshDir(absl::StrCat("snapsize-", bytes_per_update));
+    std::unique_ptr<CoordinatorImpl> c = Open(dir, &clock, 10, bytes_per_update);
+    ASSERT_TRUE(c->CreateQueue(Config("big", 300, 1, 1)).ok());
+    for (int i = 0; i < 100; ++i) {  // 200 updates
+      auto taken = c->Take("big", "w", 1, absl::InfinitePast());
+      ASSERT_TRUE(taken.ok() && taken->size() == 1);
+      ASSERT_TRUE(c->Complete("big", "w", (*taken)[0].lease_id).ok());
+    }
+    ASSERT_TRUE(c->Flush().ok());
+    const int64_t replayed =
+        UpdatesAfterSnapshots(dir, absl::StrCat("snapsize-copy-", bytes_per_update));
+    if (bytes_per_update == 1) {
+      // The first snapshot came after 10 updates (there was none to weigh);
+      // the next needs one update per byte of a snapshot of 300 item names.
+      EXPECT_GE(replayed, 185);
+    } else {
+      EXPECT_LT(replayed, 10);  // every 10 updates
+    }
+    // Either way the recovered queue is the live one.
+    std::unique_ptr<CoordinatorImpl> recovered = Open(CrashCopy(dir, "snapsize-rec"), &clock);
+    ASSERT_NE(recovered, nullptr);
+    ExpectSameStateAfterRecovery(*c, *recovered, {"big"});
+  }
 }
 
 TEST(DurableCoordinator, CompleteAsyncAnswersOnlyWhatACrashKeeps) {

@@ -258,16 +258,18 @@ uint64_t Journal::Append(const std::string& queue, const journal::Update& update
   return seq;
 }
 
-void Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
-                             journal::QueueSnapshot snapshot) {
+size_t Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
+                               const journal::QueueSnapshot& snapshot) {
   Pending p;
   p.queue = queue;
   p.snapshot = true;
   p.snapshot_seq = seq;
   snapshot.SerializeToString(&p.payload);
+  const size_t bytes = p.payload.size();
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
   AddPendingLocked(std::move(p));
+  return bytes;
 }
 
 void Journal::AddPendingLocked(Pending p) {

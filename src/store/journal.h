@@ -76,9 +76,9 @@ class Journal {
 
   // Queues a snapshot of `queue` that includes every update of that queue
   // with sequence <= `seq`; those journal entries are deleted in the same
-  // transaction. No I/O.
-  void AppendSnapshot(const std::string& queue, uint64_t seq,
-                      journal::QueueSnapshot snapshot);
+  // transaction. No I/O. Returns the snapshot's size in bytes as stored.
+  size_t AppendSnapshot(const std::string& queue, uint64_t seq,
+                        const journal::QueueSnapshot& snapshot);
 
   // Blocks until every append up to `seq` is durable (asking the writer to
   // commit now). A failed write is
