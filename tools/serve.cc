@@ -2,10 +2,13 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "src/observe/status_server.h"
@@ -100,13 +103,29 @@ int RunServe(const ServeOptions& o) {
     std::ofstream(tmp) << (*server)->port() << "\n";
     std::rename(tmp.c_str(), o.port_file.c_str());
   }
-  int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
-  std::fprintf(stderr, "shardq serve: signal %d, shutting down\n", signal_number);
+  // Until a stop signal, or until the journal fails: a coordinator that
+  // cannot store state stops (fail-stop, as after a failed fsync nothing
+  // written since can be trusted); restarted, it recovers every change it
+  // acknowledged, and clients retry through the gap.
+  int exit_code = 0;
+  while (true) {
+    const timespec one_second{1, 0};
+    const int signal_number = sigtimedwait(&stop_signals, nullptr, &one_second);
+    if (signal_number > 0) {
+      std::fprintf(stderr, "shardq serve: signal %d, shutting down\n", signal_number);
+      break;
+    }
+    if (absl::Status s = (*server)->coordinator()->Writable(); !s.ok()) {
+      std::fprintf(stderr, "shardq serve: %s; stopping (a restart recovers every acknowledged "
+                   "change)\n", std::string(s.message()).c_str());
+      exit_code = 1;
+      break;
+    }
+  }
   http.reset();
   sampler->reset();  // writes the final sample
   (*server)->Shutdown();
-  return 0;
+  return exit_code;
 }
 
 }  // namespace shardq

@@ -228,7 +228,7 @@ TEST(RemoteBackend, UnreachableCoordinatorIsUnavailableAfterTheRetryBudget) {
   EXPECT_NE(s.message().find("gave up"), std::string::npos);
 }
 
-TEST(CallWithRetry, RetriesOnlyUnavailableAndAborted) {
+TEST(CallWithRetry, RetriesOnlyUnavailableAbortedAndCancelled) {
   RetryPolicy policy;
   policy.initial_backoff = absl::Milliseconds(1);
   int calls = 0;
@@ -251,6 +251,13 @@ TEST(CallWithRetry, RetriesOnlyUnavailableAndAborted) {
     return 7;
   });
   EXPECT_EQ(*v, 7);
+  // What a client sees of a coordinator that stopped under its call.
+  calls = 0;
+  s = CallWithRetry(policy, "stopped", [&] {
+    return ++calls == 1 ? absl::CancelledError("CANCELLED") : absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(calls, 2);
 }
 
 }  // namespace

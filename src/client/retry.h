@@ -1,7 +1,14 @@
 // The one retry helper of the client: repeats a call while it fails with
-// UNAVAILABLE (coordinator down or restarting) or ABORTED, with capped
-// exponential backoff and jitter, until the policy's total budget is spent.
-// Every other status is returned at once.
+// UNAVAILABLE (coordinator down or restarting), ABORTED, or CANCELLED, with
+// capped exponential backoff and jitter, until the policy's total budget is
+// spent. Every other status is returned at once.
+//
+// CANCELLED: the client never cancels its own calls, so it comes from a
+// coordinator shutting down under the call (gRPC cancels the calls it has
+// not answered when its server stops, e.g. `shardq serve` on SIGTERM or on
+// a storage failure). As with UNAVAILABLE, the call may or may not have
+// taken effect (a repeated completion is answered as a duplicate; a
+// repeated take's first lease expires and its item is handed out again).
 #ifndef SHARDQ_CLIENT_RETRY_H_
 #define SHARDQ_CLIENT_RETRY_H_
 
@@ -25,7 +32,7 @@ struct RetryPolicy {
 };
 
 inline bool IsRetryable(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsAborted(status);
+  return absl::IsUnavailable(status) || absl::IsAborted(status) || absl::IsCancelled(status);
 }
 
 namespace retry_internal {

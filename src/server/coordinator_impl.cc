@@ -169,10 +169,18 @@ absl::Status CoordinatorImpl::Durable(uint64_t seq) {
   return StoreError(journal_->WaitDurable(seq));
 }
 
+absl::Status CoordinatorImpl::Writable() const {
+  if (journal_ == nullptr) return absl::OkStatus();
+  return StoreError(journal_->status());
+}
+
 absl::Status CoordinatorImpl::StoreError(const absl::Status& journal_error) {
   if (journal_error.ok()) return journal_error;
-  return absl::InternalError(
-      absl::StrCat("coordinator cannot store state: ", journal_error.message()));
+  // UNAVAILABLE: clients retry it with backoff, and a restarted coordinator
+  // (`shardq serve` stops on this error) recovers what was stored.
+  return absl::UnavailableError(absl::StrCat(
+      "coordinator cannot store state: ", journal_error.message(),
+      "; it accepts no change until restarted"));
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::AddQueue(
@@ -201,6 +209,7 @@ absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::AddQueu
 
 absl::StatusOr<QueueInfo> CoordinatorImpl::CreateQueue(QueueConfig config) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  if (absl::Status s = Writable(); !s.ok()) return s;
   std::shared_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu_);
@@ -286,6 +295,7 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
         absl::StrCat("take from queue '", queue, "': max_items must be in [1, ",
                      kMaxItemsPerTake, "], got ", max_items));
   }
+  if (absl::Status s = Writable(); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   Entry& e = **entry;
@@ -357,6 +367,7 @@ auto CoordinatorImpl::Mutate(absl::string_view queue, Change change)
 absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
     absl::string_view queue, absl::string_view worker, uint64_t lease_id) {
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  if (absl::Status s = Writable(); !s.ok()) return s;
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return CompleteLocked(e, worker, lease_id);
   });
@@ -374,6 +385,7 @@ void CoordinatorImpl::CompleteAsync(
     absl::string_view queue, absl::string_view worker, uint64_t lease_id,
     std::function<void(absl::StatusOr<CompleteOutcome>)> done) {
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return done(s);
+  if (absl::Status s = Writable(); !s.ok()) return done(s);
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return done(entry.status());
   Entry& e = **entry;
@@ -396,6 +408,7 @@ absl::Status CoordinatorImpl::Release(absl::string_view queue,
                                       absl::string_view worker,
                                       uint64_t lease_id) {
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  if (absl::Status s = Writable(); !s.ok()) return s;
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     absl::Status status = e.state->Release(worker, lease_id, clock_->Now());
     if (status.ok()) e.changed.SignalAll();
@@ -412,6 +425,7 @@ absl::StatusOr<HeartbeatReply> CoordinatorImpl::Heartbeat(
         "heartbeat for queue '", queue, "' names ", lease_ids.size(),
         " leases; the limit is ", kMaxLeasesPerHeartbeat));
   }
+  if (absl::Status s = Writable(); !s.ok()) return s;
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS
                            -> absl::StatusOr<HeartbeatReply> {
     const absl::Time now = clock_->Now();
@@ -430,6 +444,7 @@ absl::StatusOr<bool> CoordinatorImpl::AcceptSplit(absl::string_view queue,
                                                   absl::string_view worker,
                                                   uint64_t lease_id, int64_t split_point) {
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  if (absl::Status s = Writable(); !s.ok()) return s;
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<bool> {
     absl::StatusOr<bool> accepted =
         e.state->AcceptSplit(worker, lease_id, split_point, clock_->Now());
@@ -472,6 +487,7 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::RestoreCheckpoint(
   absl::StatusOr<journal::Update> update =
       QueueState::RestoreUpdate(checkpoint, name, clock_->Now());
   if (!update.ok()) return update.status();
+  if (absl::Status s = Writable(); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<Entry>> added = AddQueue(*update, true);
   if (!added.ok()) return added.status();
   uint64_t seq;
@@ -499,6 +515,13 @@ void CoordinatorImpl::Shutdown() {
 }
 
 absl::StatusOr<QueueStats> CoordinatorImpl::Stats(absl::string_view queue) {
+  if (!Writable().ok()) {
+    // Nothing can be stored any more: answer from memory, changing nothing.
+    absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
+    if (!entry.ok()) return entry.status();
+    absl::MutexLock lock(&(*entry)->mu);
+    return (*entry)->state->Stats(clock_->Now());
+  }
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS
                            -> absl::StatusOr<QueueStats> {
     const absl::Time now = clock_->Now();

@@ -170,6 +170,12 @@ class CoordinatorImpl {
   absl::StatusOr<journal::QueueSnapshot> DebugSnapshot(absl::string_view queue);
   // Waits until everything changed so far is durable (tests, shutdown).
   absl::Status Flush();
+  // OK, or (durable only) the error that made the journal stop storing
+  // anything (see Journal::status), as StoreError gives it. From then on
+  // every change is refused with it up front, before it touches memory or
+  // hands out an item whose grant could not be stored; reads still work.
+  // `shardq serve` stops on it, and a restart recovers what was stored.
+  absl::Status Writable() const;
   // Every queue, sorted by name.
   std::vector<QueueStats> AllStats();
 
@@ -210,7 +216,8 @@ class CoordinatorImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Waits (without any lock) until `seq` is durable.
   absl::Status Durable(uint64_t seq);
-  // The error a call returns when the journal cannot store its change.
+  // The error a call returns when the journal cannot store its change:
+  // UNAVAILABLE, naming the journal's error.
   static absl::Status StoreError(const absl::Status& journal_error);
   // Runs `change(entry)` (returning absl::Status or StatusOr) under the
   // queue's mutex, then waits, unlocked, until what it journaled is durable.

@@ -1,6 +1,8 @@
 // The coordinator over a state directory: random histories recover into
 // identical state, and bad state refuses to start.
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <map>
@@ -277,6 +279,89 @@ TEST(DurableCoordinator, ALargeSnapshotWaitsForProportionallyManyUpdates) {
     ASSERT_NE(recovered, nullptr);
     ExpectSameStateAfterRecovery(*c, *recovered, {"big"});
   }
+}
+
+// While alive, no file of this process may grow past `bytes` (writes past
+// it fail with EFBIG instead of raising SIGXFSZ): a disk that fills up.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit limit = old_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_;
+  sighandler_t old_handler_;
+};
+
+// The disk fills up under a running coordinator: the completion whose
+// commit failed is answered with an error, never as done; every later
+// change is refused with the same clear error (a failed write is not
+// retried); and a restart recovers exactly what was acknowledged.
+TEST(DurableCoordinator, AFailedWriteIsNeverAcknowledgedAndARestartKeepsWhatWas) {
+  FakeClock clock;
+  const std::string dir = FreshDir("full");
+  std::vector<WorkItem> completed;
+  WorkItem refused;
+  {
+    std::unique_ptr<CoordinatorImpl> c = Open(dir, &clock);
+    ASSERT_TRUE(c->CreateQueue(Config("alpha", 20, 1, 1)).ok());
+    for (int i = 0; i < 3; ++i) {
+      auto taken = c->Take("alpha", "w", 1, absl::InfinitePast());
+      ASSERT_TRUE(taken.ok() && taken->size() == 1);
+      ASSERT_TRUE(c->Complete("alpha", "w", (*taken)[0].lease_id).ok());
+      completed.push_back((*taken)[0]);
+    }
+    auto taken = c->Take("alpha", "w", 1, absl::InfinitePast());
+    ASSERT_TRUE(taken.ok() && taken->size() == 1);
+    refused = (*taken)[0];
+    ASSERT_TRUE(c->Flush().ok());  // its grant is stored; its completion will not be
+    {
+      // The WAL only grows this early in its life, so the next commit
+      // needs more room than the files have now.
+      const auto wal = fs::file_size(dir + "/state.db-wal");
+      const auto db = fs::file_size(dir + "/state.db");
+      FileSizeLimit full(std::max(wal, db));
+      absl::StatusOr<CompleteOutcome> outcome = c->Complete("alpha", "w", refused.lease_id);
+      ASSERT_FALSE(outcome.ok());
+      // UNAVAILABLE: a client retries it until a restarted coordinator answers.
+      EXPECT_EQ(outcome.status().code(), absl::StatusCode::kUnavailable);
+      EXPECT_NE(outcome.status().message().find("cannot store state"), std::string::npos)
+          << outcome.status();
+      EXPECT_NE(outcome.status().message().find(dir), std::string::npos) << outcome.status();
+      // Sticky: the journal is not trusted again until a restart.
+      absl::StatusOr<CompleteOutcome> again = c->Complete("alpha", "w", refused.lease_id);
+      EXPECT_FALSE(again.ok());
+      absl::StatusOr<std::vector<WorkItem>> take = c->Take("alpha", "w", 1, absl::InfinitePast());
+      EXPECT_FALSE(take.ok());
+      if (!take.ok()) {
+        EXPECT_NE(take.status().message().find("cannot store state"), std::string::npos)
+            << take.status();
+      }
+      EXPECT_FALSE(c->Writable().ok());
+      EXPECT_TRUE(c->Stats("alpha").ok());  // reads still work
+    }
+  }  // the clean close cannot snapshot either; it must not make things up
+  std::unique_ptr<CoordinatorImpl> restarted = Open(dir, &clock);
+  ASSERT_NE(restarted, nullptr);
+  absl::StatusOr<QueueStats> stats = restarted->Stats("alpha");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->completed, 3);
+  // The refused completion's item is still to be done: its lease survived
+  // (its grant was stored before the disk filled up) and its holder may
+  // complete it now.
+  absl::StatusOr<CompleteOutcome> retry = restarted->Complete("alpha", "w", refused.lease_id);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_EQ(*retry, CompleteOutcome::kCompleted);
+  EXPECT_EQ(restarted->Stats("alpha")->completed, 4);
 }
 
 TEST(DurableCoordinator, CompleteAsyncAnswersOnlyWhatACrashKeeps) {

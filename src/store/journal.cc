@@ -273,6 +273,7 @@ size_t Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
 }
 
 void Journal::AddPendingLocked(Pending p) {
+  if (!error_.ok()) return;  // nothing is written after a failed commit
   // The first append starts the clock of kMaxCommitDelay. Only a writer
   // idling without a deadline needs waking to learn of it; otherwise its
   // own deadline ends its wait (and waiters commit for themselves).
@@ -353,7 +354,11 @@ void Journal::CommitPendingLocked() {
   absl::Status s = Commit(batch);
   batch.clear();
   mu_.Lock();
-  if (!s.ok() && error_.ok()) error_ = s;
+  if (!s.ok() && error_.ok()) {
+    error_ = s;
+    failed_.store(true, std::memory_order_release);
+    pending_.clear();  // appended after the failed batch: never written
+  }
   if (s.ok()) {
     durable_seq_.store(last, std::memory_order_release);
     ++commits_;
@@ -406,6 +411,12 @@ absl::Status Journal::Flush() {
   return WaitDurable(last);
 }
 
+absl::Status Journal::status() const {
+  if (!failed_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
 int64_t Journal::commits() const {
   absl::MutexLock lock(&mu_);
   return commits_;
@@ -426,7 +437,7 @@ void Journal::WriterLoop() {
       writer_waits_for_commit_ = true;
       work_.Wait(&mu_);
       writer_waits_for_commit_ = false;
-    } else if (pending_.empty()) {
+    } else if (pending_.empty() || !error_.ok()) {
       if (stopping_) return;
       if (!idle_timed_out) {
         idle_timed_out = work_.WaitWithTimeout(&mu_, kMaxCommitDelay);

@@ -101,6 +101,13 @@ class Journal {
   // Number of commits (fsyncs) so far, for tests and metrics.
   int64_t commits() const;
 
+  // OK, or the error of the commit that failed. A failure is final: from
+  // then on nothing more is written (what is on disk stays a consistent
+  // prefix: an entry after the lost ones could not be replayed), appends
+  // are dropped, and every wait returns this error. Only a restart, which
+  // recovers what was stored, clears it. Lock-free while OK.
+  absl::Status status() const;
+
   // Every append up to this sequence number is durable. Lock-free, for
   // callers that only need to know how far behind the disk is.
   uint64_t durable_seq() const;
@@ -168,6 +175,7 @@ class Journal {
   // durable_seq().
   std::atomic<uint64_t> durable_seq_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> failed_{false};  // !error_.ok(), readable without mu_
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread writer_;

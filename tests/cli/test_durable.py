@@ -4,6 +4,7 @@ resume where reading stopped; bad state refuses to start."""
 import json
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -18,9 +19,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_serve(port, state_dir, log):
+def start_serve(port, state_dir, log, preexec_fn=None):
     proc = subprocess.Popen([shardq_bin(), "serve", "--listen", f"127.0.0.1:{port}",
-                             "--state-dir", str(state_dir)], stdout=log, stderr=log)
+                             "--state-dir", str(state_dir)], stdout=log, stderr=log,
+                            preexec_fn=preexec_fn)
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -81,6 +83,105 @@ def test_coordinator_killed_three_times_loses_nothing_and_repeats_no_completion(
         for w in workers:
             if w.poll() is None:
                 w.kill()
+        if serve.poll() is None:
+            os.kill(serve.pid, signal.SIGTERM)
+            serve.wait(timeout=10)
+        log.close()
+
+
+def test_a_full_disk_stops_the_coordinator_and_the_run_finishes_after_a_restart(tmp_path):
+    """The disk fills up mid-run (RLIMIT_FSIZE on the server: a write past
+    the limit fails with EFBIG). The coordinator refuses the change it could
+    not store, stops with a clear error, and, restarted with room, continues:
+    the workers retry through the gap and every slice is completed once."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    state = tmp_path / "state"
+    log_path = tmp_path / "serve.log"
+    log = open(log_path, "ab")
+    limit = 256 * 1024  # a few dozen commits past the queue's creation
+
+    def small_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    serve = start_serve(port, state, log, preexec_fn=small_disk)
+    workers = []
+    try:
+        files = make_text_files(tmp_path, 4, 50)
+        run("create", "--address", address, "--name", "full", "--slices", "100", *files)
+        outputs = tmp_path / "out"
+        outputs.mkdir()
+        for i in range(2):
+            workers.append(subprocess.Popen(
+                [shardq_bin(), "worker", "--address", address, "--name", "full",
+                 "--worker", f"w{i}", "--", "sh", "-c", f'echo "{{}}" >> {outputs}/w{i}'],
+                stderr=subprocess.PIPE, text=True))
+        # The journal outgrows the limit long before 100 slices are done.
+        assert serve.wait(timeout=60) == 1
+        log.flush()
+        text = log_path.read_text()
+        assert "cannot store state" in text and str(state) in text, text
+        assert "stopping" in text, text
+        assert any(w.poll() is None for w in workers)  # retrying, not crashed
+        serve = start_serve(port, state, log)
+        for w in workers:
+            _, err = w.communicate(timeout=120)
+            assert w.returncode == 0, err
+        status = json.loads(run("status", "--address", address, "--name", "full",
+                                "--json").stdout)["queues"][0]
+        assert status["completed"] == 100 and status["finished"]
+        assert status["pending"] == 0 and status["leased"] == 0
+        done = set()
+        for f in outputs.iterdir():
+            done.update(f.read_text().splitlines())
+        assert len(done) == 100  # every slice was run to the end
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        if serve.poll() is None:
+            os.kill(serve.pid, signal.SIGTERM)
+            serve.wait(timeout=10)
+        log.close()
+
+
+def test_workers_in_tight_loops_ride_through_graceful_restarts(tmp_path):
+    """SIGTERM stops `shardq serve` cleanly; gRPC cancels the calls it has
+    not answered, and a worker takes that (CANCELLED) like a coordinator
+    that is away: it retries until the restarted one answers."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    state = tmp_path / "state"
+    log = open(tmp_path / "serve.log", "ab")
+    serve = start_serve(port, state, log)
+    workers = []
+    try:
+        files = make_text_files(tmp_path, 4, 50)
+        run("create", "--address", address, "--name", "term", "--slices", "2000", *files)
+        for i in range(4):
+            workers.append(subprocess.Popen(
+                [shardq_bin(), "worker", "--address", address, "--name", "term",
+                 "--worker", f"w{i}", "--", "true"],
+                stderr=subprocess.PIPE, text=True))
+        for _ in range(2):
+            time.sleep(0.3)
+            assert any(w.poll() is None for w in workers)  # mid-run
+            os.kill(serve.pid, signal.SIGTERM)
+            assert serve.wait(timeout=30) == 0
+            serve = start_serve(port, state, log)
+        for w in workers:
+            _, err = w.communicate(timeout=120)
+            assert w.returncode == 0, err
+        status = json.loads(run("status", "--address", address, "--name", "term",
+                                "--json").stdout)["queues"][0]
+        assert status["completed"] == 2000 and status["finished"]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
         if serve.poll() is None:
             os.kill(serve.pid, signal.SIGTERM)
             serve.wait(timeout=10)
