@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "src/observe/status_server.h"
@@ -90,6 +91,13 @@ int RunServe(const ServeOptions& o) {
     http = *std::move(started);
     std::printf("status page and /metrics on http://%s:%d/\n",
                 o.http.substr(0, o.http.rfind(':')).c_str(), http->port());
+  }
+  if (!options.state_dir.empty()) {
+    const CoordinatorImpl::Recovery& r = (*server)->coordinator()->recovery();
+    std::printf("state dir %s: recovered %lld queue(s) in %.2f s (%lld update(s) replayed "
+                "after their snapshots)\n",
+                options.state_dir.c_str(), static_cast<long long>(r.queues),
+                absl::ToDoubleSeconds(r.took), static_cast<long long>(r.updates_replayed));
   }
   const std::string host = o.listen.substr(0, o.listen.rfind(':'));
   std::printf("shardq coordinator listening on %s:%d%s%s%s%s\n", host.c_str(),

@@ -62,9 +62,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
   if (options.state_dir.empty()) {
     return std::make_unique<CoordinatorImpl>(options.clock);
   }
+  const absl::Time start = absl::Now();
   RecoveredState recovered;
   absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(options.state_dir, &recovered);
   if (!journal.ok()) return journal.status();
+  Recovery recovery;
+  for (const RecoveredState::Queue& q : recovered.queues) {
+    ++recovery.queues;
+    recovery.updates_replayed += static_cast<int64_t>(q.updates.size());
+  }
   std::unique_ptr<CoordinatorImpl> coordinator(new CoordinatorImpl(
       options.clock, *std::move(journal), std::max<int64_t>(1, options.snapshot_every),
       std::max<int64_t>(1, options.snapshot_bytes_per_update)));
@@ -72,6 +78,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
     return absl::Status(s.code(), absl::StrCat("state dir '", options.state_dir,
                                                "': ", s.message()));
   }
+  recovery.took = absl::Now() - start;
+  coordinator->recovery_ = recovery;
   return coordinator;
 }
 
@@ -344,6 +352,9 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
   }
   if (absl::Status s = Durable(seq); !s.ok()) return s;
   if (!result.ok()) return result;
+  // A take that waited may wake after the journal failed: its grants will
+  // never be stored, so it must not hand their items out.
+  if (absl::Status s = Writable(); !s.ok()) return s;
   return items;
 }
 

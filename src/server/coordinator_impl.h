@@ -170,6 +170,14 @@ class CoordinatorImpl {
   absl::StatusOr<journal::QueueSnapshot> DebugSnapshot(absl::string_view queue);
   // Waits until everything changed so far is durable (tests, shutdown).
   absl::Status Flush();
+
+  // What Create recovered from the state dir (all zero in memory).
+  struct Recovery {
+    int64_t queues = 0;
+    int64_t updates_replayed = 0;  // journaled after the queues' snapshots
+    absl::Duration took;           // opening the dir through the last replay
+  };
+  const Recovery& recovery() const { return recovery_; }
   // OK, or (durable only) the error that made the journal stop storing
   // anything (see Journal::status), as StoreError gives it. From then on
   // every change is refused with it up front, before it touches memory or
@@ -232,6 +240,7 @@ class CoordinatorImpl {
   const int64_t snapshot_every_;
   const int64_t snapshot_bytes_per_update_;
   std::atomic<bool> shutting_down_{false};
+  Recovery recovery_;  // set once by Create
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> queues_
       ABSL_GUARDED_BY(mu_);

@@ -277,6 +277,8 @@ TEST(DurableCoordinator, ALargeSnapshotWaitsForProportionallyManyUpdates) {
     // Either way the recovered queue is the live one.
     std::unique_ptr<CoordinatorImpl> recovered = Open(CrashCopy(dir, "snapsize-rec"), &clock);
     ASSERT_NE(recovered, nullptr);
+    EXPECT_EQ(recovered->recovery().queues, 1);
+    EXPECT_EQ(recovered->recovery().updates_replayed, replayed);
     ExpectSameStateAfterRecovery(*c, *recovered, {"big"});
   }
 }

@@ -204,6 +204,11 @@ def test_clean_restart_keeps_queues(tmp_path):
     try:
         status = json.loads(run("status", "--address", address, "--name", "keep",
                                 "--json").stdout)["queues"][0]
+        log.flush()
+        started = (tmp_path / "serve.log").read_text()
+        # The restart says what it recovered (the clean stop snapshotted).
+        assert f"state dir {state}: recovered 1 queue(s) in " in started, started
+        assert "(0 update(s) replayed after their snapshots)" in started, started
         assert str(status["seed"]) == seed
         assert status["leased"] == 1 and status["pending"] == 3
         assert item
