@@ -104,6 +104,17 @@ std::vector<QueueMetrics> MetricsSampler::Current() {
   return out;
 }
 
+std::optional<JournalMetrics> MetricsSampler::JournalTotals() {
+  std::optional<Journal::Totals> totals = coordinator_->journal_totals();
+  if (!totals.has_value()) return std::nullopt;
+  JournalMetrics m;
+  m.commits = totals->commits;
+  m.entries = totals->entries;
+  m.bytes = totals->bytes;
+  m.snapshots = totals->snapshots;
+  return m;
+}
+
 std::string StatusPage(const std::vector<QueueMetrics>& queues) {
   std::string page =
       "<!doctype html><html><head><meta charset=\"utf-8\"><title>shardq</title>"
@@ -160,7 +171,9 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
   std::unique_ptr<StatusHttpServer> out(new StatusHttpServer());
   out->server_ = std::make_unique<httplib::Server>();
   out->server_->Get("/metrics", [sampler](const httplib::Request&, httplib::Response& res) {
-    res.set_content(PrometheusText(sampler->Current()), "text/plain; version=0.0.4");
+    const std::optional<JournalMetrics> journal = sampler->JournalTotals();
+    res.set_content(PrometheusText(sampler->Current(), journal ? &*journal : nullptr),
+                    "text/plain; version=0.0.4");
   });
   out->server_->Get("/", [sampler](const httplib::Request&, httplib::Response& res) {
     res.set_content(StatusPage(sampler->Current()), "text/html; charset=utf-8");

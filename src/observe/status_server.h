@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,8 @@ class MetricsSampler {
 
   // Metrics of every queue now, with rates over the last sampling interval.
   std::vector<QueueMetrics> Current();
+  // The coordinator's journal totals now; nullopt in memory.
+  std::optional<JournalMetrics> JournalTotals();
 
  private:
   MetricsSampler(CoordinatorImpl* coordinator, std::unique_ptr<EventFileWriter> writer,

@@ -117,7 +117,8 @@ std::string Label(absl::string_view value) {
 
 }  // namespace
 
-std::string PrometheusText(const std::vector<QueueMetrics>& queues) {
+std::string PrometheusText(const std::vector<QueueMetrics>& queues,
+                           const JournalMetrics* journal) {
   std::string out;
   auto family = [&](const char* name, const char* type, const char* help) {
     absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
@@ -176,6 +177,24 @@ std::string PrometheusText(const std::vector<QueueMetrics>& queues) {
       sample("shardq_worker_items_completed",
              absl::StrCat("queue=\"", Label(m.stats.name), "\",worker=\"", Label(worker), "\""),
              double(w.completed));
+    }
+  }
+  if (journal != nullptr) {
+    const struct {
+      const char* name;
+      const char* help;
+      int64_t value;
+    } counters[] = {
+        {"shardq_journal_commits_total", "Journal commits (one fsync each).", journal->commits},
+        {"shardq_journal_entries_total",
+         "Journal entries stored (updates and snapshots); per commit: how many share an fsync.",
+         journal->entries},
+        {"shardq_journal_bytes_total", "Bytes of journal entries stored.", journal->bytes},
+        {"shardq_journal_snapshots_total", "Queue snapshots stored.", journal->snapshots},
+    };
+    for (const auto& c : counters) {
+      family(c.name, "counter", c.help);
+      absl::StrAppend(&out, c.name, " ", c.value, "\n");
     }
   }
   return out;

@@ -54,8 +54,18 @@ class EventFileWriter {
   std::unique_ptr<TFRecordWriter> writer_;
 };
 
-// Prometheus text exposition (version 0.0.4) of every queue.
-std::string PrometheusText(const std::vector<QueueMetrics>& queues);
+// A durable coordinator's journal: what its commits stored so far.
+struct JournalMetrics {
+  int64_t commits = 0;    // fsyncs
+  int64_t entries = 0;    // updates and snapshots; entries / commits share an fsync
+  int64_t bytes = 0;
+  int64_t snapshots = 0;
+};
+
+// Prometheus text exposition (version 0.0.4) of every queue, and of the
+// journal when there is one (shardq_journal_*_total counters).
+std::string PrometheusText(const std::vector<QueueMetrics>& queues,
+                           const JournalMetrics* journal = nullptr);
 
 }  // namespace shardq
 

@@ -76,6 +76,23 @@ TEST(SummaryWriter, PrometheusTextHasOneSamplePerQueueAndEscapesLabels) {
   EXPECT_NE(text.find("shardq_lease_expiries_total{queue=\"we\\\"ird\"} 1"), std::string::npos);
 }
 
+TEST(SummaryWriter, TheJournalIsPublishedOnlyWhenThereIsOne) {
+  QueueStats s = Sample(14, 10);
+  const std::vector<QueueMetrics> queues = {DeriveMetrics(s, absl::Now(), nullptr, absl::Now())};
+  EXPECT_EQ(PrometheusText(queues).find("shardq_journal"), std::string::npos);
+  JournalMetrics journal;
+  journal.commits = 4;
+  journal.entries = 30;
+  journal.bytes = 900;
+  journal.snapshots = 1;
+  const std::string text = PrometheusText(queues, &journal);
+  EXPECT_NE(text.find("# TYPE shardq_journal_commits_total counter\nshardq_journal_commits_total 4\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("shardq_journal_entries_total 30\n"), std::string::npos);
+  EXPECT_NE(text.find("shardq_journal_bytes_total 900\n"), std::string::npos);
+  EXPECT_NE(text.find("shardq_journal_snapshots_total 1\n"), std::string::npos);
+}
+
 TEST(SummaryWriter, SplitsAreACounterAndOpenSplitItemsAGauge) {
   QueueStats s = Sample(14, 10);
   s.splits = 3;

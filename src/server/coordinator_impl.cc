@@ -177,6 +177,11 @@ absl::Status CoordinatorImpl::Durable(uint64_t seq) {
   return StoreError(journal_->WaitDurable(seq));
 }
 
+std::optional<Journal::Totals> CoordinatorImpl::journal_totals() const {
+  if (journal_ == nullptr) return std::nullopt;
+  return journal_->totals();
+}
+
 absl::Status CoordinatorImpl::Writable() const {
   if (journal_ == nullptr) return absl::OkStatus();
   return StoreError(journal_->status());

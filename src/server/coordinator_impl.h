@@ -42,6 +42,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -178,6 +179,9 @@ class CoordinatorImpl {
     absl::Duration took;           // opening the dir through the last replay
   };
   const Recovery& recovery() const { return recovery_; }
+
+  // What the journal has stored so far; nullopt in memory.
+  std::optional<Journal::Totals> journal_totals() const;
   // OK, or (durable only) the error that made the journal stop storing
   // anything (see Journal::status), as StoreError gives it. From then on
   // every change is refused with it up front, before it touches memory or

@@ -352,6 +352,13 @@ void Journal::CommitPendingLocked() {
   const uint64_t last = batch.back().seq;
   mu_.Unlock();  // no lock held across the disk write
   absl::Status s = Commit(batch);
+  Totals added;
+  added.commits = 1;
+  added.entries = static_cast<int64_t>(batch.size());
+  for (const Pending& p : batch) {
+    added.bytes += static_cast<int64_t>(p.payload.size());
+    added.snapshots += p.snapshot ? 1 : 0;
+  }
   batch.clear();
   mu_.Lock();
   if (!s.ok() && error_.ok()) {
@@ -361,7 +368,10 @@ void Journal::CommitPendingLocked() {
   }
   if (s.ok()) {
     durable_seq_.store(last, std::memory_order_release);
-    ++commits_;
+    totals_.commits += added.commits;
+    totals_.entries += added.entries;
+    totals_.bytes += added.bytes;
+    totals_.snapshots += added.snapshots;
   }
   spare_batch_ = std::move(batch);
   committing_ = false;
@@ -419,7 +429,12 @@ absl::Status Journal::status() const {
 
 int64_t Journal::commits() const {
   absl::MutexLock lock(&mu_);
-  return commits_;
+  return totals_.commits;
+}
+
+Journal::Totals Journal::totals() const {
+  absl::MutexLock lock(&mu_);
+  return totals_;
 }
 
 void Journal::WriterLoop() {

@@ -101,6 +101,16 @@ class Journal {
   // Number of commits (fsyncs) so far, for tests and metrics.
   int64_t commits() const;
 
+  // What the commits so far stored, for metrics: entries / commits is how
+  // many appends share an fsync.
+  struct Totals {
+    int64_t commits = 0;
+    int64_t entries = 0;    // updates and snapshots
+    int64_t bytes = 0;      // their serialized size
+    int64_t snapshots = 0;
+  };
+  Totals totals() const;
+
   // OK, or the error of the commit that failed. A failure is final: from
   // then on nothing more is written (what is on disk stays a consistent
   // prefix: an entry after the lost ones could not be replayed), appends
@@ -177,7 +187,7 @@ class Journal {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> failed_{false};  // !error_.ok(), readable without mu_
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  Totals totals_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
 };
 

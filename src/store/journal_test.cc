@@ -70,6 +70,38 @@ TEST(Journal, ConcurrentAppendsShareCommits) {
   EXPECT_LT((*journal)->commits(), 800);
 }
 
+TEST(Journal, TotalsCountWhatTheCommitsStored) {
+  const std::string dir = FreshDir("totals");
+  RecoveredState state;
+  auto journal = Journal::Open(dir, &state);
+  ASSERT_TRUE(journal.ok());
+  EXPECT_EQ((*journal)->totals().commits, 0);
+  (*journal)->Append("q", Release(1));
+  (*journal)->Append("q", Release(2));
+  const uint64_t third = (*journal)->Append("q", Release(3));
+  ASSERT_TRUE((*journal)->WaitDurable(third).ok());
+  Journal::Totals t = (*journal)->totals();
+  // Usually one commit of three (the writer thread may commit an append
+  // on its own if this thread stalls for kMaxCommitDelay in between).
+  EXPECT_GE(t.commits, 1);
+  EXPECT_LE(t.commits, 3);
+  EXPECT_EQ(t.entries, 3);
+  EXPECT_EQ(t.bytes, 3 * static_cast<int64_t>(Release(1).ByteSizeLong()));
+  EXPECT_EQ(t.snapshots, 0);
+  journal::QueueSnapshot snapshot;
+  snapshot.set_taken(7);
+  const size_t bytes = (*journal)->AppendSnapshot("q", third, snapshot);
+  EXPECT_EQ(bytes, snapshot.ByteSizeLong());
+  ASSERT_TRUE((*journal)->Flush().ok());
+  const int64_t commits_before = t.commits;
+  t = (*journal)->totals();
+  EXPECT_EQ(t.commits, commits_before + 1);
+  EXPECT_EQ(t.entries, 4);
+  EXPECT_EQ(t.snapshots, 1);
+  EXPECT_EQ(t.bytes, 3 * static_cast<int64_t>(Release(1).ByteSizeLong()) +
+                         static_cast<int64_t>(bytes));
+}
+
 TEST(Journal, AnAppendNobodyWaitsForIsStillCommitted) {
   // Lease grants are appended and not waited for: the writer commits them
   // on its own after at most kMaxCommitDelay (liveness only; the bound is

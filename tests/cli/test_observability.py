@@ -68,6 +68,7 @@ def test_metrics_status_page_and_event_files(start_coordinator, tmp_path, tb_pb2
     assert 'shardq_splits_total{queue="obs"} 0' in metrics
     assert "# TYPE shardq_split_items_open gauge" in metrics
     assert 'shardq_split_items_open{queue="obs"} 0' in metrics
+    assert "shardq_journal" not in metrics  # in memory: no journal
     page = urllib.request.urlopen(f"http://127.0.0.1:{port}/").read().decode()
     assert "queue obs" in page and "w0" in page
     assert "splits 0 (0 open)" in page
@@ -90,3 +91,22 @@ def test_metrics_status_page_and_event_files(start_coordinator, tmp_path, tb_pb2
     assert values["shardq/obs/worker/w0/completed"] == 12
     steps = [tb_pb2.Event.FromString(r).step for r in records[1:]]
     assert steps == sorted(steps) and len(steps) >= 2
+
+
+def test_a_durable_coordinator_publishes_its_journal(start_coordinator, tmp_path):
+    c = start_coordinator("--http", "127.0.0.1:0", "--state-dir", str(tmp_path / "state"))
+    files = make_text_files(tmp_path, 3, 10)
+    run("create", "--address", c.address, "--name", "dur", "--slices", "6", "--epochs", "2",
+        *files)
+    run("worker", "--address", c.address, "--name", "dur", "--worker", "w0", "--", "true")
+    port = http_port(tmp_path / "serve.log")
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    for name in ("commits", "entries", "bytes", "snapshots"):
+        assert f"# TYPE shardq_journal_{name}_total counter" in metrics
+    values = {k: int(v) for k, v in
+              re.findall(r"^(shardq_journal_\w+_total) (\d+)$", metrics, re.M)}
+    # Stored before the last completion was answered: the creation, 12
+    # grants and 12 completions, in at most that many commits.
+    assert values["shardq_journal_entries_total"] >= 25
+    assert 1 <= values["shardq_journal_commits_total"] <= values["shardq_journal_entries_total"]
+    assert values["shardq_journal_bytes_total"] > 0
