@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "src/observe/status_server.h"
 #include "src/server/grpc_service.h"
 #include "tools/verbs.h"

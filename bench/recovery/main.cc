@@ -25,7 +25,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "src/server/coordinator_impl.h"
-#include "src/store/journal.h"
 
 namespace fs = std::filesystem;
 
@@ -110,22 +109,6 @@ int Run(const Flags& flags) {
     CopyState(dir, dir + "-crash");
   }
   const double tail_s = absl::ToDoubleSeconds(absl::Now() - t1);
-  // What recovery will replay: the updates journaled after the queue's
-  // last snapshot (read from a second copy, so the timed one is untouched).
-  int64_t replayed = 0;
-  {
-    CopyState(dir + "-crash", dir + "-count");
-    RecoveredState state;
-    auto journal = Journal::Open(dir + "-count", &state);
-    if (!journal.ok()) {
-      std::cerr << journal.status() << "\n";
-      return 1;
-    }
-    for (const RecoveredState::Queue& q : state.queues) {
-      replayed += static_cast<int64_t>(q.updates.size());
-    }
-  }
-  fs::remove_all(dir + "-count");
   const absl::Time t2 = absl::Now();
   options.state_dir = dir + "-crash";
   auto recovered = CoordinatorImpl::Create(options);
@@ -134,6 +117,8 @@ int Run(const Flags& flags) {
     std::cerr << recovered.status() << "\n";
     return 1;
   }
+  // What recovery replayed: the updates journaled after the last snapshot.
+  const int64_t replayed = (*recovered)->recovery().updates_replayed;
   auto stats = (*recovered)->Stats("big");
   const int64_t db_bytes = fs::file_size(dir + "-crash/state.db") +
                            (fs::exists(dir + "-crash/state.db-wal")

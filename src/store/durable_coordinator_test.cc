@@ -327,11 +327,10 @@ TEST(DurableCoordinator, AFailedWriteIsNeverAcknowledgedAndARestartKeepsWhatWas)
     refused = (*taken)[0];
     ASSERT_TRUE(c->Flush().ok());  // its grant is stored; its completion will not be
     {
-      // The WAL only grows this early in its life, so the next commit
-      // needs more room than the files have now.
-      const auto wal = fs::file_size(dir + "/state.db-wal");
-      const auto db = fs::file_size(dir + "/state.db");
-      FileSizeLimit full(std::max(wal, db));
+      // Commits append to the WAL (it only grows this early in its life,
+      // and the database file is written only by checkpoints), so the next
+      // commit needs more room than the WAL has now.
+      FileSizeLimit full(fs::file_size(dir + "/state.db-wal"));
       absl::StatusOr<CompleteOutcome> outcome = c->Complete("alpha", "w", refused.lease_id);
       ASSERT_FALSE(outcome.ok());
       // UNAVAILABLE: a client retries it until a restarted coordinator answers.
