@@ -311,7 +311,6 @@ class FileSizeLimit {
 TEST(DurableCoordinator, AFailedWriteIsNeverAcknowledgedAndARestartKeepsWhatWas) {
   FakeClock clock;
   const std::string dir = FreshDir("full");
-  std::vector<WorkItem> completed;
   WorkItem refused;
   {
     std::unique_ptr<CoordinatorImpl> c = Open(dir, &clock);
@@ -320,7 +319,6 @@ TEST(DurableCoordinator, AFailedWriteIsNeverAcknowledgedAndARestartKeepsWhatWas)
       auto taken = c->Take("alpha", "w", 1, absl::InfinitePast());
       ASSERT_TRUE(taken.ok() && taken->size() == 1);
       ASSERT_TRUE(c->Complete("alpha", "w", (*taken)[0].lease_id).ok());
-      completed.push_back((*taken)[0]);
     }
     auto taken = c->Take("alpha", "w", 1, absl::InfinitePast());
     ASSERT_TRUE(taken.ok() && taken->size() == 1);
