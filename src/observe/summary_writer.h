@@ -57,7 +57,7 @@ class EventFileWriter {
 // A durable coordinator's journal: what its commits stored so far.
 struct JournalMetrics {
   int64_t commits = 0;    // fsyncs
-  int64_t entries = 0;    // updates and snapshots; entries / commits share an fsync
+  int64_t entries = 0;    // updates and snapshots; entries per commit share an fsync
   int64_t bytes = 0;
   int64_t snapshots = 0;
 };

@@ -86,7 +86,8 @@ TEST(SummaryWriter, TheJournalIsPublishedOnlyWhenThereIsOne) {
   journal.bytes = 900;
   journal.snapshots = 1;
   const std::string text = PrometheusText(queues, &journal);
-  EXPECT_NE(text.find("# TYPE shardq_journal_commits_total counter\nshardq_journal_commits_total 4\n"),
+  EXPECT_NE(text.find("# TYPE shardq_journal_commits_total counter\n"
+                      "shardq_journal_commits_total 4\n"),
             std::string::npos);
   EXPECT_NE(text.find("shardq_journal_entries_total 30\n"), std::string::npos);
   EXPECT_NE(text.find("shardq_journal_bytes_total 900\n"), std::string::npos);
