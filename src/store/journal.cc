@@ -452,7 +452,7 @@ void Journal::WriterLoop() {
       writer_waits_for_commit_ = true;
       work_.Wait(&mu_);
       writer_waits_for_commit_ = false;
-    } else if (pending_.empty() || !error_.ok()) {
+    } else if (pending_.empty()) {  // always, once a commit has failed
       if (stopping_) return;
       if (!idle_timed_out) {
         idle_timed_out = work_.WaitWithTimeout(&mu_, kMaxCommitDelay);

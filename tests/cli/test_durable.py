@@ -34,6 +34,38 @@ def start_serve(port, state_dir, log, preexec_fn=None):
             time.sleep(0.05)
 
 
+def start_workers(address, queue, count, command):
+    """`count` `shardq worker` processes on `queue`; command(i) is worker
+    i's COMMAND ARGS."""
+    return [subprocess.Popen([shardq_bin(), "worker", "--address", address, "--name", queue,
+                              "--worker", f"w{i}", "--", *command(i)],
+                             stderr=subprocess.PIPE, text=True)
+            for i in range(count)]
+
+
+def wait_workers(workers, timeout):
+    for w in workers:
+        _, err = w.communicate(timeout=timeout)
+        assert w.returncode == 0, err
+
+
+def queue_status(address, queue):
+    return json.loads(run("status", "--address", address, "--name", queue,
+                          "--json").stdout)["queues"][0]
+
+
+def stop_all(workers, serve, log):
+    """Kills what is still running (a failed test) and stops the server."""
+    for w in workers:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+    if serve.poll() is None:
+        os.kill(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=10)
+    log.close()
+
+
 def test_coordinator_killed_three_times_loses_nothing_and_repeats_no_completion(tmp_path):
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -47,12 +79,8 @@ def test_coordinator_killed_three_times_loses_nothing_and_repeats_no_completion(
             "--slices", "200", "--lease-timeout", "3", *files)
         outputs = tmp_path / "out"
         outputs.mkdir()
-        for i in range(8):
-            workers.append(subprocess.Popen(
-                [shardq_bin(), "worker", "--address", address, "--name", "crash",
-                 "--worker", f"w{i}", "--", "sh", "-c",
-                 f'sleep 0.05; echo "$SHARDQ_EPOCH {{}}" >> {outputs}/w{i}'],
-                stderr=subprocess.PIPE, text=True))
+        workers = start_workers(address, "crash", 8, lambda i: [
+            "sh", "-c", f'sleep 0.05; echo "$SHARDQ_EPOCH {{}}" >> {outputs}/w{i}'])
         rng = random.Random(7)
         for _ in range(3):
             time.sleep(rng.uniform(0.3, 1.0))
@@ -62,11 +90,8 @@ def test_coordinator_killed_three_times_loses_nothing_and_repeats_no_completion(
             serve.wait()
             time.sleep(rng.uniform(0.1, 0.6))
             serve = start_serve(port, state, log)
-        for w in workers:
-            _, err = w.communicate(timeout=240)
-            assert w.returncode == 0, err
-        status = json.loads(run("status", "--address", address, "--name", "crash",
-                                "--json").stdout)["queues"][0]
+        wait_workers(workers, 240)
+        status = queue_status(address, "crash")
         assert status["completed"] == 400
         assert [e["completed"] for e in status["per_epoch"]] == [200, 200]
         assert status["pending"] == 0 and status["leased"] == 0 and status["finished"]
@@ -80,13 +105,7 @@ def test_coordinator_killed_three_times_loses_nothing_and_repeats_no_completion(
         # At least once: every (epoch, slice) was run to the end.
         assert len(done) == 400
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-        if serve.poll() is None:
-            os.kill(serve.pid, signal.SIGTERM)
-            serve.wait(timeout=10)
-        log.close()
+        stop_all(workers, serve, log)
 
 
 def test_a_full_disk_stops_the_coordinator_and_the_run_finishes_after_a_restart(tmp_path):
@@ -112,11 +131,8 @@ def test_a_full_disk_stops_the_coordinator_and_the_run_finishes_after_a_restart(
         run("create", "--address", address, "--name", "full", "--slices", "100", *files)
         outputs = tmp_path / "out"
         outputs.mkdir()
-        for i in range(2):
-            workers.append(subprocess.Popen(
-                [shardq_bin(), "worker", "--address", address, "--name", "full",
-                 "--worker", f"w{i}", "--", "sh", "-c", f'echo "{{}}" >> {outputs}/w{i}'],
-                stderr=subprocess.PIPE, text=True))
+        workers = start_workers(address, "full", 2,
+                                lambda i: ["sh", "-c", f'echo "{{}}" >> {outputs}/w{i}'])
         # The journal outgrows the limit long before 100 slices are done.
         assert serve.wait(timeout=60) == 1
         log.flush()
@@ -125,11 +141,8 @@ def test_a_full_disk_stops_the_coordinator_and_the_run_finishes_after_a_restart(
         assert "stopping" in text, text
         assert any(w.poll() is None for w in workers)  # retrying, not crashed
         serve = start_serve(port, state, log)
-        for w in workers:
-            _, err = w.communicate(timeout=120)
-            assert w.returncode == 0, err
-        status = json.loads(run("status", "--address", address, "--name", "full",
-                                "--json").stdout)["queues"][0]
+        wait_workers(workers, 120)
+        status = queue_status(address, "full")
         assert status["completed"] == 100 and status["finished"]
         assert status["pending"] == 0 and status["leased"] == 0
         done = set()
@@ -137,14 +150,7 @@ def test_a_full_disk_stops_the_coordinator_and_the_run_finishes_after_a_restart(
             done.update(f.read_text().splitlines())
         assert len(done) == 100  # every slice was run to the end
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-        if serve.poll() is None:
-            os.kill(serve.pid, signal.SIGTERM)
-            serve.wait(timeout=10)
-        log.close()
+        stop_all(workers, serve, log)
 
 
 def test_workers_in_tight_loops_ride_through_graceful_restarts(tmp_path):
@@ -160,32 +166,18 @@ def test_workers_in_tight_loops_ride_through_graceful_restarts(tmp_path):
     try:
         files = make_text_files(tmp_path, 4, 50)
         run("create", "--address", address, "--name", "term", "--slices", "2000", *files)
-        for i in range(4):
-            workers.append(subprocess.Popen(
-                [shardq_bin(), "worker", "--address", address, "--name", "term",
-                 "--worker", f"w{i}", "--", "true"],
-                stderr=subprocess.PIPE, text=True))
+        workers = start_workers(address, "term", 4, lambda i: ["true"])
         for _ in range(2):
             time.sleep(0.3)
             assert any(w.poll() is None for w in workers)  # mid-run
             os.kill(serve.pid, signal.SIGTERM)
             assert serve.wait(timeout=30) == 0
             serve = start_serve(port, state, log)
-        for w in workers:
-            _, err = w.communicate(timeout=120)
-            assert w.returncode == 0, err
-        status = json.loads(run("status", "--address", address, "--name", "term",
-                                "--json").stdout)["queues"][0]
+        wait_workers(workers, 120)
+        status = queue_status(address, "term")
         assert status["completed"] == 2000 and status["finished"]
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-        if serve.poll() is None:
-            os.kill(serve.pid, signal.SIGTERM)
-            serve.wait(timeout=10)
-        log.close()
+        stop_all(workers, serve, log)
 
 
 def test_clean_restart_keeps_queues(tmp_path):
@@ -202,8 +194,7 @@ def test_clean_restart_keeps_queues(tmp_path):
     serve.wait(timeout=10)
     serve = start_serve(port, state, log)
     try:
-        status = json.loads(run("status", "--address", address, "--name", "keep",
-                                "--json").stdout)["queues"][0]
+        status = queue_status(address, "keep")
         log.flush()
         started = (tmp_path / "serve.log").read_text()
         # The restart says what it recovered (the clean stop snapshotted).
