@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "src/observe/status_server.h"
 #include "src/server/grpc_service.h"
+#include "src/server/listen_address.h"
 #include "tools/verbs.h"
 
 namespace shardq {
@@ -38,12 +39,38 @@ CLI::App* AddServe(CLI::App& app, ServeOptions* o) {
       ->check(CLI::Range(0.05, 3600.0))->capture_default_str();
   cmd->add_option("--port-file", o->port_file,
                   "write the bound port here once serving (useful with port 0)");
+  cmd->add_flag("--http-public", o->http_public,
+                "serve --http without the --token-file token (by default it is required "
+                "there too)");
+  cmd->add_option("--max-request-mb", o->max_request_mb,
+                  "largest request accepted, in MiB; larger ones get RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(1, 2047))->capture_default_str();
   return cmd;
 }
 
+namespace {
+
+// 2 for a bad argument (as for the CLI's own checks), 1 otherwise.
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "shardq serve: %s\n", status.ToString().c_str());
+  return absl::IsInvalidArgument(status) ? 2 : 1;
+}
+
+}  // namespace
+
 int RunServe(const ServeOptions& o) {
+  // Both addresses are checked before anything starts: a bad --http or a
+  // port someone holds stops serve before it opens the state dir.
+  if (!o.http.empty()) {
+    absl::StatusOr<ListenAddress> http = ParseListenAddress("--http", o.http);
+    if (!http.ok()) return Fail(http.status());
+    if (http->port != 0) {
+      if (absl::Status s = ExplainBindFailure("--http", *http); !s.ok()) return Fail(s);
+    }
+  }
   ServerOptions options;
   options.listen = o.listen;
+  options.max_request_bytes = o.max_request_mb << 20;
   options.tls_cert_file = o.tls_cert;
   options.tls_key_file = o.tls_key;
   options.state_dir = o.state_dir;
@@ -70,27 +97,23 @@ int RunServe(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "shardq serve: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
+  if (!server.ok()) return Fail(server.status());
   absl::StatusOr<std::unique_ptr<MetricsSampler>> sampler = MetricsSampler::Start(
       (*server)->coordinator(), o.summary_dir, absl::Seconds(o.summary_interval_seconds));
-  if (!sampler.ok()) {
-    std::fprintf(stderr, "shardq serve: %s\n", sampler.status().ToString().c_str());
-    return 1;
-  }
+  if (!sampler.ok()) return Fail(sampler.status());
   std::unique_ptr<StatusHttpServer> http;
   if (!o.http.empty()) {
+    StatusHttpOptions http_options;
+    http_options.listen = o.http;
+    http_options.token = options.token;
+    http_options.public_page = o.http_public;
     absl::StatusOr<std::unique_ptr<StatusHttpServer>> started =
-        StatusHttpServer::Start(sampler->get(), o.http);
-    if (!started.ok()) {
-      std::fprintf(stderr, "shardq serve: %s\n", started.status().ToString().c_str());
-      return 1;
-    }
+        StatusHttpServer::Start(sampler->get(), http_options);
+    if (!started.ok()) return Fail(started.status());
     http = *std::move(started);
-    std::printf("status page and /metrics on http://%s:%d/\n",
-                o.http.substr(0, o.http.rfind(':')).c_str(), http->port());
+    std::printf("status page and /metrics on http://%s:%d/%s\n",
+                o.http.substr(0, o.http.rfind(':')).c_str(), http->port(),
+                options.token.empty() || o.http_public ? "" : " (token required)");
   }
   if (!options.state_dir.empty()) {
     const CoordinatorImpl::Recovery& r = (*server)->coordinator()->recovery();

@@ -35,6 +35,8 @@ struct ServeOptions {
   std::string http;
   std::string summary_dir;
   double summary_interval_seconds = 10;
+  bool http_public = false;      // --http without the token
+  int64_t max_request_mb = 64;   // largest gRPC request
 };
 CLI::App* AddServe(CLI::App& app, ServeOptions* o);
 int RunServe(const ServeOptions& o);

@@ -1,12 +1,18 @@
 #include "src/observe/status_server.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "absl/strings/strip.h"
 #include "httplib.h"
+#include "src/observe/process_metrics.h"
+#include "src/server/listen_address.h"
 
 namespace shardq {
 namespace {
@@ -20,6 +26,19 @@ std::string Html(absl::string_view text) {
       case '&': out += "&amp;"; break;
       case '"': out += "&quot;"; break;
       default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Percent-encodes everything but unreserved characters (RFC 3986).
+std::string UrlEncode(absl::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
     }
   }
   return out;
@@ -115,7 +134,8 @@ std::optional<JournalMetrics> MetricsSampler::JournalTotals() {
   return m;
 }
 
-std::string StatusPage(const std::vector<QueueMetrics>& queues) {
+std::string StatusPage(const std::vector<QueueMetrics>& queues,
+                       const std::string& metrics_href) {
   std::string page =
       "<!doctype html><html><head><meta charset=\"utf-8\"><title>shardq</title>"
       "<meta http-equiv=\"refresh\" content=\"5\"><style>body{font-family:sans-serif}"
@@ -155,39 +175,92 @@ std::string StatusPage(const std::vector<QueueMetrics>& queues) {
     }
     page += "</table>";
   }
-  page += "<p><a href=\"/metrics\">/metrics</a></p></body></html>";
+  absl::StrAppend(&page, "<p><a href=\"", Html(metrics_href),
+                  "\">/metrics</a></p></body></html>");
   return page;
 }
 
+bool HttpRequestAllowed(const StatusHttpOptions& options, absl::string_view bearer_header,
+                        absl::string_view query_token) {
+  if (options.token.empty() || options.public_page) return true;
+  const bool header_ok = absl::ConsumePrefix(&bearer_header, "Bearer ") &&
+                         ConstantTimeEquals(bearer_header, options.token);
+  const bool query_ok = ConstantTimeEquals(query_token, options.token);
+  return header_ok || query_ok;
+}
+
 absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
-    MetricsSampler* sampler, const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--http '", listen, "' is not HOST:PORT"));
+    MetricsSampler* sampler, const StatusHttpOptions& options) {
+  absl::StatusOr<ListenAddress> listen = ParseListenAddress("--http", options.listen);
+  if (!listen.ok()) return listen.status();
+  if (options.threads < 1 || options.io_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the status page needs threads >= 1 and io_timeout > 0");
   }
-  const std::string host = listen.substr(0, colon);
   std::unique_ptr<StatusHttpServer> out(new StatusHttpServer());
   out->server_ = std::make_unique<httplib::Server>();
-  out->server_->Get("/metrics", [sampler](const httplib::Request&, httplib::Response& res) {
+  httplib::Server& server = *out->server_;
+  // cpp-httplib's default sets SO_REUSEPORT, with which a second process
+  // binds the same port and takes some of the requests.
+  server.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  // Its default pool has max(8, cores - 1) threads, each held by a
+  // connection until the client has sent a request: 8 silent clients
+  // stopped the page. More threads, and clients that stay silent lose
+  // their thread after io_timeout (per read and write, and between the
+  // requests of a kept-alive connection).
+  const int threads = options.threads;
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const int64_t timeout_us = absl::ToInt64Microseconds(options.io_timeout);
+  server.set_read_timeout(timeout_us / 1'000'000, timeout_us % 1'000'000);
+  server.set_write_timeout(timeout_us / 1'000'000, timeout_us % 1'000'000);
+  server.set_keep_alive_timeout(std::max<int64_t>(1, timeout_us / 1'000'000));
+  server.set_keep_alive_max_count(20);
+  server.set_payload_max_length(64 << 10);  // GET only: no request needs a body
+  server.set_pre_routing_handler([options](const httplib::Request& req,
+                                           httplib::Response& res) {
+    const std::string header = req.get_header_value("Authorization");
+    const std::string query = req.get_param_value("token");
+    if (HttpRequestAllowed(options, header, query)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer realm=\"shardq\"");
+    res.set_content(
+        "401: this coordinator requires its token (--token-file): send "
+        "\"Authorization: Bearer <token>\" or add ?token=<token> to the URL\n",
+        "text/plain; charset=utf-8");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server.Get("/metrics", [sampler](const httplib::Request&, httplib::Response& res) {
     const std::optional<JournalMetrics> journal = sampler->JournalTotals();
-    res.set_content(PrometheusText(sampler->Current(), journal ? &*journal : nullptr),
-                    "text/plain; version=0.0.4");
+    std::string text = PrometheusText(sampler->Current(), journal ? &*journal : nullptr);
+    text += BuildInfoText(ShardqVersion());
+    // Without /proc (not Linux) the process_* family is left out.
+    if (absl::StatusOr<ProcessMetrics> process = ReadProcessMetrics(); process.ok()) {
+      text += ProcessMetricsText(*process);
+    }
+    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
-  out->server_->Get("/", [sampler](const httplib::Request&, httplib::Response& res) {
-    res.set_content(StatusPage(sampler->Current()), "text/html; charset=utf-8");
+  server.Get("/", [sampler](const httplib::Request& req, httplib::Response& res) {
+    // A page opened with ?token= links to the metrics with it.
+    const std::string token = req.get_param_value("token");
+    const std::string href = token.empty() ? "/metrics" : "/metrics?token=" + UrlEncode(token);
+    res.set_content(StatusPage(sampler->Current(), href), "text/html; charset=utf-8");
   });
-  if (port == 0) {
-    out->port_ = out->server_->bind_to_any_port(host);
+  if (listen->port == 0) {
+    out->port_ = server.bind_to_any_port(listen->host);
   } else {
-    out->port_ = out->server_->bind_to_port(host, port) ? port : -1;
+    out->port_ = server.bind_to_port(listen->host, listen->port) ? listen->port : -1;
   }
   if (out->port_ <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on '", listen, "' for HTTP"));
+    if (absl::Status s = ExplainBindFailure("--http", *listen); !s.ok()) return s;
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen->ToString(), " (--http)"));
   }
-  httplib::Server* server = out->server_.get();
-  out->thread_ = std::thread([server] { server->listen_after_bind(); });
+  httplib::Server* running = out->server_.get();
+  out->thread_ = std::thread([running] { running->listen_after_bind(); });
   return out;
 }
 

@@ -56,12 +56,33 @@ class MetricsSampler {
   std::thread thread_;
 };
 
-// Serves GET /metrics and GET / (HTML) on `listen` (HOST:PORT; port 0 picks
-// one). Thread-safe.
+struct StatusHttpOptions {
+  // HOST:PORT; port 0 picks one (see StatusHttpServer::port()).
+  std::string listen;
+  // Non-empty: every request must carry it, as "Authorization: Bearer
+  // <token>" or "?token=<token>" (compared in constant time); others get
+  // 401. The page shows queue names, seeds and worker names.
+  std::string token;
+  // Serve without the token even when one is set (`serve --http-public`).
+  bool public_page = false;
+  // Connections served at once. A client that sends nothing for
+  // `io_timeout` (or cannot take the answer for as long) is dropped, so
+  // half-sent requests hold a thread for at most that long, and fewer than
+  // `threads` of them never delay anyone.
+  int threads = 64;
+  absl::Duration io_timeout = absl::Seconds(3);
+};
+
+// Serves GET /metrics (Prometheus text: every queue, the journal, the
+// process_* family and shardq_build_info) and GET / (HTML). The port is
+// bound exclusively (no SO_REUSEPORT). Thread-safe.
 class StatusHttpServer {
  public:
-  static absl::StatusOr<std::unique_ptr<StatusHttpServer>> Start(MetricsSampler* sampler,
-                                                                 const std::string& listen);
+  // INVALID_ARGUMENT naming --http for a bad address (port outside
+  // 0..65535); UNAVAILABLE "address H:P already in use" when another
+  // process holds the port, naming the errno for other bind failures.
+  static absl::StatusOr<std::unique_ptr<StatusHttpServer>> Start(
+      MetricsSampler* sampler, const StatusHttpOptions& options);
   ~StatusHttpServer();
   int port() const { return port_; }
 
@@ -72,8 +93,17 @@ class StatusHttpServer {
   int port_ = 0;
 };
 
-// The HTML status page of these queues (exposed for tests).
-std::string StatusPage(const std::vector<QueueMetrics>& queues);
+// The HTML status page of these queues (exposed for tests); its link to the
+// metrics goes to `metrics_href`.
+std::string StatusPage(const std::vector<QueueMetrics>& queues,
+                       const std::string& metrics_href = "/metrics");
+
+// Whether a request with this Authorization header and ?token= parameter
+// (each empty when absent) may be served: always without a token or with
+// public_page; else when the header is "Bearer <token>" or the parameter
+// is the token.
+bool HttpRequestAllowed(const StatusHttpOptions& options, absl::string_view bearer_header,
+                        absl::string_view query_token);
 
 }  // namespace shardq
 

@@ -1,5 +1,6 @@
 #include "src/observe/status_server.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace shardq {
@@ -24,6 +25,72 @@ TEST(StatusPage, EscapesQueueNames) {
   const std::string page = StatusPage({m});
   EXPECT_NE(page.find("queue &lt;b&gt;"), std::string::npos);
   EXPECT_EQ(page.find("<b>"), std::string::npos);
+}
+
+TEST(StatusPage, LinksToTheMetricsItIsGiven) {
+  const std::string page = StatusPage({}, "/metrics?token=a%26b");
+  EXPECT_NE(page.find("<a href=\"/metrics?token=a%26b\">"), std::string::npos) << page;
+}
+
+TEST(HttpRequestAllowed, ATokenIsRequiredUnlessThePageIsPublic) {
+  StatusHttpOptions open;
+  EXPECT_TRUE(HttpRequestAllowed(open, "", ""));
+  StatusHttpOptions closed;
+  closed.token = "s3cret";
+  EXPECT_FALSE(HttpRequestAllowed(closed, "", ""));
+  EXPECT_FALSE(HttpRequestAllowed(closed, "Bearer wrong", ""));
+  EXPECT_FALSE(HttpRequestAllowed(closed, "s3cret", ""));  // not "Bearer <token>"
+  EXPECT_FALSE(HttpRequestAllowed(closed, "", "s3cre"));
+  EXPECT_TRUE(HttpRequestAllowed(closed, "Bearer s3cret", ""));
+  EXPECT_TRUE(HttpRequestAllowed(closed, "", "s3cret"));
+  StatusHttpOptions public_page = closed;
+  public_page.public_page = true;
+  EXPECT_TRUE(HttpRequestAllowed(public_page, "", ""));
+}
+
+class StatusHttpServerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_ = std::make_unique<CoordinatorImpl>();
+    absl::StatusOr<std::unique_ptr<MetricsSampler>> s =
+        MetricsSampler::Start(coordinator_.get(), "", absl::Seconds(10));
+    ASSERT_TRUE(s.ok()) << s.status();
+    sampler_ = *std::move(s);
+  }
+  void TearDown() override {
+    sampler_.reset();
+    coordinator_->Shutdown();
+  }
+  std::unique_ptr<CoordinatorImpl> coordinator_;
+  std::unique_ptr<MetricsSampler> sampler_;
+};
+
+TEST_F(StatusHttpServerTest, ASecondServerOnTheSamePortFailsInsteadOfSharingIt) {
+  StatusHttpOptions options;
+  options.listen = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<StatusHttpServer>> first =
+      StatusHttpServer::Start(sampler_.get(), options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  options.listen = absl::StrCat("127.0.0.1:", (*first)->port());
+  absl::StatusOr<std::unique_ptr<StatusHttpServer>> second =
+      StatusHttpServer::Start(sampler_.get(), options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find(
+                absl::StrCat("address 127.0.0.1:", (*first)->port(), " already in use")),
+            absl::string_view::npos)
+      << second.status();
+}
+
+TEST_F(StatusHttpServerTest, APortAbove65535IsRefusedNotWrapped) {
+  StatusHttpOptions options;
+  options.listen = "127.0.0.1:70000";
+  absl::StatusOr<std::unique_ptr<StatusHttpServer>> server =
+      StatusHttpServer::Start(sampler_.get(), options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("--http '127.0.0.1:70000'"), absl::string_view::npos)
+      << server.status();
 }
 
 }  // namespace

@@ -99,21 +99,22 @@ absl::Status EventFileWriter::WriteScalars(int64_t step, absl::Time wall_time,
 
 absl::Status EventFileWriter::Flush() { return writer_->Flush(); }
 
-namespace {
-
-// Label values escape backslash, quote and newline.
-std::string Label(absl::string_view value) {
+std::string PrometheusLabelValue(absl::string_view value) {
   std::string out;
   for (char c : value) {
-    if (c == '\\' || c == '"') out.push_back('\\');
     if (c == '\n') {
       out += "\\n";
       continue;
     }
+    if (c == '\\' || c == '"') out.push_back('\\');
     out.push_back(c);
   }
   return out;
 }
+
+namespace {
+
+std::string Label(absl::string_view value) { return PrometheusLabelValue(value); }
 
 }  // namespace
 
@@ -126,20 +127,20 @@ std::string PrometheusText(const std::vector<QueueMetrics>& queues,
   auto sample = [&](const char* name, const std::string& labels, double value) {
     absl::StrAppend(&out, name, "{", labels, "} ", absl::StrFormat("%.17g", value), "\n");
   };
-  struct Gauge {
+  struct Family {
     const char* name;
     const char* type;
     const char* help;
     double (*get)(const QueueMetrics&);
   };
-  const Gauge gauges[] = {
+  const Family families[] = {
       {"shardq_items_pending", "gauge", "Items waiting to be handed out, all epochs.",
        [](const QueueMetrics& m) { return double(m.stats.pending); }},
       {"shardq_items_leased", "gauge", "Items held by workers right now.",
        [](const QueueMetrics& m) { return double(m.stats.leased); }},
-      {"shardq_items_completed", "gauge", "Items completed (first completions).",
+      {"shardq_items_completed_total", "counter", "Items completed (first completions).",
        [](const QueueMetrics& m) { return double(m.stats.completed); }},
-      {"shardq_takes_total", "counter", "Items handed out, including repeats.",
+      {"shardq_items_taken_total", "counter", "Items handed out, including repeats.",
        [](const QueueMetrics& m) { return double(m.stats.taken); }},
       {"shardq_lease_expiries_total", "counter", "Leases that timed out.",
        [](const QueueMetrics& m) { return double(m.stats.expired); }},
@@ -152,31 +153,45 @@ std::string PrometheusText(const std::vector<QueueMetrics>& queues,
        [](const QueueMetrics& m) { return double(m.stats.splits); }},
       {"shardq_split_items_open", "gauge", "Ranges split off held items, not completed yet.",
        [](const QueueMetrics& m) { return double(m.stats.split_items_open); }},
-      {"shardq_take_rate", "gauge", "Items handed out per second (recent).",
-       [](const QueueMetrics& m) { return m.take_rate; }},
   };
-  for (const Gauge& g : gauges) {
-    family(g.name, g.type, g.help);
+  for (const Family& f : families) {
+    family(f.name, f.type, f.help);
     for (const QueueMetrics& m : queues) {
-      sample(g.name, absl::StrCat("queue=\"", Label(m.stats.name), "\""), g.get(m));
+      sample(f.name, absl::StrCat("queue=\"", Label(m.stats.name), "\""), f.get(m));
     }
   }
   family("shardq_epoch_items", "gauge", "Items per epoch by state.");
   for (const QueueMetrics& m : queues) {
     for (size_t e = 0; e < m.stats.epochs.size(); ++e) {
-      const std::string base = absl::StrCat("queue=\"", Label(m.stats.name), "\",epoch=\"", e, "\"");
+      const std::string base =
+          absl::StrCat("queue=\"", Label(m.stats.name), "\",epoch=\"", e, "\"");
       sample("shardq_epoch_items", base + ",state=\"pending\"", double(m.stats.epochs[e].pending));
       sample("shardq_epoch_items", base + ",state=\"leased\"", double(m.stats.epochs[e].leased));
       sample("shardq_epoch_items", base + ",state=\"completed\"",
              double(m.stats.epochs[e].completed));
     }
   }
-  family("shardq_worker_items_completed", "gauge", "Items completed per worker.");
-  for (const QueueMetrics& m : queues) {
-    for (const auto& [worker, w] : m.stats.workers) {
-      sample("shardq_worker_items_completed",
-             absl::StrCat("queue=\"", Label(m.stats.name), "\",worker=\"", Label(worker), "\""),
-             double(w.completed));
+  const struct {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*get)(const WorkerStats&);
+  } worker_families[] = {
+      {"shardq_worker_items_completed_total", "counter", "Items completed per worker.",
+       [](const WorkerStats& w) { return double(w.completed); }},
+      {"shardq_worker_items_taken_total", "counter", "Items handed out per worker.",
+       [](const WorkerStats& w) { return double(w.taken); }},
+      {"shardq_worker_items_held", "gauge", "Leases each worker holds right now.",
+       [](const WorkerStats& w) { return double(w.held); }},
+  };
+  for (const auto& f : worker_families) {
+    family(f.name, f.type, f.help);
+    for (const QueueMetrics& m : queues) {
+      for (const auto& [worker, w] : m.stats.workers) {
+        sample(f.name,
+               absl::StrCat("queue=\"", Label(m.stats.name), "\",worker=\"", Label(worker), "\""),
+               f.get(w));
+      }
     }
   }
   if (journal != nullptr) {

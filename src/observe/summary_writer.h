@@ -63,9 +63,16 @@ struct JournalMetrics {
 };
 
 // Prometheus text exposition (version 0.0.4) of every queue, and of the
-// journal when there is one (shardq_journal_*_total counters).
+// journal when there is one (shardq_journal_*_total counters). What only
+// grows is a counter named *_total (shardq_items_completed_total,
+// shardq_items_taken_total, shardq_worker_items_completed_total, ...);
+// levels are gauges (shardq_items_pending, shardq_items_leased, ...). No
+// rates: Prometheus computes them from the counters (rate(...[1m])).
 std::string PrometheusText(const std::vector<QueueMetrics>& queues,
                            const JournalMetrics* journal = nullptr);
+
+// `value` as a Prometheus label value: backslash, quote and newline escaped.
+std::string PrometheusLabelValue(absl::string_view value);
 
 }  // namespace shardq
 

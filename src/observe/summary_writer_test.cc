@@ -69,11 +69,54 @@ TEST(SummaryWriter, PrometheusTextHasOneSamplePerQueueAndEscapesLabels) {
   QueueStats s = Sample(14, 10);
   s.name = "we\"ird";
   std::string text = PrometheusText({DeriveMetrics(s, absl::Now(), nullptr, absl::Now())});
-  EXPECT_NE(text.find("# TYPE shardq_items_completed gauge"), std::string::npos);
-  EXPECT_NE(text.find("shardq_items_completed{queue=\"we\\\"ird\"} 10\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE shardq_items_completed_total counter"), std::string::npos);
+  EXPECT_NE(text.find("shardq_items_completed_total{queue=\"we\\\"ird\"} 10\n"),
+            std::string::npos);
   EXPECT_NE(text.find("shardq_epoch_items{queue=\"we\\\"ird\",epoch=\"1\",state=\"pending\"} 8"),
             std::string::npos);
   EXPECT_NE(text.find("shardq_lease_expiries_total{queue=\"we\\\"ird\"} 1"), std::string::npos);
+}
+
+TEST(SummaryWriter, WhatOnlyGrowsIsACounterAndNoRateIsPrecomputed) {
+  QueueStats before = Sample(4, 3);
+  QueueStats after = Sample(14, 10);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const std::string text =
+      PrometheusText({DeriveMetrics(after, t0 + absl::Seconds(2), &before, t0)});
+  for (const char* counter :
+       {"shardq_items_completed_total", "shardq_items_taken_total",
+        "shardq_worker_items_completed_total", "shardq_worker_items_taken_total",
+        "shardq_lease_expiries_total", "shardq_releases_total",
+        "shardq_duplicate_completions_total", "shardq_splits_total"}) {
+    EXPECT_NE(text.find(absl::StrCat("# TYPE ", counter, " counter\n")), std::string::npos)
+        << counter;
+  }
+  for (const char* gauge : {"shardq_items_pending", "shardq_items_leased",
+                            "shardq_split_items_open", "shardq_epoch_items",
+                            "shardq_worker_items_held"}) {
+    EXPECT_NE(text.find(absl::StrCat("# TYPE ", gauge, " gauge\n")), std::string::npos)
+        << gauge;
+  }
+  EXPECT_NE(text.find("shardq_items_taken_total{queue=\"train\"} 14\n"), std::string::npos);
+  EXPECT_NE(text.find("shardq_worker_items_completed_total{queue=\"train\",worker=\"w0\"} 5\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("shardq_worker_items_taken_total{queue=\"train\",worker=\"w0\"} 6\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("shardq_worker_items_held{queue=\"train\",worker=\"w0\"} 1\n"),
+            std::string::npos);
+  // The old names, typed gauge, and the precomputed rate are gone.
+  EXPECT_EQ(text.find("shardq_items_completed{"), std::string::npos);
+  EXPECT_EQ(text.find("shardq_worker_items_completed{"), std::string::npos);
+  EXPECT_EQ(text.find("_rate"), std::string::npos) << text;
+}
+
+TEST(SummaryWriter, LabelValuesEscapeBackslashQuoteAndNewline) {
+  EXPECT_EQ(PrometheusLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+  QueueStats s = Sample(14, 10);
+  s.workers.clear();
+  s.workers["host\n\"1\""] = WorkerStats{1, 1, 0, 0};
+  const std::string text = PrometheusText({DeriveMetrics(s, absl::Now(), nullptr, absl::Now())});
+  EXPECT_NE(text.find("worker=\"host\\n\\\"1\\\"\"} 1\n"), std::string::npos) << text;
 }
 
 TEST(SummaryWriter, TheJournalIsPublishedOnlyWhenThereIsOne) {

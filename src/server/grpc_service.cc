@@ -1,16 +1,24 @@
 #include "src/server/grpc_service.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <system_error>
 #include <thread>
 
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/grpc.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "openssl/err.h"
+#include "openssl/pem.h"
+#include "openssl/x509.h"
 #include "src/rpc/convert.h"
+#include "src/server/listen_address.h"
 
 namespace shardq {
 namespace {
@@ -23,18 +31,44 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", what, " file '", path, "'"));
+        absl::StrCat("cannot read ", what, " file '", path, "': ", std::strerror(errno)));
   }
   std::ostringstream contents;
   contents << in.rdbuf();
   return contents.str();
 }
 
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+// INVALID_ARGUMENT naming the flag and file unless `cert_pem` holds a PEM
+// certificate and `key_pem` an unencrypted PEM private key that belongs to
+// it. (gRPC only logs such problems and then fails to bind, which would
+// read as a port problem.)
+absl::Status CheckTlsPair(const std::string& cert_file, const std::string& cert_pem,
+                          const std::string& key_file, const std::string& key_pem) {
+  // Never prompt for a passphrase: an encrypted key is an error.
+  pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
+  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
+      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())), &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(cert_bio.get(), nullptr, no_passphrase, nullptr), &X509_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())), &BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_passphrase, nullptr), &EVP_PKEY_free);
+  absl::Status result = absl::OkStatus();
+  if (cert == nullptr) {
+    result = absl::InvalidArgumentError(absl::StrCat(
+        "--tls-cert '", cert_file, "' holds no PEM certificate (BEGIN CERTIFICATE)"));
+  } else if (key == nullptr) {
+    result = absl::InvalidArgumentError(absl::StrCat(
+        "--tls-key '", key_file, "' holds no PEM private key (BEGIN PRIVATE KEY), or the key "
+        "is encrypted (shardq needs it without a passphrase)"));
+  } else if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    result = absl::InvalidArgumentError(absl::StrCat("--tls-key '", key_file,
+                                                     "' is not the key of the certificate in "
+                                                     "--tls-cert '", cert_file, "'"));
+  }
+  ERR_clear_error();  // leave no stale errors for gRPC's own TLS code
+  return result;
 }
 
 std::vector<uint64_t> ToVector(const google::protobuf::RepeatedField<uint64_t>& ids) {
@@ -255,24 +289,38 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinato
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
-  if (options.listen.empty() || options.listen.find(':') == std::string::npos) {
+  absl::StatusOr<ListenAddress> listen = ParseListenAddress("--listen", options.listen);
+  if (!listen.ok()) return listen.status();
+  if (options.max_request_bytes < 1 ||
+      options.max_request_bytes > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--listen '", options.listen, "' is not HOST:PORT"));
+        "the largest request (", options.max_request_bytes, " bytes) must be in 1..",
+        std::numeric_limits<int>::max()));
   }
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
     if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
       return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
     }
-    absl::StatusOr<std::string> cert = ReadWholeFile(options.tls_cert_file, "TLS certificate");
+    absl::StatusOr<std::string> cert = ReadWholeFile(options.tls_cert_file, "--tls-cert");
     if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadWholeFile(options.tls_key_file, "TLS key");
+    absl::StatusOr<std::string> key = ReadWholeFile(options.tls_key_file, "--tls-key");
     if (!key.ok()) return key.status();
+    if (absl::Status s = CheckTlsPair(options.tls_cert_file, *cert, options.tls_key_file, *key);
+        !s.ok()) {
+      return s;
+    }
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     credentials = grpc::SslServerCredentials(ssl);
   } else {
     credentials = grpc::InsecureServerCredentials();
+  }
+  // A port someone holds is refused before the state dir is opened (the
+  // holder may be a coordinator of the same state dir); the bind below is
+  // what decides.
+  if (listen->port != 0) {
+    if (absl::Status s = ExplainBindFailure("--listen", *listen); !s.ok()) return s;
   }
   CoordinatorOptions coordinator_options;
   coordinator_options.state_dir = options.state_dir;
@@ -282,9 +330,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> server(
       new CoordinatorServer(*std::move(coordinator), options.token));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, credentials, &server->port_);
+  builder.AddListeningPort(listen->ToString(), credentials, &server->port_);
   builder.RegisterService(&server->service_);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  // gRPC sets SO_REUSEPORT by default, with which a second coordinator on
+  // the same port binds too and the kernel splits the clients between them.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // gRPC's defaults (1 to 2 idle pollers) end a thread after nearly every
   // call that blocks (a take waiting for items, a held heartbeat, a commit)
@@ -294,8 +345,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 64);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
+    server->server_.reset();
+    if (absl::Status s = ExplainBindFailure("--listen", *listen); !s.ok()) return s;
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", options.listen, "' (address in use or not local?)"));
+        "cannot listen on ", listen->ToString(), " (--listen); gRPC's log above says why"));
   }
   return server;
 }

@@ -28,6 +28,11 @@ struct ServerOptions {
   std::string tls_key_file;
   // Non-empty: journal every change here and recover from it at start.
   std::string state_dir;
+  // Largest request the server reads (1 .. 2^31-1 bytes): a larger one is
+  // refused with RESOURCE_EXHAUSTED before it is held in memory, and the
+  // server goes on. 64 MiB carries a CreateQueue of ~600,000 items of
+  // ~100 bytes; `shardq serve --max-request-mb` changes it.
+  int64_t max_request_bytes = int64_t{64} << 20;
 };
 
 // Thread-safe (handlers run on gRPC's threads). Take and Complete, the
@@ -100,10 +105,16 @@ class CoordinatorService final
 // Thread-safe.
 class CoordinatorServer {
  public:
-  // Recovers the state dir (if any), binds and starts serving.
-  // INVALID_ARGUMENT for a bad listen address or unreadable TLS files;
-  // UNAVAILABLE when the address cannot be bound; the state dir's error
-  // when it cannot be recovered.
+  // Recovers the state dir (if any), binds and starts serving. The port is
+  // bound exclusively (no SO_REUSEPORT): a second coordinator on a port in
+  // use fails instead of sharing its clients.
+  // INVALID_ARGUMENT for a bad listen address (port outside 0..65535), a
+  // bad max_request_bytes, or TLS files that cannot be read, hold no PEM
+  // certificate/key or do not match (each naming the flag and file);
+  // UNAVAILABLE "address H:P already in use" when another process holds
+  // the port (checked before the state dir is opened, and again by the
+  // bind itself), UNAVAILABLE naming the errno for other bind failures;
+  // the state dir's error when it cannot be recovered.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const ServerOptions& options);
   ~CoordinatorServer();

@@ -1,11 +1,16 @@
-"""What the coordinator publishes: /metrics in Prometheus text, the status
-page, and TensorBoard event files read back with the TFRecord framing and
-protobuf messages generated from proto/shardq/tensorboard.proto."""
+"""What the coordinator publishes: /metrics in Prometheus text (checked by a
+small exposition-format parser), the status page (behind the token when
+there is one, and reachable while slow clients hold connections), and
+TensorBoard event files read back with the TFRecord framing and protobuf
+messages generated from proto/shardq/tensorboard.proto."""
 import importlib
 import re
+import socket
 import struct
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -58,10 +63,11 @@ def test_metrics_status_page_and_event_files(start_coordinator, tmp_path, tb_pb2
     run("worker", "--address", c.address, "--name", "obs", "--worker", "w0", "--", "true")
     port = http_port(tmp_path / "serve.log")
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
-    assert 'shardq_items_completed{queue="obs"} 12' in metrics
+    assert 'shardq_items_completed_total{queue="obs"} 12' in metrics
+    assert 'shardq_items_taken_total{queue="obs"} 12' in metrics
     assert 'shardq_items_pending{queue="obs"} 0' in metrics
     assert 'shardq_epoch_items{queue="obs",epoch="1",state="completed"} 6' in metrics
-    assert 'shardq_worker_items_completed{queue="obs",worker="w0"} 12' in metrics
+    assert 'shardq_worker_items_completed_total{queue="obs",worker="w0"} 12' in metrics
     assert "# TYPE shardq_lease_expiries_total counter" in metrics
     # One worker never finds another's item to split.
     assert "# TYPE shardq_splits_total counter" in metrics
@@ -110,3 +116,188 @@ def test_a_durable_coordinator_publishes_its_journal(start_coordinator, tmp_path
     assert values["shardq_journal_entries_total"] >= 25
     assert 1 <= values["shardq_journal_commits_total"] <= values["shardq_journal_entries_total"]
     assert values["shardq_journal_bytes_total"] > 0
+
+
+SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def parse_labels(text):
+    """`{a="x",b="y\\"z"}` -> {"a": "x", "b": 'y"z'}; only \\\\, \\" and \\n
+    may be escaped, and a quote inside a value must be."""
+    assert text[0] == "{" and text[-1] == "}", text
+    body, pos, labels = text[1:-1], 0, {}
+    while pos < len(body):
+        m = LABEL_NAME.match(body, pos)
+        assert m and body[m.end():m.end() + 2] == '="', f"bad label at {pos} in {text}"
+        pos, value = m.end() + 2, []
+        while body[pos] != '"':
+            if body[pos] == "\\":
+                escaped = body[pos + 1]
+                assert escaped in '\\"n', f"bad escape \\{escaped} in {text}"
+                value.append("\n" if escaped == "n" else escaped)
+                pos += 2
+            else:
+                value.append(body[pos])
+                pos += 1
+        assert m.group(0) not in labels, f"label {m.group(0)} twice in {text}"
+        labels[m.group(0)] = "".join(value)
+        pos += 1
+        if pos < len(body):
+            assert body[pos] == ",", text
+            pos += 1
+    return labels
+
+
+def parse_exposition(text):
+    """Prometheus text format 0.0.4 as shardq writes it: each family has
+    HELP and TYPE once, before its samples; counters are named *_total;
+    no sample twice. Returns {(name, frozenset(labels)): value} and
+    {name: type}."""
+    assert text.endswith("\n")
+    types, helps, samples, current = {}, set(), {}, None
+    for line in text[:-1].split("\n"):
+        if line.startswith("# HELP "):
+            name = line.split(" ")[2]
+            assert name not in helps, f"second HELP for {name}"
+            helps.add(name)
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name not in types, f"second TYPE for {name}"
+            assert kind in ("counter", "gauge"), line
+            assert (kind == "counter") == name.endswith("_total"), line
+            assert name in helps, f"TYPE before HELP for {name}"
+            types[name], current = kind, name
+        else:
+            assert not line.startswith("#") and line, f"unexpected line {line!r}"
+            m = SAMPLE.match(line)
+            assert m, f"not a sample: {line!r}"
+            name, labels, value = m.groups()
+            assert name == current, f"sample {name} without its TYPE just before"
+            key = (name, frozenset(parse_labels(labels).items()) if labels else frozenset())
+            assert key not in samples, f"sample twice: {line}"
+            samples[key] = float(value)
+    return samples, types
+
+
+def test_metrics_are_valid_exposition_text_with_counters_build_info_and_process(
+        start_coordinator, tmp_path):
+    c = start_coordinator("--http", "127.0.0.1:0", "--summary-interval", "0.1")
+    files = make_text_files(tmp_path, 2, 5)
+    run("create", "--address", c.address, "--name", "fmt", "--slices", "4", *files)
+    run("worker", "--address", c.address, "--name", "fmt", "--worker", "w-1", "--", "true")
+    time.sleep(0.3)  # a sample after the run: a take rate would now be non-zero
+    port = http_port(tmp_path / "serve.log")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        samples, types = parse_exposition(resp.read().decode())
+    q = frozenset({("queue", "fmt")})
+    w = frozenset({("queue", "fmt"), ("worker", "w-1")})
+    assert types["shardq_items_completed_total"] == "counter"
+    assert samples[("shardq_items_completed_total", q)] == 4
+    assert samples[("shardq_items_taken_total", q)] == 4
+    assert samples[("shardq_worker_items_completed_total", w)] == 4
+    assert types["shardq_items_pending"] == "gauge" and types["shardq_items_leased"] == "gauge"
+    assert not [name for name in types if "rate" in name]  # Prometheus computes rates
+    (version,) = [dict(k)["version"] for (name, k) in samples if name == "shardq_build_info"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    assert samples[("shardq_build_info", frozenset({("version", version)}))] == 1
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                 "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                 "process_start_time_seconds"):
+        assert name in types, name
+    assert samples[("process_resident_memory_bytes", frozenset())] > 1 << 20
+    assert 0 < samples[("process_open_fds", frozenset())] <= samples[("process_max_fds",
+                                                                         frozenset())]
+    start = samples[("process_start_time_seconds", frozenset())]
+    assert time.time() - 600 < start <= time.time() + 1
+
+
+def test_the_exposition_parser_refuses_what_prometheus_would():
+    ok = "# HELP a_total x\n# TYPE a_total counter\na_total{q=\"a\\\"b\\\\c\\nd\"} 1\n"
+    samples, _ = parse_exposition(ok)
+    assert samples[("a_total", frozenset({("q", 'a"b\\c\nd')}))] == 1
+    for bad in ("# HELP a x\n# TYPE a counter\na 1\n",              # counter not *_total
+                "a 1\n",                                            # no TYPE
+                "# HELP a x\n# TYPE a gauge\na{q=\"a\"b\"} 1\n",     # quote not escaped
+                "# HELP a x\n# TYPE a gauge\na{q=\"\\t\"} 1\n"):     # unknown escape
+        with pytest.raises((AssertionError, IndexError)):
+            parse_exposition(bad)
+
+
+def get(url, headers=None, timeout=30):
+    """(status, body) of a GET; HTTP errors are answers too."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
+                                    timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_with_a_token_the_page_and_metrics_require_it(start_coordinator, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    c = start_coordinator("--http", "127.0.0.1:0", "--token-file", str(token))
+    run("create", "--address", c.address, "--name", "private-queue", "--token-file", str(token),
+        *make_text_files(tmp_path, 1, 3))
+    base = f"http://127.0.0.1:{http_port(tmp_path / 'serve.log')}"
+    for path in ("/", "/metrics"):
+        status, body = get(base + path)
+        assert status == 401 and "private-queue" not in body
+        status, body = get(base + path, {"Authorization": "Bearer wrong"})
+        assert status == 401
+        status, body = get(base + path + "?token=s3cret-toke")
+        assert status == 401
+        status, body = get(base + path, {"Authorization": "Bearer s3cret-token"})
+        assert status == 200 and "private-queue" in body
+        status, body = get(base + path + "?token=s3cret-token")
+        assert status == 200 and "private-queue" in body
+    # The page opened with ?token= links to the metrics with it.
+    assert 'href="/metrics?token=s3cret-token"' in get(base + "/?token=s3cret-token")[1]
+
+
+def test_http_public_serves_the_page_without_the_token(start_coordinator, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    start_coordinator("--http", "127.0.0.1:0", "--token-file", str(token), "--http-public")
+    base = f"http://127.0.0.1:{http_port(tmp_path / 'serve.log')}"
+    assert get(base + "/metrics")[0] == 200
+    assert get(base + "/")[0] == 200
+
+
+def test_slow_clients_holding_connections_do_not_block_the_metrics(start_coordinator,
+                                                                   tmp_path):
+    start_coordinator("--http", "127.0.0.1:0")
+    port = http_port(tmp_path / "serve.log")
+    # 50 clients that send a request a header line at a time and never
+    # finish it (each line well within the server's read timeout).
+    slow = []
+    for _ in range(50):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        slow.append(s)
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.wait(0.5):
+            for s in slow:
+                try:
+                    s.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    pass  # the server dropped it: fine
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1)  # let the server take them all
+        # A liveness check with a generous bound, not a speed test: before
+        # the fix, 8 such clients made the page unreachable for as long as
+        # they kept sending.
+        status, body = get(f"http://127.0.0.1:{port}/metrics", timeout=60)
+        assert status == 200 and "shardq_build_info" in body
+    finally:
+        stop.set()
+        thread.join()
+        for s in slow:
+            s.close()
