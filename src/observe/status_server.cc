@@ -261,6 +261,10 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
   }
   httplib::Server* running = out->server_.get();
   out->thread_ = std::thread([running] { running->listen_after_bind(); });
+  // httplib's stop() does nothing before the accept loop has marked itself
+  // running, and the loop would then never end: destroying the server
+  // right after Start hung its join.
+  while (!running->is_running()) absl::SleepFor(absl::Milliseconds(1));
   return out;
 }
 
