@@ -391,16 +391,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<int64_t> even;
   for (int64_t i = 0; i <= k; ++i) even.push_back(n * i / k);
   shardq::CheckPlan(path, file, even, 64, whole_fail, whole_skip, clean);
-  // Plan 2: random cuts (empty slices allowed), the last end past the file.
+  // Plan 2: random cuts (empty slices allowed).
   std::vector<int64_t> random = {0};
   for (int i = 1; i <= 3; ++i) {
     random.push_back(static_cast<int64_t>(shardq::Mix(h + i) %
                                           static_cast<uint64_t>(n + 1)));
   }
   std::sort(random.begin(), random.end());
-  random.push_back(n + 1 + static_cast<int64_t>(h % 7));
+  random.push_back(n);
   shardq::CheckPlan(path, file, random, 100 + (h >> 32) % 200, whole_fail,
                     whole_skip, clean);
+  // A range ending past the file was planned on a longer file: refused.
+  const int64_t past = n + 1 + static_cast<int64_t>(h % 7);
+  const absl::Status refused =
+      shardq::TFRecordSliceReader::Open(path, random[1], past).status();
+  FUZZ_CHECK(absl::IsFailedPrecondition(refused),
+             absl::StrCat("slice [", random[1], ", ", past,
+                          ") of a file of ", n, " bytes: ",
+                          refused.ToString()));
 
   const bool gzip = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
   shardq::CheckTFRecordReader(path, gzip, whole_fail, whole_skip);

@@ -19,6 +19,7 @@
 #include "shardq/tfrecord_reader.h"
 #include "src/io/compressed_tfrecord.h"
 #include "src/io/file.h"
+#include "src/io/format_sniff.h"
 #include "src/io/sqlite_table.h"
 #include "src/io/tfrecord.h"
 #include "tools/client_flags.h"
@@ -30,15 +31,11 @@ constexpr int64_t kBatch = 1024;
 
 enum class ItemType { kText, kTFRecord, kTable };
 
-bool LooksLikeTFRecord(absl::string_view work) {
-  for (absl::string_view compressed : {"", ".gz", ".zz", ".zlib"}) {
-    for (absl::string_view name : {".tfrecord", ".tfrecords"}) {
-      if (absl::EndsWith(work, absl::StrCat(name, compressed))) return true;
-    }
-  }
-  return false;
-}
-
+// --type auto: the file's first bytes decide (one read per item), its name
+// breaks the tie. A file that starts with a valid TFRecord header or a
+// GZIP/ZLIB stream is TFRecord whatever its name; one whose name says
+// TFRecord (TFDS shard names included) is TFRecord whatever it starts with,
+// so a damaged first record is reported as such, not counted as lines.
 absl::StatusOr<ItemType> ResolveType(const std::string& item,
                                      const std::string& type) {
   if (type == "text") return ItemType::kText;
@@ -47,7 +44,18 @@ absl::StatusOr<ItemType> ResolveType(const std::string& item,
   if (IsTableItem(item)) return ItemType::kTable;
   absl::StatusOr<SliceSpec> spec = ParseItem(item);
   if (!spec.ok()) return spec.status();
-  return LooksLikeTFRecord(spec->work) ? ItemType::kTFRecord : ItemType::kText;
+  absl::StatusOr<SniffedFormat> format = SniffFile(spec->work);
+  if (!format.ok()) return format.status();
+  switch (*format) {
+    case SniffedFormat::kTFRecord:
+    case SniffedFormat::kGzip:
+    case SniffedFormat::kZlib:
+      return ItemType::kTFRecord;
+    case SniffedFormat::kEmpty:
+    case SniffedFormat::kOther:
+      break;
+  }
+  return HasTFRecordName(spec->work) ? ItemType::kTFRecord : ItemType::kText;
 }
 
 TFRecordReaderOptions ToReaderOptions(const RecordReadFlags& flags) {
@@ -127,8 +135,10 @@ absl::Status ReadItem(const std::string& item, const RecordReadFlags& flags,
 
 void AddReadFlags(CLI::App* cmd, RecordReadFlags* flags) {
   cmd->add_option("--type", flags->type,
-                  "item type; auto: sqlite:... is a table, *.tfrecord[s][.gz|.zz] "
-                  "TFRecord, anything else text")
+                  "item type; auto: sqlite:... is a table; a file that starts with "
+                  "a TFRecord header or a gzip/zlib stream, or is named "
+                  "*.tfrecord[s][-NNNNN-of-NNNNN][.gz|.zz], is TFRecord; anything "
+                  "else text")
       ->check(CLI::IsMember({"auto", "text", "tfrecord", "table"}))
       ->capture_default_str();
   cmd->add_option("--on-corrupt", flags->on_corrupt,

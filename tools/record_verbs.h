@@ -6,9 +6,15 @@
 //
 // An ITEM is anything a reader takes: a file, a byte range of one
 // ("path?start=S&end=E"), or a table ("sqlite:PATH?table=NAME", with an
-// optional row range). Its type is given by --type, or by default guessed
-// from its name: "sqlite:..." is a table; *.tfrecord, *.tfrecords, and those
-// names followed by .gz, .zz or .zlib are TFRecord; anything else is text.
+// optional row range). Its type is given by --type, or by default judged
+// from the file's content, its name as a hint: "sqlite:..." is a table; a
+// file that starts with a valid TFRecord header (length CRC matches) or a
+// GZIP stream (or ZLIB, in a *.zz/*.zlib file) is TFRecord; so is a file
+// named *.tfrecord, *.tfrecords, the TFDS shard names
+// *.tfrecord-NNNNN-of-NNNNN, and those names followed by .gz, .zz or .zlib
+// (whatever it starts with: a damaged first record is then reported, not
+// read as text); anything else is text. The content is read once per item
+// (12 bytes at offset 0).
 #ifndef SHARDQ_TOOLS_RECORD_VERBS_H_
 #define SHARDQ_TOOLS_RECORD_VERBS_H_
 

@@ -37,7 +37,14 @@ class TextLineReader {
   // current one runs out. Calls source.ItemDone(item) once every line of an
   // item has been returned. Fewer than n records only at end of input;
   // OUT_OF_RANGE when the source is exhausted and nothing was read. Errors
-  // (NOT_FOUND for a missing file, ...) name the item.
+  // name the file: NOT_FOUND for a missing file; INVALID_ARGUMENT for a
+  // file that is not text (it starts with a valid TFRecord header: "looks
+  // like a TFRecord file; use TFRecordReader", or it is GZIP/ZLIB
+  // compressed), judged once per item from the file's first 12 bytes;
+  // FAILED_PRECONDITION for an item whose range ends past the end of the
+  // file ("changed since the plan was made: size S, item ends at E");
+  // DATA_LOSS for a file cut shorter while it is read. A failing item stays
+  // held, not done.
   absl::StatusOr<std::vector<Record>> ReadUpTo(ItemSource& source, int64_t n);
 
   int64_t records_read() const { return records_read_; }

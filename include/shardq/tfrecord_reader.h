@@ -10,12 +10,22 @@
 //
 // GZIP and ZLIB compressed files (tf.io.TFRecordWriter with
 // compression_type "GZIP" / "ZLIB") are read too. They cannot be cut: the
-// planner gives each one slice (it measures such a file as 1 unit, so its
-// slice is "path?start=0&end=1"), and a reader reads the whole file for an
-// item with no range, the range [0, 1), or a range [0, E) with E >= the
-// file's size in bytes. Any other range of a compressed file is
-// INVALID_ARGUMENT naming the file. A compressed record's offset is its
-// offset in the decompressed stream.
+// planner gives each one whole item (the path with no range), and a reader
+// reads the whole file for an item with no range, a range [0, E) with E
+// the file's size in bytes, or [0, 1) (the item older planners gave a
+// compressed file). A compressed record's offset is its offset in the
+// decompressed stream, so its records are never claimed from the item's
+// range: a compressed item is never split (tail rebalancing) and always
+// read to its end. Any other range of a compressed file is
+// INVALID_ARGUMENT naming the file.
+//
+// A file that changed since the plan was made: an item whose range ends
+// past the file's current end is refused with FAILED_PRECONDITION ("FILE
+// changed since the plan was made: size S, item ends at E"), and a record
+// that runs past the end of the file inside the item is DATA_LOSS naming
+// the file and the record's offset. A file that grew is not detected (the
+// item does not carry the size its plan saw): records appended after the
+// plan are not read by a ranged item.
 #ifndef SHARDQ_TFRECORD_READER_H_
 #define SHARDQ_TFRECORD_READER_H_
 
@@ -94,7 +104,8 @@ class TFRecordReader {
   // first and the error by the next call; the failing item stays held (not
   // done). Errors name the file: NOT_FOUND (missing at read time), DATA_LOSS
   // (corrupt record or compressed data, with the byte offset),
-  // INVALID_ARGUMENT (bad item string, a cut compressed file).
+  // INVALID_ARGUMENT (bad item string, a cut compressed file),
+  // FAILED_PRECONDITION (the file is shorter than the item's range).
   absl::StatusOr<std::vector<Record>> ReadUpTo(ItemSource& source, int64_t n);
 
   const TFRecordReaderStats& stats() const { return stats_; }

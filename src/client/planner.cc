@@ -23,22 +23,27 @@ absl::StatusOr<int64_t> TableRows(const std::string& name) {
   return CountTableRows(*ref);
 }
 
-// Bytes of a file work; rows of a table work. A compressed file cannot be
-// cut, so it measures 1: PlanSlices gives it exactly one slice
-// ("path?start=0&end=1", which readers read whole), whatever num_slices is,
-// and a note on stderr tells the user so.
-absl::StatusOr<int64_t> WorkSize(const std::string& name) {
-  if (IsTableItem(name)) return TableRows(name);
-  absl::StatusOr<int64_t> size = FileSize(name);
+// Bytes of a file work, rows of a table work. A compressed file cannot be
+// cut: it is one whole item (the path with no range) whatever num_slices
+// is, and a note on stderr tells the user so.
+absl::StatusOr<SizedWork> MeasureWork(std::string name) {
+  SizedWork work;
+  work.name = std::move(name);
+  absl::StatusOr<int64_t> size =
+      IsTableItem(work.name) ? TableRows(work.name) : FileSize(work.name);
   if (!size.ok()) return size.status();
-  absl::StatusOr<FileCompression> compression = DetectCompression(name);
+  work.size = *size;
+  if (IsTableItem(work.name)) return work;
+  absl::StatusOr<FileCompression> compression = DetectCompression(work.name);
   if (!compression.ok()) return compression.status();
-  if (*compression == FileCompression::kNone) return size;
+  if (*compression == FileCompression::kNone) return work;
+  work.splittable = false;
   std::fprintf(stderr,
                "shardq: note: '%s' is %s-compressed and cannot be cut: it is "
-               "planned as one slice\n",
-               name.c_str(), std::string(CompressionName(*compression)).c_str());
-  return 1;
+               "planned as one whole item\n",
+               work.name.c_str(),
+               std::string(CompressionName(*compression)).c_str());
+  return work;
 }
 
 }  // namespace
@@ -60,17 +65,15 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
     if (work.empty()) {
       return absl::InvalidArgumentError("works contains an empty work name");
     }
-    SizedWork w;
     // The prefix goes before the path of a table work, not its scheme.
     constexpr absl::string_view kTable = "sqlite:";
-    w.name = absl::StartsWith(work, kTable)
-                 ? absl::StrCat(kTable, prefix, work.substr(kTable.size()))
-                 : prefix + work;
-    absl::StatusOr<int64_t> size = WorkSize(w.name);
-    if (!size.ok()) return size.status();
-    w.size = *size;
-    total += w.size;
-    sized.push_back(std::move(w));
+    absl::StatusOr<SizedWork> w = MeasureWork(
+        absl::StartsWith(work, kTable)
+            ? absl::StrCat(kTable, prefix, work.substr(kTable.size()))
+            : prefix + work);
+    if (!w.ok()) return w.status();
+    total += w->size;
+    sized.push_back(*std::move(w));
   }
   if (num_slices.has_value() && total == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

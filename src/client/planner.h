@@ -16,7 +16,10 @@ namespace shardq {
 // Every work must exist and be readable (NOT_FOUND / PERMISSION_DENIED name
 // the path). INVALID_ARGUMENT for empty works or num_slices < 1. When every
 // work is empty and slices were asked for, INVALID_ARGUMENT says so (a queue
-// with nothing to hand out is a mistake, not an empty epoch).
+// with nothing to hand out is a mistake, not an empty epoch). A GZIP/ZLIB
+// compressed file (judged from its first bytes, see DetectCompression) is
+// one whole item, its path with no range, and counts as one of num_slices;
+// the other works share the rest by size (PlanSlices).
 absl::StatusOr<std::vector<std::string>> PlanWorks(
     const std::vector<std::string>& works, const std::string& prefix,
     std::optional<int64_t> num_slices);

@@ -3,6 +3,8 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "src/io/compressed_tfrecord.h"
+#include "src/io/tfrecord.h"
 
 namespace shardq {
 namespace {
@@ -46,6 +48,37 @@ TEST(PlanWorks, DirectoryIsNotAWork) {
   absl::Status s = PlanWorks({testing::TempDir()}, "", 2).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("not a regular file"), std::string::npos);
+}
+
+// Issue 15 item 1: 500 gzip + 500 plain records in 7 slices: the gzip file
+// is one whole item (it was "c.tfrecord.gz?start=0&end=1", of which readers
+// returned one record), the plain file gets the other 6 slices.
+TEST(PlanWorks, CompressedFileIsOneWholeItemAndPlainFilesGetTheirShare) {
+  const std::string gz = testing::TempDir() + "/planner-c.tfrecord.gz";
+  const std::string plain = testing::TempDir() + "/planner-p.tfrecord";
+  {
+    auto writer = CompressedTFRecordWriter::Create(gz, FileCompression::kGzip);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    std::string bytes;
+    for (int i = 0; i < 500; ++i) {
+      const std::string record = "record " + std::to_string(i);
+      ASSERT_TRUE((*writer)->Write(record).ok());
+      bytes += EncodeTFRecord(record);
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+    WriteFile("planner-p.tfrecord", bytes);
+  }
+  absl::StatusOr<std::vector<std::string>> plan = PlanWorks({gz, plain}, "", 7);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 7u);
+  EXPECT_EQ((*plan)[0], gz);
+  for (size_t i = 1; i < plan->size(); ++i) {
+    EXPECT_EQ((*plan)[i].rfind(plain + "?start=", 0), 0u) << (*plan)[i];
+  }
+  // Without num_slices it is one item per work, as before.
+  plan = PlanWorks({gz, plain}, "", std::nullopt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, (std::vector<std::string>{gz, plain}));
 }
 
 }  // namespace

@@ -17,10 +17,8 @@ int64_t MulDiv(int64_t a, int64_t b, int64_t c) {
                               static_cast<u128>(c));
 }
 
-}  // namespace
-
-std::vector<int64_t> AllocateSlices(const std::vector<SizedWork>& works,
-                                    int64_t num_slices) {
+std::vector<int64_t> AllocateByShare(const std::vector<SizedWork>& works,
+                                     int64_t num_slices) {
   std::vector<int64_t> count(works.size(), 0);
   int64_t total = 0;
   for (const SizedWork& w : works) total += w.size;
@@ -74,6 +72,29 @@ std::vector<int64_t> AllocateSlices(const std::vector<SizedWork>& works,
   return count;
 }
 
+}  // namespace
+
+std::vector<int64_t> AllocateSlices(const std::vector<SizedWork>& works,
+                                    int64_t num_slices) {
+  std::vector<int64_t> count(works.size(), 0);
+  std::vector<SizedWork> splittable;
+  std::vector<size_t> index;  // of each splittable work in `works`
+  int64_t whole = 0;
+  for (size_t i = 0; i < works.size(); ++i) {
+    if (works[i].splittable) {
+      splittable.push_back(works[i]);
+      index.push_back(i);
+    } else if (works[i].size > 0) {
+      count[i] = 1;
+      ++whole;
+    }
+  }
+  const std::vector<int64_t> shares =
+      AllocateByShare(splittable, std::max<int64_t>(num_slices - whole, 0));
+  for (size_t k = 0; k < shares.size(); ++k) count[index[k]] = shares[k];
+  return count;
+}
+
 absl::StatusOr<std::vector<std::string>> PlanSlices(
     const std::vector<SizedWork>& works, std::optional<int64_t> num_slices) {
   if (works.empty()) {
@@ -107,6 +128,10 @@ absl::StatusOr<std::vector<std::string>> PlanSlices(
     if (!base->whole()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "work '", works[i].name, "' already has a range; give whole works"));
+    }
+    if (!works[i].splittable) {
+      items.push_back(works[i].name);  // read whole: no range
+      continue;
     }
     for (int64_t k = 0; k < count[i]; ++k) {
       SliceSpec spec = *base;

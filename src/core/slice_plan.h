@@ -15,6 +15,9 @@ namespace shardq {
 struct SizedWork {
   std::string name;  // already prefixed
   int64_t size = 0;  // bytes for files, rows for tables
+  // False for a work that can only be read whole (a GZIP/ZLIB compressed
+  // file: a stream cannot be entered mid-way).
+  bool splittable = true;
 };
 
 // num_slices unset: one item per work, the work name itself (sizes unused).
@@ -23,11 +26,15 @@ struct SizedWork {
 // may exceed N when N < the number of non-empty works), empty works none,
 // and no slice is empty. Slice k of a work of size S cut into K slices
 // covers [S*k/K, S*(k+1)/K). Items are "<name>?start=<s>&end=<e>".
+// A non-empty work that is not splittable is one item, its name with no
+// range (read whole), and counts as one of the N: the splittable works
+// share the other N - U slices (U: the unsplittable works) by size.
 // INVALID_ARGUMENT when works is empty, num_slices < 1, or a size < 0.
 absl::StatusOr<std::vector<std::string>> PlanSlices(
     const std::vector<SizedWork>& works, std::optional<int64_t> num_slices);
 
-// How many slices each work gets (the allocation step of PlanSlices).
+// How many slices each work gets (the allocation step of PlanSlices): one
+// for each non-empty unsplittable work, the rest by size.
 std::vector<int64_t> AllocateSlices(const std::vector<SizedWork>& works,
                                     int64_t num_slices);
 

@@ -98,5 +98,30 @@ TEST(PlanSlices, TableWorksKeepTheirParameters) {
   EXPECT_EQ((*plan)[1], "sqlite:t.db?table=clicks&start=100&end=200");
 }
 
+// Issue 15 item 1: a compressed file (unsplittable) used to be measured as
+// one unit and planned "f.gz?start=0&end=1", a range its readers could not
+// honour. It is now one item with no range, and the other works share the
+// rest of the slices by size.
+TEST(PlanSlices, UnsplittableWorkIsOneWholeItemAndTheOthersShareTheRest) {
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanSlices({{"c.gz", 5000, false}, {"p", 6000}}, 7);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(*plan, (std::vector<std::string>{"c.gz", "p?start=0&end=1000", "p?start=1000&end=2000",
+                                             "p?start=2000&end=3000", "p?start=3000&end=4000",
+                                             "p?start=4000&end=5000", "p?start=5000&end=6000"}));
+  // Too few slices for every work: one each, still.
+  plan = PlanSlices({{"c.gz", 5000, false}, {"p", 6000}, {"d.gz", 9, false}}, 1);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(*plan, (std::vector<std::string>{"c.gz", "p?start=0&end=6000", "d.gz"}));
+  // Only unsplittable works, and an empty one (no item, as for any work).
+  plan = PlanSlices({{"c.gz", 5000, false}, {"e.gz", 0, false}}, 40);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(*plan, std::vector<std::string>{"c.gz"});
+  // The plain works' shares are by their sizes among themselves.
+  std::vector<int64_t> counts =
+      AllocateSlices({{"a", 300, true}, {"c.gz", 1 << 30, false}, {"b", 100, true}}, 5);
+  EXPECT_EQ(counts, (std::vector<int64_t>{3, 1, 1}));
+}
+
 }  // namespace
 }  // namespace shardq

@@ -222,6 +222,13 @@ absl::Status CompressedTFRecordReader::HandleCorrupt(const Probe& probe) {
       case Check::kEnd:
         break;
     }
+    if (probe.offset == 0 && (probe.check == Check::kTruncatedHeader ||
+                              probe.check == Check::kBadLengthCrc)) {
+      // Most often compressed data of another format (gzipped text).
+      absl::StrAppend(&what,
+                      "; the decompressed stream does not start with a "
+                      "TFRecord header: is it a compressed TFRecord file?");
+    }
     return absl::DataLossError(absl::StrCat(
         "'", stream_->path(), "' (", CompressionName(stream_->compression()),
         "): corrupt TFRecord at decompressed byte offset ", probe.offset,

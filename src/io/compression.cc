@@ -9,32 +9,15 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "src/io/crc32c.h"
 #include "src/io/file.h"
+#include "src/io/format_sniff.h"
 
 namespace shardq {
 namespace {
 
 constexpr size_t kInputBytes = 64 << 10;
 constexpr size_t kOutputBytes = 64 << 10;
-
-bool HasValidTFRecordHeader(const unsigned char* bytes, size_t n) {
-  if (n < 12) return false;
-  uint32_t stored = 0;
-  for (int i = 0; i < 4; ++i) stored |= uint32_t{bytes[8 + i]} << (8 * i);
-  return UnmaskCrc(stored) ==
-         Crc32c(absl::string_view(reinterpret_cast<const char*>(bytes), 8));
-}
-
-bool IsZlibHeader(const unsigned char* bytes, size_t n) {
-  if (n < 2) return false;
-  const unsigned cmf = bytes[0];
-  const unsigned flg = bytes[1];
-  return (cmf & 0x0f) == 8 && (cmf >> 4) <= 7 && (cmf * 256 + flg) % 31 == 0 &&
-         (flg & 0x20) == 0;
-}
 
 int WindowBits(FileCompression compression) {
   // 16 + MAX_WBITS: a GZIP wrapper; MAX_WBITS: a ZLIB wrapper.
@@ -56,32 +39,16 @@ absl::string_view CompressionName(FileCompression compression) {
 }
 
 absl::StatusOr<FileCompression> DetectCompression(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open", path);
-  unsigned char bytes[12];
-  size_t n = 0;
-  while (n < sizeof(bytes)) {
-    const ssize_t got = ::pread(fd, bytes + n, sizeof(bytes) - n,
-                                static_cast<off_t>(n));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int error = errno;
-      ::close(fd);
-      return ErrnoToStatus(error, "read", path);
-    }
-    if (got == 0) break;
-    n += static_cast<size_t>(got);
+  absl::StatusOr<SniffedFormat> format = SniffFile(path);
+  if (!format.ok()) return format.status();
+  switch (*format) {
+    case SniffedFormat::kGzip:
+      return FileCompression::kGzip;
+    case SniffedFormat::kZlib:
+      return FileCompression::kZlib;
+    default:
+      return FileCompression::kNone;
   }
-  ::close(fd);
-  if (HasValidTFRecordHeader(bytes, n)) return FileCompression::kNone;
-  if (n >= 3 && bytes[0] == 0x1f && bytes[1] == 0x8b && bytes[2] == 8) {
-    return FileCompression::kGzip;
-  }
-  if ((absl::EndsWith(path, ".zz") || absl::EndsWith(path, ".zlib")) &&
-      IsZlibHeader(bytes, n)) {
-    return FileCompression::kZlib;
-  }
-  return FileCompression::kNone;
 }
 
 // ---------------------------------------------------------------------------

@@ -29,6 +29,21 @@ absl::Status ErrnoToStatus(int error, const std::string& op,
   }
 }
 
+absl::Status CheckRangeInFile(const std::string& path, int64_t size,
+                              int64_t start, int64_t end) {
+  if (end > size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", path, "' changed since the plan was made: size ",
+                     size, ", item ends at ", end));
+  }
+  if (end < 0 && start > size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", path, "' changed since the plan was made: size ",
+                     size, ", item starts at ", start));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> FileSize(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat", path);

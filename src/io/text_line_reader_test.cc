@@ -7,7 +7,9 @@
 #include "shardq/slice.h"
 #include "src/core/rng.h"
 #include "src/core/slice_plan.h"
+#include "src/io/compression.h"
 #include "src/io/text_slice_reader.h"
+#include "src/io/tfrecord.h"
 
 namespace shardq {
 namespace {
@@ -139,6 +141,97 @@ TEST(TextLineReader, CompletesAnItemOnlyAfterItsLastLine) {
   ASSERT_EQ(reader.ReadUpTo(source, 2)->size(), 1u);
   EXPECT_EQ(source.done, 1);
   EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 2).status()));
+}
+
+// Issue 15 item 4: a file that shrank since its plan is refused, not read
+// short and completed.
+TEST(TextLineReader, ItemEndingPastTheEndOfTheFileIsRefusedAsChanged) {
+  std::string contents;
+  for (int i = 0; i < 100; ++i) {
+    contents += (i < 10 ? "line 0" : "line ") + std::to_string(i) + "\n";  // 8 bytes
+  }
+  const std::string path = WriteFile("shrunk.txt", contents);
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanSlices({{path, static_cast<int64_t>(contents.size())}}, 3);
+  ASSERT_TRUE(plan.ok());
+  const std::string last = plan->back();
+  const int64_t end = *ParseItem(last)->end;
+  std::filesystem::resize_file(path, 40 * 8);  // the file is cut after planning
+  ListItemSource source({last});
+  TextLineReader reader;
+  absl::Status s = reader.ReadUpTo(source, 1000).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("'" + path + "' changed since the plan was made: size 320, "
+                             "item ends at " + std::to_string(end)),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(reader.items_done(), 0);  // the item stays held
+
+  // A range that starts past the end, with no end, is refused as well.
+  ListItemSource open_ended({path + "?start=2000"});
+  TextLineReader reader2;
+  EXPECT_EQ(reader2.ReadUpTo(open_ended, 10).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // An item ending exactly at the end of the file is fine.
+  ListItemSource exact({path + "?start=0&end=320"});
+  TextLineReader reader3;
+  absl::StatusOr<std::vector<Record>> got = reader3.ReadUpTo(exact, 1000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->size(), 40u);
+}
+
+TEST(TextSliceReader, FileCutWhileBeingReadIsDataLossNamingIt) {
+  std::string contents;
+  for (int i = 0; i < 100000; ++i) contents += "a line of text number " + std::to_string(i) + "\n";
+  const std::string path = WriteFile("cut-while-read.txt", contents);
+  absl::StatusOr<std::unique_ptr<TextSliceReader>> reader = TextSliceReader::Open(path, 0, -1);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::string line;
+  int64_t offset = 0;
+  ASSERT_TRUE(*(*reader)->Next(&line, &offset));
+  std::filesystem::resize_file(path, 1000000);  // past the reader's buffer
+  absl::Status error;
+  int64_t lines = 1;
+  while (true) {
+    absl::StatusOr<bool> more = (*reader)->Next(&line, &offset);
+    if (!more.ok()) {
+      error = more.status();
+      break;
+    }
+    ASSERT_TRUE(*more) << "ended quietly after " << lines << " lines";
+    ++lines;
+  }
+  EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss) << error;
+  EXPECT_NE(error.message().find(path), std::string::npos) << error;
+}
+
+// Issue 15 item 5: the wrong reader is refused, not fed binary "lines".
+TEST(TextLineReader, RefusesATFRecordFileNamingIt) {
+  std::string records;
+  for (int i = 0; i < 50; ++i) records += EncodeTFRecord("record\n" + std::to_string(i));
+  const std::string path = WriteFile("really-records.txt", records);
+  for (const std::string& item : {path, path + "?start=100&end=400"}) {
+    ListItemSource source({item});
+    TextLineReader reader;
+    absl::Status s = reader.ReadUpTo(source, 10).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("'" + path + "' looks like a TFRecord file"), std::string::npos)
+        << s;
+    EXPECT_NE(s.message().find("use TFRecordReader"), std::string::npos) << s;
+  }
+}
+
+TEST(TextLineReader, RefusesAGzipFileNamingIt) {
+  const std::string path = testing::TempDir() + "/lines.txt.gz";
+  auto writer = CompressedFileWriter::Create(path, FileCompression::kGzip);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Append("one\ntwo\nthree\n").ok());
+  ASSERT_TRUE((*writer)->Close().ok());
+  ListItemSource source({path});
+  TextLineReader reader;
+  absl::Status s = reader.ReadUpTo(source, 10).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("'" + path + "' is gzip-compressed"), std::string::npos) << s;
 }
 
 }  // namespace

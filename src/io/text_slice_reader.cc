@@ -11,11 +11,36 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "src/io/file.h"
+#include "src/io/format_sniff.h"
 
 namespace shardq {
 namespace {
 
 constexpr size_t kBufferBytes = 256 << 10;
+
+// A TFRecord or compressed file read as text yields binary "lines": refuse
+// it, judging from the file's first bytes (one read per open).
+absl::Status RefuseNonText(int fd, const std::string& path) {
+  absl::StatusOr<SniffedFormat> format = SniffOpenFile(fd, path);
+  if (!format.ok()) return format.status();
+  switch (*format) {
+    case SniffedFormat::kTFRecord:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path,
+          "' looks like a TFRecord file (it starts with a valid TFRecord "
+          "header), not text; use TFRecordReader"));
+    case SniffedFormat::kGzip:
+    case SniffedFormat::kZlib:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path, "' is ", SniffedFormatName(*format),
+          "-compressed, not text: compressed text is not supported; "
+          "decompress it, or use TFRecordReader if it holds TFRecords"));
+    case SniffedFormat::kEmpty:
+    case SniffedFormat::kOther:
+      break;
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -35,7 +60,15 @@ absl::StatusOr<std::unique_ptr<TextSliceReader>> TextSliceReader::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "'", path, "': bad byte range [", start, ", ", end, ")"));
   }
-  if (end < 0 || end > size) end = size;
+  if (absl::Status s = CheckRangeInFile(path, size, start, end); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  if (absl::Status s = RefuseNonText(fd, path); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  if (end < 0) end = size;
   std::unique_ptr<TextSliceReader> reader(new TextSliceReader(path, fd, size, end));
   reader->position_ = std::min(start, size);
   if (start > 0 && start < size) {
@@ -70,8 +103,14 @@ absl::StatusOr<bool> TextSliceReader::Fill(int64_t offset) {
     const ssize_t n = ::pread(fd_, buffer_.data(), buffer_.size(), offset);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoToStatus(errno, absl::StrCat("read at byte ", offset, " of"), path_);
+    if (n == 0) {
+      // Shorter than when it was opened: the rest of the item is gone.
+      return absl::DataLossError(absl::StrCat(
+          "'", path_, "' ends at byte offset ", offset, " but had ", file_size_,
+          " bytes when opened (truncated while being read?)"));
+    }
     buffer_size_ = n;
-    return n > 0;
+    return true;
   }
 }
 

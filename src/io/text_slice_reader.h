@@ -18,7 +18,13 @@ namespace shardq {
 class TextSliceReader {
  public:
   // Opens `path` to read the lines starting in [start, end); end < 0 means
-  // the end of the file. NOT_FOUND names a missing file.
+  // the end of the file. NOT_FOUND names a missing file. Refuses, naming
+  // the file: a range that ends (or, with end < 0, starts) past the end of
+  // the file with FAILED_PRECONDITION (it changed since the plan was made,
+  // see CheckRangeInFile in src/io/file.h); a file that starts like a
+  // TFRecord file or a GZIP/ZLIB stream with INVALID_ARGUMENT (see
+  // format_sniff.h; one 12-byte read per open). A file cut shorter while it
+  // is read is DATA_LOSS from Next().
   static absl::StatusOr<std::unique_ptr<TextSliceReader>> Open(
       const std::string& path, int64_t start, int64_t end);
   ~TextSliceReader();

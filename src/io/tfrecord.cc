@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/io/crc32c.h"
+#include "src/io/file.h"
 
 namespace shardq {
 namespace {
@@ -345,7 +346,11 @@ absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> TFRecordSliceReader::Open(
         absl::StrCat("'", path, "' is not a regular file"));
   }
   const int64_t size = static_cast<int64_t>(st.st_size);
-  if (end < 0 || end > size) end = size;
+  if (absl::Status s = CheckRangeInFile(path, size, start, end); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  if (end < 0) end = size;
   start = std::min(start, size);
   options.buffer_bytes = std::max(options.buffer_bytes, kMinReadBufferBytes);
   return std::unique_ptr<TFRecordSliceReader>(
@@ -459,6 +464,14 @@ absl::Status TFRecordSliceReader::HandleCorrupt(const Probe& probe,
         break;
       case Check::kValid:
         break;
+    }
+    if (probe.offset == 0 && (probe.check == Check::kTruncatedHeader ||
+                              probe.check == Check::kBadLengthCrc)) {
+      // Most often not a damaged record but a file of another format.
+      absl::StrAppend(&what,
+                      "; the file does not start with a TFRecord header: if "
+                      "it is not a TFRecord file (text, say), read it with "
+                      "the reader of its format (TextLineReader)");
     }
     return absl::DataLossError(absl::StrCat(
         "'", path_, "': corrupt TFRecord at byte offset ", probe.offset, ": ",

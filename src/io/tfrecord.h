@@ -145,11 +145,13 @@ class ReadBuffer;
 // Not thread-safe; any number of readers may read the same file at once.
 class TFRecordSliceReader {
  public:
-  // Opens `path` to read the records that start in [start, end). end == -1,
-  // or any end >= the file size, means the end of the file (as for text
-  // slices). NOT_FOUND names a missing file; INVALID_ARGUMENT a range with
-  // start < 0, end < -1 or start > end. A range starting at or past the end
-  // of the file is empty. Nothing is read before the first Next().
+  // Opens `path` to read the records that start in [start, end). end == -1
+  // means the end of the file (as for text slices). NOT_FOUND names a
+  // missing file; INVALID_ARGUMENT a range with start < 0, end < -1 or
+  // start > end; FAILED_PRECONDITION a range that ends past the end of the
+  // file ("changed since the plan was made", see CheckRangeInFile in
+  // src/io/file.h): a file that shrank since it was planned is refused, not
+  // read short. Nothing is read before the first Next().
   static absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> Open(
       const std::string& path, int64_t start, int64_t end,
       TFRecordReadOptions options = {});

@@ -30,16 +30,25 @@ absl::StatusOr<FileCompression> ResolveCompression(
   return DetectCompression(path);
 }
 
-// A compressed file is read whole: with no range, the planner's one-unit
-// range [0, 1), or a range covering every byte of the file.
+// A compressed file is read whole: with no range (what the planner gives
+// it), a range covering exactly every byte of the file, or [0, 1) (what
+// planners before issue 15 gave it; such items may sit in state dirs and
+// checkpoints). A range ending past the file's end means the file changed
+// since the plan was made.
 absl::Status CheckWholeCompressedFile(const SliceSpec& spec,
                                       FileCompression compression) {
   if (spec.whole()) return absl::OkStatus();
   absl::StatusOr<int64_t> size = FileSize(spec.work);
   if (!size.ok()) return size.status();
   const int64_t start = spec.start.value_or(0);
-  const int64_t end = spec.end.value_or(*size);
-  if (start == 0 && (end == 1 || end >= *size)) return absl::OkStatus();
+  const int64_t end = spec.end.value_or(-1);
+  if (absl::Status s = CheckRangeInFile(spec.work, *size, start, end);
+      !s.ok()) {
+    return s;
+  }
+  if (start == 0 && (end == 1 || end == *size || end < 0)) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "'", spec.work, "' is ", CompressionName(compression),
       "-compressed and cannot be cut into byte ranges, but the item asks for [",
@@ -169,7 +178,12 @@ absl::StatusOr<std::vector<Record>> TFRecordReader::ReadUpTo(ItemSource& source,
     stats_.corrupt_regions += after.corrupt_regions - before.corrupt_regions;
     if (!more.ok()) return fail(more.status());
     // A split (tail rebalancing) may have ended the item before this record.
-    if (*more && !ClaimRecord(*item_, offset)) more = false;
+    // A compressed file's offsets are in its decompressed stream, not the
+    // item's byte range: its records are never claimed, so it is never
+    // split and always read whole.
+    if (*more && records_->has_file_offsets() && !ClaimRecord(*item_, offset)) {
+      more = false;
+    }
     if (*more) {
       stats_.records += 1;
       stats_.bytes += static_cast<int64_t>(data.size());

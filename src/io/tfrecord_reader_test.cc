@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardq/slice.h"
+#include "shardq/splittable_range.h"
 #include "src/core/slice_plan.h"
 #include "src/io/compressed_tfrecord.h"
 #include "src/io/record_test_util.h"
@@ -191,11 +193,148 @@ TEST(TFRecordReader, GzipFileIsReadWholeForWholeRanges) {
       EXPECT_EQ(got[i].key, absl::StrCat(item, ":", offsets[i]));
     }
   }
-  // What the planner makes of it: one slice, whatever num_slices says.
-  absl::StatusOr<std::vector<std::string>> plan = PlanSlices({{path.path(), 1}}, 40);
+  // What the planner makes of it: one whole item, whatever num_slices says.
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanSlices({{path.path(), size, /*splittable=*/false}}, 40);
   ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->size(), 1u);
+  ASSERT_EQ(*plan, std::vector<std::string>{path.path()});
   EXPECT_EQ(ReadAll(*plan).size(), records.size());
+}
+
+// Hands out each item once with a live range, as a WorkQueue does.
+class RangedSource : public ItemSource {
+ public:
+  explicit RangedSource(std::string item) : item_(std::move(item)) {}
+  absl::StatusOr<WorkItem> NextItem() override {
+    if (given_) return absl::OutOfRangeError("end");
+    given_ = true;
+    WorkItem item{item_, 0, 0, 1, nullptr};
+    absl::StatusOr<SliceSpec> spec = ParseItem(item_);
+    if (spec.ok() && spec->start && spec->end) {
+      item.range = std::make_shared<SplittableRange>(*spec->start, *spec->end);
+    }
+    range = item.range;
+    return item;
+  }
+  absl::Status ItemDone(const WorkItem&) override {
+    ++done;
+    return absl::OkStatus();
+  }
+  int done = 0;
+  std::shared_ptr<SplittableRange> range;
+
+ private:
+  std::string item_;
+  bool given_ = false;
+};
+
+// Issue 15 item 1: a compressed file's records lie past its [0, 1) range in
+// the decompressed stream; a reader claiming them from the live range read
+// only the first record.
+TEST(TFRecordReader, CompressedItemWithALiveRangeIsReadWholeAndNeverSplit) {
+  std::vector<std::string> records;
+  for (int i = 0; i < 500; ++i) records.push_back(absl::StrCat("gzip record ", i));
+  TempPath path(".tfrecord.gz");
+  WriteGzip(path.path(), records);
+  const int64_t size = static_cast<int64_t>(testing_util::ReadBytes(path.path()).size());
+  for (const std::string& item : {absl::StrCat(path.path(), "?start=0&end=1"),
+                                  absl::StrCat(path.path(), "?start=0&end=", size)}) {
+    RangedSource source(item);
+    TFRecordReader reader;
+    std::vector<Record> got;
+    while (true) {
+      absl::StatusOr<std::vector<Record>> batch = reader.ReadUpTo(source, 64);
+      if (absl::IsOutOfRange(batch.status())) break;
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      got.insert(got.end(), batch->begin(), batch->end());
+    }
+    ASSERT_EQ(got.size(), records.size()) << item;
+    EXPECT_EQ(got.back().value, records.back());
+    EXPECT_EQ(source.done, 1);
+    // No record was claimed, so the coordinator can never split it.
+    ASSERT_NE(source.range, nullptr);
+    EXPECT_FALSE(source.range->Split(size / 2, 1).has_value());
+  }
+}
+
+TEST(TFRecordReader, CompressedItemEndingPastTheFileIsRefusedAsChanged) {
+  TempPath path(".tfrecord.gz");
+  WriteGzip(path.path(), {"a", "b", "c"});
+  const int64_t size = static_cast<int64_t>(testing_util::ReadBytes(path.path()).size());
+  ListItemSource source({absl::StrCat(path.path(), "?start=0&end=", size + 100)});
+  TFRecordReader reader;
+  absl::Status s = reader.ReadUpTo(source, 10).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("'", path.path(), "' changed since the plan "
+                                                  "was made: size ", size, ", item ends at ",
+                                                  size + 100)));
+}
+
+// Issue 15 item 4: a file cut shorter after planning is refused, not read
+// short and completed.
+TEST(TFRecordReader, ItemEndingPastTheEndOfTheFileIsRefusedAsChanged) {
+  std::vector<std::string> records;
+  for (int i = 0; i < 100; ++i) records.push_back(absl::StrCat("record ", 1000 + i));
+  TempPath path(".tfrecord");
+  WriteRecordsFile(path.path(), records);
+  const int64_t size = static_cast<int64_t>(testing_util::ReadBytes(path.path()).size());
+  const std::string whole = absl::StrCat(path.path(), "?start=0&end=", size);
+  const int64_t cut = RecordOffsets(records)[40];
+  WriteRecordsFile(path.path(), std::vector<std::string>(records.begin(), records.begin() + 40));
+  ASSERT_EQ(static_cast<int64_t>(testing_util::ReadBytes(path.path()).size()), cut);
+  for (const std::string& item :
+       {whole, absl::StrCat(path.path(), "?start=2000&end=200000")}) {
+    OneItemSource source(item);
+    TFRecordReader reader;
+    absl::Status s = reader.ReadUpTo(source, 1000).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << item << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("'", path.path(),
+                                                    "' changed since the plan was made: size ",
+                                                    cut, ", item ends at ")));
+    EXPECT_EQ(source.done, 0);  // the item stays held
+  }
+}
+
+TEST(TFRecordReader, RecordRunningPastTheEndInsideTheItemIsDataLossNamingFileAndOffset) {
+  std::vector<std::string> records(20, std::string(100, 'r'));
+  TempPath path(".tfrecord");
+  WriteRecordsFile(path.path(), records);
+  const std::vector<int64_t> offsets = RecordOffsets(records);
+  const std::string bytes = testing_util::ReadBytes(path.path());
+  const int64_t cut = offsets[12] + 50;  // inside record 12's data
+  WriteBytes(path.path(), bytes.substr(0, static_cast<size_t>(cut)));
+  OneItemSource source(absl::StrCat(path.path(), "?start=0&end=", cut));
+  TFRecordReader reader;
+  absl::Status error;
+  int64_t read = 0;
+  while (true) {
+    absl::StatusOr<std::vector<Record>> got = reader.ReadUpTo(source, 5);
+    if (!got.ok()) {
+      error = got.status();
+      break;
+    }
+    read += static_cast<int64_t>(got->size());
+  }
+  EXPECT_EQ(read, 12);
+  EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss) << error;
+  EXPECT_THAT(error.message(), HasSubstr(path.path()));
+  EXPECT_THAT(error.message(), HasSubstr(absl::StrCat("byte offset ", offsets[12])));
+  EXPECT_EQ(source.done, 0);
+}
+
+// Issue 15 item 5: a text file given to the TFRecord reader fails on its
+// first header, and the message says what is most likely wrong.
+TEST(TFRecordReader, TextFileIsDataLossSayingItIsNotATFRecordFile) {
+  TempPath path(".tfrecord");
+  WriteBytes(path.path(), "just some text\nand another line\n");
+  ListItemSource source({path.path()});
+  TFRecordReader reader;
+  absl::Status s = reader.ReadUpTo(source, 10).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr(path.path()));
+  EXPECT_THAT(s.message(), HasSubstr("byte offset 0"));
+  EXPECT_THAT(s.message(), HasSubstr("does not start with a TFRecord header"));
+  EXPECT_THAT(s.message(), HasSubstr("TextLineReader"));
 }
 
 TEST(TFRecordReader, CuttingACompressedFileIsInvalidArgumentNamingIt) {

@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "shardq/splittable_range.h"
 #include "sqlite3.h"
+#include "src/io/compressed_tfrecord.h"
 #include "src/io/tfrecord.h"
 #include "src/pipeline/test_util.h"
 
@@ -139,6 +141,48 @@ TEST(ReaderFactoryFor, ChoosesTheFormat) {
   EXPECT_EQ(
       ReadAll(ReaderFactoryFor(RecordFormat::kTFRecord), tfrecord).records.size(),
       3u);
+}
+
+// Issue 15 item 1: the pipeline (shardq.data.from_queue) gives a compressed
+// item's reader the item's live range; its records lie past offset 1 of the
+// decompressed stream, and claiming them there stopped after the first.
+TEST(TFRecordReaderFactory, CompressedItemWithALiveRangeIsReadWhole) {
+  const std::string path = TempPath("live-range.tfrecord.gz");
+  std::unique_ptr<CompressedTFRecordWriter> writer =
+      ValueOrDie(CompressedTFRecordWriter::Create(path, FileCompression::kGzip));
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_TRUE(writer->Write(absl::StrCat("record ", i)).ok());
+  }
+  ASSERT_TRUE(writer->Close().ok());
+  const std::string item = path + "?start=0&end=1";  // the item older plans made
+  std::unique_ptr<RecordReader> reader = ValueOrDie(TFRecordReaderFactory()(item));
+  reader->SetRange(std::make_shared<SplittableRange>(0, 1));
+  int64_t records = 0;
+  Record record;
+  while (true) {
+    absl::StatusOr<bool> more = reader->Next(&record);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    ++records;
+  }
+  EXPECT_EQ(records, 500);
+}
+
+// Issue 15 items 4 and 5 through the pipeline's readers.
+TEST(TextReaderFactory, RefusesATFRecordFileAndAFileShorterThanTheItem) {
+  const std::string tfrecord = WriteTFRecords("as-text.tfrecord", 20, nullptr);
+  absl::StatusOr<std::unique_ptr<RecordReader>> reader = TextReaderFactory()(tfrecord);
+  ASSERT_FALSE(reader.ok());
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(reader.status().message(), HasSubstr("looks like a TFRecord file"));
+
+  const std::string text = TempPath("short.txt");
+  std::ofstream(text, std::ios::binary) << "x\ny\n";
+  reader = TextReaderFactory()(text + "?start=0&end=100");
+  ASSERT_FALSE(reader.ok());
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(reader.status().message(),
+              HasSubstr("changed since the plan was made: size 4, item ends at 100"));
 }
 
 }  // namespace

@@ -3,13 +3,15 @@ TFRecord (plain and compressed) and SQLite items; corrupt and missing input;
 and the planner's handling of compressed files and tables through
 `shardq create`."""
 import gzip
+import json
+import os
 import re
 import sqlite3
 import zlib
 
 import pytest
 
-from cli_helpers import run
+from cli_helpers import run, shardq_bin
 
 LINES = ["first line", "", "tab\there", "ünïcode", "x" * 5000, "last"]
 
@@ -205,10 +207,13 @@ def test_create_gives_a_compressed_file_one_slice_and_says_so(coordinator, tmp_p
                      created.stderr)
     taken = take_all(coordinator.address, name, items_of(created))
     assert len(taken) == max(slices, 2)
-    assert [t for t in taken if t.startswith(gz)] == [f"{gz}?start=0&end=1"]
+    # One whole item, no range (issue 15 item 1: it was "?start=0&end=1").
+    assert [t for t in taken if t.startswith(gz)] == [gz]
     counts = count_of(*taken)
-    assert counts[f"{gz}?start=0&end=1"] == 500
+    assert counts[gz] == 500
     assert counts["total"] == 1000
+    # Items of older plans still read whole.
+    assert count_of(f"{gz}?start=0&end=1")[f"{gz}?start=0&end=1"] == 500
 
 
 @pytest.mark.parametrize("slices", [1, 7, 40])
@@ -248,3 +253,79 @@ def test_tfrecord_write_of_a_missing_input_creates_nothing(tmp_path):
     assert proc.returncode != 0
     assert "NOT_FOUND" in proc.stderr and "missing.txt" in proc.stderr
     assert not out.exists()
+
+
+# Issue 15 item 4: a file changed after planning is refused, not read short.
+
+def status_of(address, name):
+    out = run("status", "--address", address, "--name", name, "--json").stdout
+    return json.loads(out)["queues"][0]
+
+
+def test_count_refuses_a_range_past_the_end_of_a_shorter_file(tmp_path):
+    lines = [f"record {i:03d}" for i in range(100)]
+    tf = tfrecord_from_lines(tmp_path, lines)
+    size = os.path.getsize(tf)
+    for item in (f"{tf}?start=2000&end=200000", f"{tf}?start=0&end={size + 1}"):
+        proc = run("count", item, check=False)
+        assert proc.returncode == 1, proc.stdout
+        assert "FAILED_PRECONDITION" in proc.stderr
+        assert f"'{tf}' changed since the plan was made: size {size}, item ends at" \
+            in proc.stderr
+        assert "total" not in proc.stdout
+    text = write_text(tmp_path / "lines.txt", lines)
+    proc = run("count", f"{text}?start=0&end=999999", check=False)
+    assert proc.returncode == 1
+    assert f"'{text}' changed since the plan was made: size {os.path.getsize(text)}, " \
+        "item ends at 999999" in proc.stderr
+
+
+def test_a_file_truncated_after_planning_fails_the_worker_command_and_is_not_completed(
+        coordinator, tmp_path):
+    lines = [f"record {i:03d}" for i in range(100)]
+    tf = tfrecord_from_lines(tmp_path, lines)
+    created = run("create", "--address", coordinator.address, "--name", "cut",
+                  "--slices", "1", tf)
+    assert items_of(created) == 1
+    record_bytes = 16 + len(lines[0])
+    os.truncate(tf, 40 * record_bytes)  # 40 records left
+    assert count_of(tf)[tf] == 40
+    proc = run("worker", "--address", coordinator.address, "--name", "cut", "--worker", "w",
+               "--max-failures", "1", "--", shardq_bin(), "count", "{}", check=False)
+    assert proc.returncode != 0
+    assert "FAILED_PRECONDITION" in proc.stderr
+    assert f"'{tf}' changed since the plan was made: size {40 * record_bytes}, " \
+        f"item ends at {100 * record_bytes}" in proc.stderr
+    assert "total" not in proc.stdout
+    status = status_of(coordinator.address, "cut")
+    assert status["completed"] == 0 and not status["finished"]
+
+
+# Issue 15 item 5: the format is judged from the content, the name a hint.
+
+def test_count_and_cat_read_a_tfds_named_shard_as_tfrecord(tmp_path):
+    lines = [f"example {i}" for i in range(30)]
+    tf = tfrecord_from_lines(tmp_path, lines, name="mnist-train.tfrecord-00000-of-00001")
+    assert count_of(tf)[tf] == 30
+    assert run("cat", tf).stdout.splitlines() == lines
+    # The same bytes under a name that says nothing: the content decides.
+    anonymous = tmp_path / "shard-0"
+    anonymous.write_bytes(open(tf, "rb").read())
+    assert count_of(str(anonymous))[str(anonymous)] == 30
+
+
+def test_a_text_file_is_still_text_and_a_misnamed_text_file_is_reported(tmp_path):
+    text = write_text(tmp_path / "notes", ["a", "b", "c"])
+    assert count_of(text)[text] == 3
+    misnamed = write_text(tmp_path / "notes.tfrecord", ["a", "b", "c"])
+    proc = run("count", misnamed, check=False)
+    assert proc.returncode == 1 and "DATA_LOSS" in proc.stderr
+    assert misnamed in proc.stderr and "does not start with a TFRecord header" in proc.stderr
+
+
+def test_reading_a_tfrecord_file_as_text_is_refused(tmp_path):
+    tf = tfrecord_from_lines(tmp_path, [f"example {i}" for i in range(30)])
+    proc = run("count", "--type", "text", tf, check=False)
+    assert proc.returncode == 2  # INVALID_ARGUMENT
+    assert f"'{tf}' looks like a TFRecord file" in proc.stderr
+    assert "use TFRecordReader" in proc.stderr
