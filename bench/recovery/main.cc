@@ -43,7 +43,7 @@ struct Flags {
 void CopyState(const std::string& from, const std::string& to) {
   fs::remove_all(to);
   fs::create_directories(to);
-  for (const char* f : {"state.db", "state.db-wal"}) {
+  for (const char* f : {"COMMITTED", "state.db", "state.db-wal"}) {
     if (fs::exists(from + "/" + f)) fs::copy_file(from + "/" + f, to + "/" + f);
   }
 }

@@ -272,7 +272,8 @@ std::string CrashCopy(const std::string& dir) {
   const std::string copy = dir + "-crashed";
   fs::remove_all(copy);
   fs::create_directories(copy);
-  for (const char* file : {"state.db", "state.db-wal"}) {
+  // COMMITTED first: a crash never leaves it ahead of the database.
+  for (const char* file : {"COMMITTED", "state.db", "state.db-wal"}) {
     if (fs::exists(dir + "/" + file)) fs::copy_file(dir + "/" + file, copy + "/" + file);
   }
   return copy;

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "src/core/rng.h"
+#include "src/core/validate.h"
 
 namespace shardq {
 namespace {
@@ -15,8 +16,6 @@ constexpr uint64_t kLeaseSequenceMask = (uint64_t{1} << kLeaseSequenceBits) - 1;
 constexpr int64_t kMaxTotalWork = int64_t{1} << (63 - kLeaseSequenceBits);
 // Expired-lease records kept for late completions before pruning.
 constexpr size_t kExpiredRecordsSoftLimit = 1 << 16;
-// Longest queue name accepted (names travel in every request).
-constexpr size_t kMaxNameBytes = 256;
 
 }  // namespace
 
@@ -51,15 +50,21 @@ std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
         "lease_timeout (existing ", absl::FormatDuration(existing.lease_timeout),
         ", requested ", absl::FormatDuration(requested.lease_timeout), ")"));
   }
+  if (existing.split != requested.split) {
+    diffs.push_back(absl::StrCat("split (existing ", existing.split ? "on" : "off (--no-split)",
+                                 ", requested ", requested.split ? "on" : "off (--no-split)",
+                                 ")"));
+  } else if (existing.split &&
+             existing.split_min_residual != requested.split_min_residual) {
+    // Without splitting the smallest split-off range means nothing.
+    diffs.push_back(absl::StrCat("split_min_residual (existing ", existing.split_min_residual,
+                                 ", requested ", requested.split_min_residual, ")"));
+  }
   return diffs;
 }
 
 absl::Status ValidateConfig(const QueueConfig& config) {
-  if (config.name.empty() || config.name.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "queue name must have 1 to ", kMaxNameBytes, " bytes, got ",
-        config.name.size()));
-  }
+  if (absl::Status s = ValidateName("queue name", config.name); !s.ok()) return s;
   if (config.items.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queue '", config.name, "': the plan has no items (are all works empty?)"));
@@ -90,11 +95,8 @@ absl::Status ValidateConfig(const QueueConfig& config) {
         "queue '", config.name, "': ", items, " items x ", config.num_epochs,
         " epochs exceeds the limit of ", kMaxTotalWork, " hand-outs"));
   }
-  for (const std::string& item : config.items) {
-    if (item.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("queue '", config.name, "': the plan has an empty item"));
-    }
+  for (size_t i = 0; i < config.items.size(); ++i) {
+    if (absl::Status s = ValidateItemString(config.name, i, config.items[i]); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -65,8 +65,8 @@ struct QueueConfig {
   std::optional<uint64_t> seed;    // unset only in requests; resolved state always has one
   int64_t num_clients = 1;
   absl::Duration lease_timeout = absl::Seconds(30);
-  // Tail rebalancing (see the top of this file). Not part of a queue's
-  // identity: the creator's settings hold.
+  // Tail rebalancing (see the top of this file). Clients attaching to a
+  // queue must agree on it like on every other field (ConfigDifferences).
   bool split = true;
   // Smallest range split off, in item units (bytes, or rows for tables).
   int64_t split_min_residual = kDefaultSplitMinResidual;
@@ -76,7 +76,8 @@ struct QueueConfig {
 
 // Field names on which `requested` disagrees with `existing`, e.g.
 // {"num_epochs (existing 2, requested 3)"}. An unset requested seed matches
-// any seed. Empty when the configs are compatible.
+// any seed; split_min_residual is compared only when both split. Empty
+// when the configs are compatible.
 std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
                                            const QueueConfig& requested);
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "shardq/slice.h"
 #include "src/core/queue_state.h"
+#include "src/core/validate.h"
 
 namespace shardq {
 namespace {
@@ -80,6 +81,7 @@ absl::StatusOr<journal::Update> QueueState::RestoreUpdate(journal::Checkpoint ch
                                                           const std::string& name,
                                                           absl::Time now) {
   if (!name.empty()) checkpoint.mutable_config()->set_name(name);
+  if (absl::Status s = ValidateCheckpointResiduals(checkpoint); !s.ok()) return s;
   journal::Update update;
   update.set_time_us(absl::ToUnixMicros(now));
   *update.mutable_restore()->mutable_checkpoint() = std::move(checkpoint);

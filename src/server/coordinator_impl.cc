@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/core/validate.h"
 
 namespace shardq {
 namespace {
@@ -13,8 +14,7 @@ namespace {
 // A blocked Take re-checks at least this often, so that expiries are noticed
 // even when nothing else signals.
 constexpr absl::Duration kMaxWaitSlice = absl::Seconds(1);
-// Request limits: names travel in every request and are kept per worker.
-constexpr size_t kMaxNameBytes = 256;
+// Request limits (names: see src/core/validate.h).
 constexpr int64_t kMaxItemsPerTake = 1024;
 constexpr size_t kMaxLeasesPerHeartbeat = 1 << 16;
 // A Take answers without waiting for the disk only while at most this many
@@ -22,23 +22,9 @@ constexpr size_t kMaxLeasesPerHeartbeat = 1 << 16;
 // crash never loses a grant whose id is issued again (see the header).
 constexpr size_t kMaxGrantsBehind = QueueState::kLeaseIdsSkippedAtRecovery / 2;
 
-absl::Status ValidateName(absl::string_view kind, absl::string_view name) {
-  if (name.empty() || name.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kind, " name must have 1 to ", kMaxNameBytes, " bytes, got ", name.size()));
-  }
-  for (char c : name) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kind, " name contains a control character"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateNames(absl::string_view queue, absl::string_view worker) {
-  if (absl::Status s = ValidateName("queue", queue); !s.ok()) return s;
-  return ValidateName("worker", worker);
+  if (absl::Status s = ValidateName("queue name", queue); !s.ok()) return s;
+  return ValidateName("worker name", worker);
 }
 
 }  // namespace

@@ -9,51 +9,23 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <map>
+#include <cstdio>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "src/store/state_db.h"
 
 namespace shardq {
 namespace {
 
-constexpr int kFormatVersion = 1;
+using state_db::Exec;
+using state_db::SqliteError;
 
-absl::Status SqliteError(sqlite3* db, const std::string& dir, absl::string_view what) {
-  const int code = db != nullptr ? sqlite3_errcode(db) : SQLITE_ERROR;
-  std::string message = absl::StrCat("state dir '", dir, "': ", what, ": ",
-                                     db != nullptr ? sqlite3_errmsg(db) : "out of memory");
-  if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) return absl::DataLossError(message);
-  if (code == SQLITE_CANTOPEN || code == SQLITE_PERM || code == SQLITE_READONLY) {
-    return absl::PermissionDeniedError(message);
-  }
-  return absl::InternalError(message);
-}
-
-absl::Status Exec(sqlite3* db, const std::string& dir, const char* sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-    absl::Status s = SqliteError(db, dir, sql);
-    sqlite3_free(error);
-    return s;
-  }
-  return absl::OkStatus();
-}
-
-// A prepared statement that finalises itself.
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  sqlite3_stmt* get() const { return stmt_; }
-  bool ok() const { return stmt_ != nullptr; }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-};
+// Checkpoint the WAL into state.db once it has this many pages (SQLite's
+// own default), and then fsync COMMITTED.
+constexpr int kCheckpointPages = 1000;
 
 // Runs a prepared statement that returns no rows and resets it for its next
 // use. On failure the connection's error code and message (which the reset
@@ -64,87 +36,25 @@ bool Step(sqlite3_stmt* stmt) {
   return rc == SQLITE_DONE;
 }
 
-std::string ColumnBlob(sqlite3_stmt* stmt, int column) {
-  const void* data = sqlite3_column_blob(stmt, column);
-  const int size = sqlite3_column_bytes(stmt, column);
-  return data == nullptr ? std::string() : std::string(static_cast<const char*>(data), size);
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
 }
 
-absl::Status CreateSchema(sqlite3* db, const std::string& dir) {
-  for (const char* sql : {
-           // The LOCK file already keeps other coordinators out: no file
-           // locks per transaction, no shared-memory WAL index.
-           "PRAGMA locking_mode=EXCLUSIVE",
-           "PRAGMA journal_mode=WAL",
-           "PRAGMA synchronous=FULL",
-           "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-           "CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY, queue TEXT NOT NULL,"
-           " update_pb BLOB NOT NULL)",
-           // Format 1 dirs written before this may hold a secondary index
-           // journal(queue, seq). Nothing reads it (the snapshot trim scans
-           // the primary key range seq <= ?) and every append paid for it.
-           "DROP INDEX IF EXISTS journal_queue",
-           "CREATE TABLE IF NOT EXISTS snapshots (queue TEXT PRIMARY KEY,"
-           " seq INTEGER NOT NULL, snapshot_pb BLOB NOT NULL)",
-       }) {
-    if (absl::Status s = Exec(db, dir, sql); !s.ok()) return s;
-  }
-  Statement version(db, "SELECT value FROM meta WHERE key = 'format'");
-  if (!version.ok()) return SqliteError(db, dir, "reading the format version");
-  if (sqlite3_step(version.get()) == SQLITE_ROW) {
-    const int found = sqlite3_column_int(version.get(), 0);
-    if (found != kFormatVersion) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "state dir '", dir, "' has format ", found, "; this coordinator reads format ",
-          kFormatVersion));
-    }
-    return absl::OkStatus();
-  }
-  return Exec(db, dir, absl::StrCat("INSERT INTO meta VALUES ('format', '", kFormatVersion,
-                                    "')").c_str());
-}
-
-absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out) {
-  if (absl::Status s = Exec(db, dir, "PRAGMA quick_check"); !s.ok()) return s;
-  std::map<std::string, size_t> index;
-  auto queue = [&](const std::string& name) -> RecoveredState::Queue& {
-    auto [it, inserted] = index.emplace(name, out->queues.size());
-    if (inserted) out->queues.push_back(RecoveredState::Queue{name, nullptr, {}});
-    return out->queues[it->second];
-  };
-  std::map<std::string, uint64_t> snapshot_seq;
-  Statement snapshots(db, "SELECT queue, seq, snapshot_pb FROM snapshots ORDER BY queue");
-  if (!snapshots.ok()) return SqliteError(db, dir, "reading snapshots");
-  int rc;
-  while ((rc = sqlite3_step(snapshots.get())) == SQLITE_ROW) {
-    const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(snapshots.get(), 0));
-    auto snapshot = std::make_unique<journal::QueueSnapshot>();
-    if (!snapshot->ParseFromString(ColumnBlob(snapshots.get(), 2))) {
-      return absl::DataLossError(absl::StrCat("state dir '", dir, "': the snapshot of queue '",
-                                              name, "' is corrupt"));
-    }
-    snapshot_seq[name] = static_cast<uint64_t>(sqlite3_column_int64(snapshots.get(), 1));
-    queue(name).snapshot = std::move(snapshot);
-  }
-  if (rc != SQLITE_DONE) return SqliteError(db, dir, "reading snapshots");
-  Statement entries(db, "SELECT seq, queue, update_pb FROM journal ORDER BY seq");
-  if (!entries.ok()) return SqliteError(db, dir, "reading the journal");
-  while ((rc = sqlite3_step(entries.get())) == SQLITE_ROW) {
-    const uint64_t seq = static_cast<uint64_t>(sqlite3_column_int64(entries.get(), 0));
-    const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(entries.get(), 1));
-    out->last_seq = std::max(out->last_seq, seq);
-    auto it = snapshot_seq.find(name);
-    if (it != snapshot_seq.end() && seq <= it->second) continue;
-    journal::Update update;
-    if (!update.ParseFromString(ColumnBlob(entries.get(), 2))) {
-      return absl::DataLossError(absl::StrCat("state dir '", dir, "': journal entry ", seq,
-                                              " (queue '", name, "') is corrupt"));
-    }
-    queue(name).updates.push_back(std::move(update));
-  }
-  if (rc != SQLITE_DONE) return SqliteError(db, dir, "reading the journal");
-  for (const auto& [name, seq] : snapshot_seq) out->last_seq = std::max(out->last_seq, seq);
-  return absl::OkStatus();
+// The refusal when state.db holds less than COMMITTED says was committed.
+absl::Status RolledBack(const std::string& dir, bool has_schema, uint64_t held,
+                        const CommitRecord& mark, bool wal_missing) {
+  return absl::DataLossError(absl::StrCat(
+      "state dir '", dir, "': state.db ",
+      has_schema ? absl::StrCat("holds journal entries up to ", held) : "holds no state",
+      ", but ", CommitMark::kFileName, " records that entries up to ", mark.seq,
+      " were committed: state.db or its WAL state.db-wal was truncated, deleted or "
+      "replaced",
+      wal_missing && !mark.clean
+          ? " (state.db-wal is missing although the coordinator did not stop cleanly)"
+          : "",
+      ". Refusing to start from what is left; restore the state dir from a backup, or "
+      "start over with an empty one"));
 }
 
 }  // namespace
@@ -164,8 +74,10 @@ struct Journal::Statements {
     };
     return prepare("BEGIN IMMEDIATE", &begin) && prepare("COMMIT", &commit) &&
            prepare("ROLLBACK", &rollback) &&
-           prepare("INSERT INTO journal (seq, queue, update_pb) VALUES (?, ?, ?)", &insert) &&
-           prepare("INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb) VALUES (?, ?, ?)",
+           prepare("INSERT INTO journal (seq, queue, update_pb, crc) VALUES (?, ?, ?, ?)",
+                   &insert) &&
+           prepare("INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb, written_seq, crc)"
+                   " VALUES (?, ?, ?, ?, ?)",
                    &snapshot) &&
            // The primary key range, then the queue: no secondary index needed.
            prepare("DELETE FROM journal WHERE seq <= ? AND queue = ?", &trim);
@@ -197,20 +109,99 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
         "state dir '", dir, "' is in use by another coordinator (LOCK is held)"));
   }
   sqlite3* db = nullptr;
-  const std::string path = dir + "/state.db";
+  const std::string wal_path = dir + "/state.db-wal";
+  const bool wal_missing = !FileExists(wal_path);
   auto fail = [&](absl::Status s) {
+    // A refused state dir is left as it was found: no checkpoint of what
+    // its WAL still holds, no deleted WAL, and no empty WAL where there was
+    // none (SQLite opens one to read).
+    if (db != nullptr) sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
     sqlite3_close(db);
+    struct stat st;
+    if (wal_missing && ::stat(wal_path.c_str(), &st) == 0 && st.st_size == 0) {
+      ::unlink(wal_path.c_str());
+    }
     ::close(lock_fd);
     return s;
   };
+  absl::StatusOr<std::optional<CommitRecord>> mark = CommitMark::Read(dir);
+  if (!mark.ok()) return fail(mark.status());
+  const std::string path = dir + "/state.db";
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
       SQLITE_OK) {
-    return fail(SqliteError(db, dir, "opening state.db"));
+    return fail(SqliteError(db, dir, "opening"));
   }
   sqlite3_busy_timeout(db, 5000);
-  if (absl::Status s = CreateSchema(db, dir); !s.ok()) return fail(s);
+  // The LOCK file already keeps other coordinators out: no file locks per
+  // transaction, no shared-memory WAL index.
+  if (absl::Status s = Exec(db, dir, "PRAGMA locking_mode=EXCLUSIVE"); !s.ok()) return fail(s);
+  if (absl::Status s = state_db::QuickCheck(db, dir); !s.ok()) return fail(s);
+  absl::StatusOr<state_db::Identity> identity = state_db::ReadIdentity(db, dir);
+  if (!identity.ok()) return fail(identity.status());
+  // Decide, before writing anything, whether this state may be used.
+  if (identity->has_schema && identity->format > state_db::kFormatVersion) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "state dir '", dir, "' has format ", identity->format, "; this coordinator reads format ",
+        state_db::kFormatVersion)));
+  }
+  if (mark->has_value() && (*mark)->seq > 0 && !identity->has_schema) {
+    return fail(RolledBack(dir, false, 0, **mark, wal_missing));
+  }
+  if (mark->has_value() && (*mark)->seq > 0 && identity->has_schema &&
+      identity->format < state_db::kFormatVersion) {
+    return fail(absl::DataLossError(absl::StrCat(
+        "state dir '", dir, "': state.db has format ", identity->format,
+        " (written before ", CommitMark::kFileName, " existed), but ", CommitMark::kFileName,
+        " records that entries up to ", (*mark)->seq,
+        " were committed: was state.db replaced by an older one?")));
+  }
+  if (identity->format == state_db::kFormatVersion) {
+    if (!mark->has_value()) {
+      return fail(absl::DataLossError(absl::StrCat(
+          "state dir '", dir, "': ", CommitMark::kFileName, " is missing, but state.db holds "
+          "state: without it a truncated state.db or a lost state.db-wal cannot be told from a "
+          "complete one. Restore ", CommitMark::kFileName, " (or the whole state dir) from a "
+          "backup, or start over with an empty state dir")));
+    }
+    if ((*mark)->dir_id != identity->dir_id) {
+      return fail(absl::DataLossError(absl::StrCat(
+          "state dir '", dir, "': state.db belongs to state dir ",
+          CommitMark::IdToHex(identity->dir_id), ", but ", CommitMark::kFileName,
+          " to state dir ", CommitMark::IdToHex((*mark)->dir_id),
+          ": was state.db replaced by another one?")));
+    }
+  }
+  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL"}) {
+    if (absl::Status s = Exec(db, dir, sql); !s.ok()) return fail(s);
+  }
+  // A new state dir (or an upgraded one) gets COMMITTED first, durably, so
+  // that state.db never holds state without it.
+  std::unique_ptr<CommitMark> writer;
+  const std::string dir_id = mark->has_value() ? (*mark)->dir_id : CommitMark::NewDirId();
+  absl::StatusOr<std::unique_ptr<CommitMark>> opened =
+      mark->has_value() ? CommitMark::OpenExisting(dir)
+                        : CommitMark::Create(dir, CommitRecord{dir_id, 0, false});
+  if (!opened.ok()) return fail(opened.status());
+  writer = *std::move(opened);
+  if (!identity->has_schema) {
+    if (absl::Status s = state_db::CreateSchema(db, dir, dir_id); !s.ok()) return fail(s);
+  } else if (identity->format < state_db::kFormatVersion) {
+    std::fprintf(stderr,
+                 "shardq: state dir '%s': upgrading format %d to %d (checksums and %s); "
+                 "damage done to it before now cannot be detected\n",
+                 dir.c_str(), identity->format, state_db::kFormatVersion, CommitMark::kFileName);
+    if (absl::Status s = state_db::UpgradeFromFormat1(db, dir, dir_id); !s.ok()) return fail(s);
+  }
   RecoveredState state;
-  if (absl::Status s = ReadState(db, dir, &state); !s.ok()) return fail(s);
+  if (absl::Status s = state_db::ReadState(db, dir, &state); !s.ok()) return fail(s);
+  if (mark->has_value() && state.last_seq < (*mark)->seq) {
+    return fail(RolledBack(dir, true, state.last_seq, **mark, wal_missing));
+  }
+  // Not fsynced: if it is lost, COMMITTED stays at an older sequence, which
+  // the state still covers.
+  if (absl::Status s = writer->Write(CommitRecord{dir_id, state.last_seq, false}); !s.ok()) {
+    return fail(s);
+  }
   auto statements = std::make_unique<Statements>();
   if (!statements->Prepare(db)) {
     absl::Status s = SqliteError(db, dir, "preparing the commit statements");
@@ -219,8 +210,19 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   }
   const uint64_t last_seq = state.last_seq;
   *recovered = std::move(state);
-  return std::unique_ptr<Journal>(
+  auto journal = std::unique_ptr<Journal>(
       new Journal(dir, db, lock_fd, std::move(statements), last_seq));
+  journal->mark_ = std::move(writer);
+  journal->dir_id_ = dir_id;
+  // Replaces SQLite's automatic checkpoints: Commit checkpoints itself.
+  sqlite3_wal_hook(db, &Journal::WalHook, journal.get());
+  journal->StartWriter();
+  return journal;
+}
+
+int Journal::WalHook(void* journal, sqlite3* /*db*/, const char* /*name*/, int pages) {
+  static_cast<Journal*>(journal)->wal_pages_ = pages;
+  return SQLITE_OK;
 }
 
 Journal::Journal(std::string dir, sqlite3* db, int lock_fd,
@@ -230,7 +232,9 @@ Journal::Journal(std::string dir, sqlite3* db, int lock_fd,
       lock_fd_(lock_fd),
       statements_(std::move(statements)),
       next_seq_(last_seq + 1),
-      durable_seq_(last_seq) {
+      durable_seq_(last_seq) {}
+
+void Journal::StartWriter() {
   writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -243,7 +247,13 @@ Journal::~Journal() {
   }
   writer_.join();
   statements_.reset();  // finalised before the connection closes
-  sqlite3_close(db_);
+  // Closing checkpoints the WAL into state.db and deletes it; COMMITTED
+  // then says so, durably.
+  if (sqlite3_close(db_) == SQLITE_OK) {
+    if (mark_->Write(CommitRecord{dir_id_, durable_seq_.load(), true}).ok()) {
+      mark_->Sync().IgnoreError();
+    }
+  }
   ::close(lock_fd_);
 }
 
@@ -251,8 +261,10 @@ uint64_t Journal::Append(const std::string& queue, const journal::Update& update
   Pending p;
   p.queue = queue;
   update.SerializeToString(&p.payload);
+  const uint32_t partial = state_db::PartialCrc(p.queue, p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  p.crc = state_db::EntryCrc(partial, p.seq);
   const uint64_t seq = p.seq;
   AddPendingLocked(std::move(p));
   return seq;
@@ -266,8 +278,10 @@ size_t Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
   p.snapshot_seq = seq;
   snapshot.SerializeToString(&p.payload);
   const size_t bytes = p.payload.size();
+  const uint32_t partial = state_db::PartialCrc(p.queue, p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  p.crc = state_db::SnapshotCrc(partial, p.snapshot_seq, p.seq);
   AddPendingLocked(std::move(p));
   return bytes;
 }
@@ -482,12 +496,15 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
       sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(p.seq));
       sqlite3_bind_text(st, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
       sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(st, 4, p.crc);
       ok = Step(st);
     } else {
       sqlite3_stmt* st = statements_->snapshot;
       sqlite3_bind_text(st, 1, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
       sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(p.snapshot_seq));
       sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(st, 4, static_cast<sqlite3_int64>(p.seq));
+      sqlite3_bind_int64(st, 5, p.crc);
       ok = Step(st);
       if (ok) {
         sqlite3_stmt* t = statements_->trim;
@@ -506,6 +523,17 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
     absl::Status s = SqliteError(db_, dir_, "COMMIT");
     Step(statements_->rollback);
     return s;
+  }
+  // Only after the commit's fsync: COMMITTED is never ahead of state.db.
+  if (absl::Status s = mark_->Write(CommitRecord{dir_id_, batch.back().seq, false}); !s.ok()) {
+    return s;
+  }
+  if (wal_pages_ >= kCheckpointPages) {
+    wal_pages_ = 0;
+    // As SQLite's automatic checkpoint would (an error leaves the WAL to
+    // the next one); then COMMITTED is made as durable as state.db.
+    sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    if (absl::Status s = mark_->Sync(); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

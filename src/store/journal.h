@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/shardq/journal.pb.h"
+#include "src/store/commit_mark.h"
 
 struct sqlite3;
 
@@ -56,10 +57,16 @@ struct RecoveredState {
 class Journal {
  public:
   // Opens (creating if needed) the state in `dir` and reads it into
-  // `recovered`. Refuses — never starts empty over bad state —
-  // with FAILED_PRECONDITION when another coordinator holds the directory,
-  // DATA_LOSS naming the directory (and the entry) when the database or an
-  // entry is corrupt, PERMISSION_DENIED / NOT_FOUND for an unusable path.
+  // `recovered`. Refuses — never starts empty over bad state, and leaves
+  // bad state as it found it — with FAILED_PRECONDITION when another
+  // coordinator holds the directory; DATA_LOSS naming the directory and
+  // the file (and the entry) when state.db is corrupt, a snapshot or entry
+  // fails its checksum, state.db holds fewer entries than COMMITTED says
+  // were committed (truncated, deleted or lost its WAL), state.db and
+  // COMMITTED belong to different state dirs, or COMMITTED is damaged or
+  // missing beside a state.db that holds state (see commit_mark.h);
+  // PERMISSION_DENIED / NOT_FOUND for an unusable path. A format 1 state
+  // dir (before checksums) is upgraded, with a note on stderr.
   static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& dir,
                                                        RecoveredState* recovered);
   // Commits what was appended, then closes.
@@ -129,6 +136,7 @@ class Journal {
     std::string payload;          // serialised Update or QueueSnapshot
     bool snapshot = false;
     uint64_t snapshot_seq = 0;    // for snapshots
+    uint32_t crc = 0;             // stored with the row (see state_db.h)
   };
 
   struct Statements;  // prepared once, used by the one running commit
@@ -148,6 +156,9 @@ class Journal {
 
   Journal(std::string dir, sqlite3* db, int lock_fd,
           std::unique_ptr<Statements> statements, uint64_t last_seq);
+  void StartWriter();
+  // SQLite's WAL hook: records the WAL's size after each commit.
+  static int WalHook(void* journal, sqlite3* db, const char* name, int pages);
   void AddPendingLocked(Pending p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits everything pending (which must not be empty, with no commit
   // running), releasing mu_ across the disk write.
@@ -163,6 +174,10 @@ class Journal {
   sqlite3* const db_;  // used only by the running commit (after Open)
   const int lock_fd_;
   std::unique_ptr<Statements> statements_;
+  // Used only by the running commit (and Open, the destructor).
+  std::unique_ptr<CommitMark> mark_;
+  std::string dir_id_;
+  int wal_pages_ = 0;
 
   mutable absl::Mutex mu_;
   absl::CondVar work_;  // for the writer: appends or callbacks arrived, stopping, commit ended
