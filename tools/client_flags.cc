@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 
 namespace shardq {
 
@@ -22,6 +23,16 @@ void AddClientFlags(CLI::App* cmd, ClientFlags* flags, bool with_worker) {
     cmd->add_option("--worker", flags->worker,
                     "worker name (default: from the environment, else host-pid)");
   }
+  AddConnectTimeoutFlag(cmd, flags);
+}
+
+void AddConnectTimeoutFlag(CLI::App* cmd, ClientFlags* flags) {
+  if (cmd->get_option_no_throw("--connect-timeout") != nullptr) return;
+  cmd->add_option("--connect-timeout", flags->connect_timeout_seconds,
+                  "seconds to wait for the coordinator's first answer before failing with "
+                  "UNAVAILABLE (once it has answered, calls retry through its restarts)")
+      ->check(CLI::Range(0.001, 1e6))
+      ->capture_default_str();
 }
 
 absl::StatusOr<ConnectedBackend> ConnectFromFlags(const ClientFlags& flags) {
@@ -37,7 +48,8 @@ absl::StatusOr<ConnectedBackend> ConnectFromFlags(const ClientFlags& flags) {
     token = std::string(absl::StripAsciiWhitespace(contents.str()));
   }
   absl::StatusOr<ConnectedBackend> connected =
-      ConnectBackend(flags.address, token, flags.tls_ca, flags.worker);
+      ConnectBackend(flags.address, token, flags.tls_ca, flags.worker,
+                     absl::Seconds(flags.connect_timeout_seconds));
   if (!connected.ok()) return connected.status();
   if (connected->address.empty()) {
     return absl::InvalidArgumentError(

@@ -8,9 +8,13 @@
 
 namespace shardq {
 
-// Registers --address, --name, --token-file, --tls-ca (and --worker when
-// `with_worker`).
+// Registers --address, --name, --token-file, --tls-ca, --connect-timeout
+// (and --worker when `with_worker`).
 void AddClientFlags(CLI::App* cmd, ClientFlags* flags, bool with_worker);
+
+// Registers --connect-timeout alone (for a verb that registers the other
+// client flags itself); does nothing when `cmd` already has it.
+void AddConnectTimeoutFlag(CLI::App* cmd, ClientFlags* flags);
 
 // Connects as the flags (or the environment: SHARDQ_ADDRESS, SHARDQ_TOKEN,
 // SHARDQ_TLS_CA, ...) say. Errors name the flag or file.

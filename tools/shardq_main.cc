@@ -1,9 +1,14 @@
 // The `shardq` command line. Each verb lives in its own file; this one only
 // registers the verbs and dispatches to the one given.
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
+#include "tools/client_flags.h"
 #include "tools/demo.h"
 #include "tools/record_verbs.h"
 #include "tools/verbs.h"
@@ -29,6 +34,64 @@ CLI::App* AddDemo(CLI::App& app, shardq::DemoOptions* demo) {
   cmd->add_option("--data-dir", demo->data_dir,
                   "where to write the data set (default: a temporary dir)");
   return cmd;
+}
+
+// CLI11's validators report a non-number or an out-of-range value as
+// "Value x not in range 2.225074e-308 to 1797693...": a check put in front
+// of them says what is wrong in words. It reads the option's type name
+// ("INT", "UINT", "FLOAT") and its range validator's ("POSITIVE",
+// "NONNEGATIVE").
+CLI::Validator NumberCheck(const std::string& type_name) {
+  const std::string base = type_name.substr(0, type_name.find(':'));
+  const bool is_unsigned = base == "UINT";
+  const bool integer = base == "INT" || is_unsigned;
+  const bool positive = type_name.find(":POSITIVE") != std::string::npos;
+  const bool non_negative = is_unsigned || type_name.find(":NONNEGATIVE") != std::string::npos;
+  const std::string what = integer ? "integer" : "number";
+  const std::string any = integer ? "an integer" : "a number";
+  const std::string in_range = positive       ? "a positive " + what
+                               : non_negative ? "a non-negative " + what
+                                              : any;
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        const std::string quoted = "'" + input + "'";
+        double value = 0;
+        if (integer) {
+          int64_t i = 0;
+          uint64_t u = 0;
+          const bool digits = !input.empty() &&
+                              input.find_first_not_of("+-0123456789") == std::string::npos;
+          if (absl::SimpleAtoi(input, &i)) {
+            value = static_cast<double>(i);
+          } else if (absl::SimpleAtoi(input, &u)) {
+            value = static_cast<double>(u);
+          } else if (digits) {
+            return quoted + " is out of range";
+          } else {
+            return quoted + " is not " + any;
+          }
+        } else if (!absl::SimpleAtod(input, &value) || !std::isfinite(value)) {
+          return quoted + " is not " + any;
+        }
+        if ((positive && value <= 0) || (non_negative && value < 0)) {
+          return quoted + " is not " + in_range;
+        }
+        return "";
+      },
+      /*validator_desc=*/"");
+}
+
+void AddNumberChecks(CLI::App& app) {
+  for (CLI::App* cmd : app.get_subcommands([](CLI::App*) { return true; })) {
+    AddNumberChecks(*cmd);
+  }
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type_name = option->get_type_name();
+    const std::string base = type_name.substr(0, type_name.find(':'));
+    if (base == "INT" || base == "UINT" || base == "FLOAT") {
+      option->transform(NumberCheck(type_name));  // transform: runs first
+    }
+  }
 }
 
 }  // namespace
@@ -66,7 +129,18 @@ int main(int argc, char** argv) {
   CLI::App* snapshot_cmd = shardq::AddSnapshot(app, &snapshot);
   CLI::App* restore_cmd = shardq::AddRestore(app, &restore);
 
-  CLI11_PARSE(app, argc, argv);
+  // status registers its client flags itself; it waits like the others.
+  shardq::AddConnectTimeoutFlag(status_cmd, &status.client);
+  AddNumberChecks(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints the message (or the help) and gives each kind of error
+    // its own code (105, 106, 109, ...); the documented one is 2.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : shardq::kExitUsage;
+  }
   if (demo_cmd->parsed()) return shardq::RunDemo(demo);
   if (serve_cmd->parsed()) return shardq::RunServe(serve);
   if (create_cmd->parsed()) return shardq::RunCreate(create);

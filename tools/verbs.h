@@ -13,6 +13,9 @@
 
 namespace shardq {
 
+// Exit code of a bad argument or usage (CLI11's own codes are mapped to it).
+inline constexpr int kExitUsage = 2;
+
 // Exit code of `take` at end of input.
 inline constexpr int kExitEndOfInput = 3;
 
@@ -23,6 +26,8 @@ struct ClientFlags {
   std::string token_file;
   std::string tls_ca;
   std::string worker;
+  // --connect-timeout: seconds to wait for the coordinator's first answer.
+  double connect_timeout_seconds = 60;
 };
 
 struct ServeOptions {

@@ -76,6 +76,12 @@ struct WorkQueueOptions {
   // Non-empty: connect with TLS. Empty: SHARDQ_TLS_CA, else plaintext.
   std::string tls_ca_file;
 
+  // How long to wait for the coordinator's first answer; a wrong address or
+  // a TLS mismatch then fails with UNAVAILABLE naming the address and the
+  // last connection error ("waiting for the coordinator ..." goes to stderr
+  // meanwhile). Once it has answered, calls ride through its restarts.
+  absl::Duration connect_timeout = absl::Seconds(60);
+
   // Name of this worker in stats and leases. Empty: from the environment
   // (TF_CONFIG task "worker-3", torchrun "rank-3"), else made unique from
   // the host, the process id and a counter.

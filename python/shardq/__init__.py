@@ -67,26 +67,32 @@ class WorkQueue:
     nothing left to take, an item another worker is still reading is split
     and the rest handed to it; ``split_min_residual`` is the smallest range
     split off (bytes; rows for tables). ``stats()`` reports ``splits``.
+    ``connect_timeout`` (keyword, seconds): how long to wait for the
+    coordinator's first answer ("waiting for the coordinator ..." goes to
+    stderr meanwhile) before raising UnavailableError (a ConnectionError)
+    naming the address; once it has answered, calls ride through its
+    restarts. Ctrl-C ends the wait with KeyboardInterrupt.
     """
 
     def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, num_clients=1, name="work_queue", address=None, *,
                  lease_timeout=30.0, worker_id=None, token=None, tls_ca=None, split=True,
-                 split_min_residual=1):
+                 split_min_residual=1, connect_timeout=60.0):
         self._native = _shardq._WorkQueue(
             _check_works(works), int(num_epochs), bool(shuffle),
             None if seed is None else int(seed), prefix,
             None if num_slices is None else int(num_slices), int(num_clients), str(name),
             address, float(lease_timeout), worker_id, token, tls_ca, False, bool(split),
-            int(split_min_residual))
+            int(split_min_residual), connect_timeout=float(connect_timeout))
 
     @classmethod
     def attach(cls, name="work_queue", address=None, *, worker_id=None, token=None,
-               tls_ca=None):
+               tls_ca=None, connect_timeout=60.0):
         """A worker of an existing queue, without knowing its works."""
         self = cls.__new__(cls)
         self._native = _shardq._WorkQueue([], 1, True, None, None, None, 1, str(name),
-                                          address, 30.0, worker_id, token, tls_ca, True)
+                                          address, 30.0, worker_id, token, tls_ca, True,
+                                          connect_timeout=float(connect_timeout))
         return self
 
     def take(self, timeout=None):

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -13,6 +14,7 @@
 #include "python/src/py_sources.h"
 #include "shardq/input_producer.h"
 #include "shardq/work_queue.h"
+#include "src/client/retry.h"
 #include "src/server/grpc_service.h"
 
 namespace py = pybind11;
@@ -201,7 +203,22 @@ class PyItemIterator {
   bool done_ = false;
 };
 
+// The client's interrupt check (src/client/retry.h): on the thread that
+// imported shardq (Python's main thread, where signals are handled) it runs
+// Python's signal handlers. A handler that raises (Ctrl-C:
+// KeyboardInterrupt) leaves its exception set; the waiting call ends with
+// CANCELLED, and ThrowStatus re-raises the pending exception instead.
+std::thread::id g_python_main_thread;
+
+bool PythonInterruptRequested() {
+  if (std::this_thread::get_id() != g_python_main_thread) return false;
+  py::gil_scoped_acquire gil;
+  return PyErr_Occurred() != nullptr || PyErr_CheckSignals() != 0;
+}
+
 void BindWorkQueue(py::module_& m) {
+  g_python_main_thread = std::this_thread::get_id();
+  SetInterruptCheck(&PythonInterruptRequested);
   py::class_<PyWorkQueue, std::shared_ptr<PyWorkQueue>>(m, "_WorkQueue")
       .def(py::init([](std::vector<std::string> works, int64_t num_epochs, bool shuffle,
                        std::optional<uint64_t> seed, std::optional<std::string> prefix,
@@ -209,7 +226,8 @@ void BindWorkQueue(py::module_& m) {
                        std::string name, std::optional<std::string> address,
                        double lease_timeout, std::optional<std::string> worker_id,
                        std::optional<std::string> token, std::optional<std::string> tls_ca,
-                       bool attach, bool split, int64_t split_min_residual) {
+                       bool attach, bool split, int64_t split_min_residual,
+                       double connect_timeout) {
              WorkQueueOptions o;
              o.works = std::move(works);
              o.num_epochs = num_epochs;
@@ -226,6 +244,11 @@ void BindWorkQueue(py::module_& m) {
              o.tls_ca_file = tls_ca.value_or("");
              o.split = split;
              o.split_min_residual = split_min_residual;
+             if (!(connect_timeout > 0)) {
+               ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+                   "connect_timeout must be > 0 seconds, got ", connect_timeout)));
+             }
+             o.connect_timeout = absl::Seconds(connect_timeout);
              absl::StatusOr<std::unique_ptr<WorkQueue>> queue;
              {
                py::gil_scoped_release release;
@@ -237,7 +260,7 @@ void BindWorkQueue(py::module_& m) {
            py::arg("prefix"), py::arg("num_slices"), py::arg("num_clients"), py::arg("name"),
            py::arg("address"), py::arg("lease_timeout"), py::arg("worker_id"),
            py::arg("token"), py::arg("tls_ca"), py::arg("attach"), py::arg("split") = true,
-           py::arg("split_min_residual") = 1)
+           py::arg("split_min_residual") = 1, py::arg("connect_timeout") = 60.0)
       .def("take", &PyWorkQueue::Take, py::arg("timeout") = py::none())
       .def("complete", &PyWorkQueue::Complete, py::arg("item"))
       .def("release", &PyWorkQueue::Release, py::arg("item"))

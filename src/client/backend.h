@@ -76,9 +76,16 @@ std::shared_ptr<QueueBackend> EmbeddedBackend();
 // A backend over a given coordinator (tests; the coordinator must outlive it).
 std::shared_ptr<QueueBackend> BackendForCoordinator(CoordinatorImpl* coordinator);
 
+// How long a remote client waits for its coordinator's first answer before
+// a call fails with UNAVAILABLE (see RemoteOptions::connect_timeout).
+inline constexpr absl::Duration kDefaultConnectTimeout = absl::Seconds(60);
+
 // The backend that an address (or, when empty, the environment: see
 // discovery.h) selects, and the worker name to use: `worker_id` if set,
-// else the one the environment gives (possibly empty).
+// else the one the environment gives (possibly empty). A remote backend
+// waits at most `connect_timeout` for the coordinator's first answer.
+// FAILED_PRECONDITION when the environment describes a multi-process job
+// without a coordinator (see DiscoverCoordinator).
 struct ConnectedBackend {
   std::shared_ptr<QueueBackend> backend;
   std::string worker_id;
@@ -87,7 +94,9 @@ struct ConnectedBackend {
 absl::StatusOr<ConnectedBackend> ConnectBackend(const std::string& address,
                                                 const std::string& token,
                                                 const std::string& tls_ca_file,
-                                                const std::string& worker_id);
+                                                const std::string& worker_id,
+                                                absl::Duration connect_timeout =
+                                                    kDefaultConnectTimeout);
 
 }  // namespace shardq
 

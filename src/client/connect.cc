@@ -10,7 +10,8 @@ namespace shardq {
 absl::StatusOr<ConnectedBackend> ConnectBackend(const std::string& address,
                                                 const std::string& token,
                                                 const std::string& tls_ca_file,
-                                                const std::string& worker_id) {
+                                                const std::string& worker_id,
+                                                absl::Duration connect_timeout) {
   const EnvLookup env = ProcessEnv();
   absl::StatusOr<Discovered> found = DiscoverCoordinator(address, env);
   if (!found.ok()) return found.status();
@@ -31,6 +32,7 @@ absl::StatusOr<ConnectedBackend> ConnectBackend(const std::string& address,
   remote.address = found->address;
   remote.token = token.empty() ? env("SHARDQ_TOKEN").value_or("") : token;
   remote.tls_ca_file = tls_ca_file.empty() ? env("SHARDQ_TLS_CA").value_or("") : tls_ca_file;
+  remote.connect_timeout = connect_timeout;
   absl::StatusOr<std::shared_ptr<QueueBackend>> backend = ConnectRemote(remote);
   if (!backend.ok()) return backend.status();
   out.backend = *std::move(backend);

@@ -6,7 +6,9 @@
 //      the task ("worker", 3) names the worker "worker-3";
 //   4. torchrun: MASTER_ADDR with SHARDQ_PORT; RANK names the worker
 //      "rank-<RANK>";
-//   5. none: the embedded queue in this process.
+//   5. none: the embedded queue in this process. Refused (see below) when
+//      the environment says the job has several processes: each would get
+//      a queue of its own and read the whole data set.
 // Pure apart from the injected environment lookup; thread-safe.
 #ifndef SHARDQ_CLIENT_DISCOVERY_H_
 #define SHARDQ_CLIENT_DISCOVERY_H_
@@ -31,7 +33,12 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup ProcessEnv();
 
 // INVALID_ARGUMENT when TF_CONFIG is not valid JSON of the expected shape
-// or SHARDQ_PORT is not a port number (the message names the variable).
+// or SHARDQ_PORT / WORLD_SIZE is not a number (the message names the
+// variable). FAILED_PRECONDITION, naming the fix, when no coordinator is
+// found but TF_CONFIG's cluster has more than one training task (chief,
+// master and worker jobs together; asked from such a task, not from an
+// evaluator or ps) or torchrun's WORLD_SIZE is above 1, unless
+// SHARDQ_EMBEDDED=1 opts into one queue per process.
 absl::StatusOr<Discovered> DiscoverCoordinator(const std::string& explicit_address,
                                                const EnvLookup& env);
 

@@ -69,5 +69,71 @@ TEST(DiscoverCoordinator, BadValuesNameTheVariable) {
   EXPECT_NE(d.status().message().find("cluster.shardq"), std::string::npos);
 }
 
+constexpr const char* kTfConfigWithoutShardq =
+    R"({"cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"], "ps": ["p:1"]},
+        "task": {"type": "worker", "index": 0}})";
+
+TEST(DiscoverCoordinator, TfClusterOfSeveralWorkersWithoutShardqJobIsRefused) {
+  auto d = DiscoverCoordinator("", Env({{"TF_CONFIG", kTfConfigWithoutShardq}}));
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(d.status().message());
+  EXPECT_NE(message.find("TF_CONFIG describes 3 worker tasks"), std::string::npos) << message;
+  EXPECT_NE(message.find("no \"shardq\" job"), std::string::npos) << message;
+  EXPECT_NE(message.find("shardq serve"), std::string::npos) << message;
+  EXPECT_NE(message.find("SHARDQ_ADDRESS"), std::string::npos) << message;
+  EXPECT_NE(message.find("SHARDQ_EMBEDDED=1"), std::string::npos) << message;
+}
+
+TEST(DiscoverCoordinator, TfClusterWithoutShardqJobStillUsesAnAddressGivenElsewhere) {
+  auto d = DiscoverCoordinator("", Env({{"TF_CONFIG", kTfConfigWithoutShardq},
+                                        {"SHARDQ_ADDRESS", "env:2"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->address, "env:2");
+  d = DiscoverCoordinator("here:1", Env({{"TF_CONFIG", kTfConfigWithoutShardq}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->address, "here:1");
+}
+
+TEST(DiscoverCoordinator, ShardqEmbeddedOptsIntoOneQueuePerProcess) {
+  auto d = DiscoverCoordinator("", Env({{"TF_CONFIG", kTfConfigWithoutShardq},
+                                        {"SHARDQ_EMBEDDED", "1"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->address, "");
+  EXPECT_EQ(d->source, "embedded");
+  d = DiscoverCoordinator("", Env({{"WORLD_SIZE", "4"}, {"SHARDQ_EMBEDDED", "1"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->source, "embedded");
+}
+
+TEST(DiscoverCoordinator, TfClusterOfOneTaskOrAnEvaluatorIsEmbedded) {
+  auto d = DiscoverCoordinator(
+      "", Env({{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"], "ps": ["p:1", "p:2"]}})"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->source, "embedded");
+  // An evaluator reads its own data whole, beside a cluster of workers.
+  d = DiscoverCoordinator("", Env({{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]},
+                                                    "task": {"type": "evaluator", "index": 0}})"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->source, "embedded");
+}
+
+TEST(DiscoverCoordinator, TorchrunWorldOfSeveralRanksWithoutCoordinatorIsRefused) {
+  auto d = DiscoverCoordinator("", Env({{"WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.1"}}));
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(d.status().message());
+  EXPECT_NE(message.find("WORLD_SIZE=4"), std::string::npos) << message;
+  EXPECT_NE(message.find("SHARDQ_PORT"), std::string::npos) << message;
+  EXPECT_NE(message.find("SHARDQ_EMBEDDED=1"), std::string::npos) << message;
+  // One rank, or a coordinator, is fine.
+  EXPECT_TRUE(DiscoverCoordinator("", Env({{"WORLD_SIZE", "1"}})).ok());
+  d = DiscoverCoordinator("", Env({{"WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.1"},
+                                   {"SHARDQ_PORT", "7077"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->address, "10.0.0.1:7077");
+  d = DiscoverCoordinator("", Env({{"WORLD_SIZE", "many"}}));
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("WORLD_SIZE"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardq

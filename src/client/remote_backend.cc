@@ -1,10 +1,17 @@
 #include "src/client/remote_backend.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -21,12 +28,20 @@ constexpr absl::Duration kCallTimeout = absl::Seconds(30);
 constexpr absl::Duration kLongPoll = absl::Seconds(10);
 // Deadline of calls made while closing (best-effort releases).
 constexpr absl::Duration kShutdownCallTimeout = absl::Seconds(2);
+// Before the first answer: when the first "waiting" note is printed, how
+// often notes repeat, the pause after a connected call got no answer, and
+// the deadline of the call that fetches the connection error.
+constexpr absl::Duration kFirstWaitingNote = absl::Seconds(1);
+constexpr absl::Duration kNoteInterval = absl::Seconds(10);
+constexpr absl::Duration kNoAnswerPause = absl::Milliseconds(200);
+constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 
 class RemoteBackend final : public QueueBackend {
  public:
   RemoteBackend(RemoteOptions options, std::shared_ptr<grpc::Channel> channel)
       : options_(std::move(options)),
-        stub_(v1::Coordinator::NewStub(std::move(channel))) {}
+        channel_(std::move(channel)),
+        stub_(v1::Coordinator::NewStub(channel_)) {}
 
   absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
     v1::CreateQueueRequest req;
@@ -217,8 +232,10 @@ class RemoteBackend final : public QueueBackend {
   }
 
  private:
-  // Runs one RPC with a fresh context (deadline, token) per attempt,
-  // retrying UNAVAILABLE/ABORTED through the one retry helper.
+  // Runs one RPC with a fresh context (deadline, token) per attempt. Before
+  // the coordinator has answered once, waits for it at most
+  // connect_timeout (FirstContact); after that, retries UNAVAILABLE/ABORTED
+  // through the one retry helper (a restarting coordinator).
   template <typename Rpc>
   absl::Status Unary(absl::string_view method, Rpc rpc,
                      absl::Duration timeout = kCallTimeout) {
@@ -226,29 +243,160 @@ class RemoteBackend final : public QueueBackend {
     if (shutting_down_.load()) {
       policy.total_budget = absl::ZeroDuration();
       timeout = std::min(timeout, kShutdownCallTimeout);
+    } else if (!contacted_.load()) {
+      absl::Status s = FirstContact(method, rpc, timeout);
+      if (!absl::IsUnavailable(s) || !contacted_.load()) return s;
+      // Another call made contact meanwhile: this one retries as usual.
     }
-    return CallWithRetry(
-        policy, absl::StrCat(method, " on coordinator ", options_.address),
-        [&]() -> absl::Status {
-          grpc::ClientContext ctx;
-          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-          if (!options_.token.empty()) {
-            ctx.AddMetadata("authorization", "Bearer " + options_.token);
-          }
-          absl::Status s = FromGrpcStatus(rpc(&ctx));
-          if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
-            // A timed-out call is retried like a refused one: the
-            // coordinator may be restarting.
-            return absl::UnavailableError(absl::StrCat(
-                "coordinator ", options_.address, " unavailable: ", s.message()));
-          }
-          return s;
-        });
+    return CallWithRetry(policy, absl::StrCat(method, " on coordinator ", options_.address),
+                         [&]() -> absl::Status {
+                           absl::Status s = Attempt(rpc, timeout);
+                           if (absl::IsUnavailable(s) && !shutting_down_.load()) {
+                             Note("lost the coordinator at ", ReasonOf(s),
+                                  absl::StrCat("retrying for up to ",
+                                               absl::FormatDuration(policy.total_budget)));
+                           }
+                           return s;
+                         });
+  }
+
+  // One attempt. No answer (refused, timed out, not connected) becomes
+  // UNAVAILABLE naming the address; any answer marks the coordinator as
+  // contacted.
+  template <typename Rpc>
+  absl::Status Attempt(Rpc& rpc, absl::Duration timeout) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    if (!options_.token.empty()) {
+      ctx.AddMetadata("authorization", "Bearer " + options_.token);
+    }
+    absl::Status s = FromGrpcStatus(rpc(&ctx));
+    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+      // A timed-out call is retried like a refused one: the coordinator may
+      // be restarting.
+      return absl::UnavailableError(
+          absl::StrCat("coordinator ", options_.address, " unavailable: ", s.message()));
+    }
+    contacted_.store(true);
+    return s;
+  }
+
+  // The call before the coordinator's first answer: waits for a connection,
+  // tries, and repeats until an answer or connect_timeout.
+  template <typename Rpc>
+  absl::Status FirstContact(absl::string_view method, Rpc& rpc, absl::Duration timeout) {
+    const absl::Time started = absl::Now();
+    const absl::Time give_up = started + options_.connect_timeout;
+    std::string reason;
+    while (!contacted_.load()) {
+      if (absl::Status ready = AwaitReady(method, started, give_up, reason); !ready.ok()) {
+        return ready;
+      }
+      if (contacted_.load()) break;
+      absl::Status s = Attempt(rpc, timeout);
+      if (!absl::IsUnavailable(s)) return s;
+      // Connected, yet no answer: not a coordinator, or it is going away.
+      reason = ReasonOf(s);
+      if (!SleepUnlessInterrupted(std::min(kNoAnswerPause, give_up - absl::Now()))) {
+        return Interrupted(method);
+      }
+    }
+    return absl::UnavailableError("contact made by another call");  // caller retries
+  }
+
+  // Waits until the channel is connected (OK), the user interrupts
+  // (CANCELLED) or `give_up` (UNAVAILABLE with the last connection error).
+  // `reason` keeps the last error seen.
+  absl::Status AwaitReady(absl::string_view method, absl::Time started, absl::Time give_up,
+                          std::string& reason) {
+    while (true) {
+      if (InterruptRequested()) return Interrupted(method);
+      const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+      if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+        reason = LastConnectError();
+        if (contacted_.load()) return absl::OkStatus();
+      }
+      const absl::Time now = absl::Now();
+      const std::string why = reason.empty() ? "no connection yet" : reason;
+      if (now >= give_up) {
+        return absl::UnavailableError(absl::StrCat(
+            method, ": no answer from the coordinator at ", options_.address, " within ",
+            absl::FormatDuration(options_.connect_timeout), " (the connect timeout): ", why,
+            TlsHint(why)));
+      }
+      if (now - started >= kFirstWaitingNote) {
+        Note("waiting for the coordinator at ", why, "retrying");
+      }
+      channel_->WaitForStateChange(state,
+                                   absl::ToChronoTime(std::min(now + kInterruptPoll, give_up)));
+    }
+  }
+
+  // gRPC's error for the channel's failed connection attempt: a call on a
+  // channel in TRANSIENT_FAILURE fails at once with it. Should the channel
+  // have connected meanwhile, the probe (GetQueue of no name, which changes
+  // nothing) reaches the coordinator and counts as contact.
+  std::string LastConnectError() {
+    v1::GetQueueRequest req;
+    v1::QueueInfo resp;
+    auto probe = [&](grpc::ClientContext* ctx) { return stub_->GetQueue(ctx, req, &resp); };
+    absl::Status s = Attempt(probe, kProbeTimeout);
+    return absl::IsUnavailable(s) ? ReasonOf(s) : "";
+  }
+
+  // An Attempt's UNAVAILABLE message without its "coordinator ADDR
+  // unavailable: " (the notes and errors name the address themselves).
+  std::string ReasonOf(const absl::Status& s) const {
+    return std::string(absl::StripPrefix(
+        s.message(), absl::StrCat("coordinator ", options_.address, " unavailable: ")));
+  }
+
+  // What a TLS mismatch looks like from here, and what to check.
+  std::string TlsHint(absl::string_view reason) const {
+    const std::string lower = absl::AsciiStrToLower(reason);
+    const bool handshake = absl::StrContains(lower, "handshake") ||
+                           absl::StrContains(lower, "ssl") || absl::StrContains(lower, "tls");
+    if (!options_.tls_ca_file.empty() && handshake) {
+      return absl::StrCat("; this client uses TLS (--tls-ca ", options_.tls_ca_file,
+                          "): is the coordinator serving TLS with a certificate that CA signed?");
+    }
+    // A TLS server drops a plaintext client's connection after accepting it.
+    const bool dropped = absl::StrContains(lower, "closed") || absl::StrContains(lower, "reset");
+    if (options_.tls_ca_file.empty() && dropped) {
+      return "; if the coordinator serves TLS, pass --tls-ca (or SHARDQ_TLS_CA)";
+    }
+    return "";
+  }
+
+  // Prints "shardq: WHAT ADDR (REASON), THEN" to stderr, at most once per
+  // kNoteInterval for this backend (many threads may be waiting).
+  void Note(absl::string_view what, absl::string_view reason, absl::string_view then) {
+    const absl::Time now = absl::Now();
+    {
+      absl::MutexLock lock(&note_mu_);
+      if (now < next_note_) return;
+      next_note_ = now + kNoteInterval;
+    }
+    std::fprintf(stderr, "shardq: %s%s (%s), %s\n", std::string(what).c_str(),
+                 options_.address.c_str(), std::string(reason).c_str(),
+                 std::string(then).c_str());
+    std::fflush(stderr);
+  }
+
+  absl::Status Interrupted(absl::string_view method) const {
+    return absl::CancelledError(absl::StrCat(
+        method, ": interrupted while waiting for the coordinator at ", options_.address));
   }
 
   const RemoteOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::atomic<bool> shutting_down_{false};
+  // Set by the first answer of the coordinator; never cleared.
+  std::atomic<bool> contacted_{false};
+  absl::Mutex note_mu_;
+  absl::Time next_note_ ABSL_GUARDED_BY(note_mu_) = absl::InfinitePast();
 };
 
 }  // namespace
@@ -256,6 +404,10 @@ class RemoteBackend final : public QueueBackend {
 absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions& options) {
   if (options.address.empty()) {
     return absl::InvalidArgumentError("coordinator address is empty");
+  }
+  if (options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "connect timeout must be > 0, got ", absl::FormatDuration(options.connect_timeout)));
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (!options.tls_ca_file.empty()) {

@@ -18,11 +18,22 @@ struct RemoteOptions {
   // PEM file of the CA that signed the coordinator's certificate; non-empty
   // means TLS.
   std::string tls_ca_file;
+  // Until the coordinator has answered once, a call waits at most this long
+  // for it (from the call's start): it prints "waiting for the coordinator
+  // at ADDR (REASON), retrying" to stderr after a second, and again every
+  // 10 s, then fails with UNAVAILABLE naming the address and the last
+  // connection error. A wrong address or a TLS mismatch thus ends in an
+  // error, not a silent wait.
+  absl::Duration connect_timeout = kDefaultConnectTimeout;
+  // Once the coordinator has answered, calls ride through its outages (a
+  // restart) under this policy, noting "lost the coordinator" on stderr.
   RetryPolicy retry;
 };
 
-// Does not connect yet (the first call does, with retries).
-// INVALID_ARGUMENT for an empty address or an unreadable CA file.
+// Does not connect yet (the first call does, as above). Every wait polls
+// InterruptRequested() (retry.h) and then ends with CANCELLED.
+// INVALID_ARGUMENT for an empty address, an unreadable CA file or a
+// connect_timeout <= 0.
 absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions& options);
 
 }  // namespace shardq

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -218,14 +219,94 @@ TEST(RemoteBackend, AForkedChildDropsAServerWithAWaitingTakeWithoutHanging) {
   waiter.join();
 }
 
-TEST(RemoteBackend, UnreachableCoordinatorIsUnavailableAfterTheRetryBudget) {
+TEST(RemoteBackend, UnreachableCoordinatorIsUnavailableAfterTheConnectTimeout) {
   RemoteOptions options;
   options.address = "127.0.0.1:1";  // nothing listens on port 1
-  options.retry.total_budget = absl::Milliseconds(300);
+  options.connect_timeout = absl::Milliseconds(300);
   std::shared_ptr<QueueBackend> backend = *ConnectRemote(options);
   absl::Status s = backend->AllStats().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(s.message().find("gave up"), std::string::npos);
+  EXPECT_NE(s.message().find("no answer from the coordinator at 127.0.0.1:1 within"),
+            std::string::npos) << s;
+  // The last connection error, not only "unavailable".
+  EXPECT_NE(s.message().find("refused"), std::string::npos) << s;
+}
+
+TEST(RemoteBackend, AWaitForTheFirstAnswerSaysSoOnStderr) {
+  RemoteOptions options;
+  options.address = "127.0.0.1:1";
+  // Generous: the note is due after 1 s, the call ends after 3 s.
+  options.connect_timeout = absl::Seconds(3);
+  std::shared_ptr<QueueBackend> backend = *ConnectRemote(options);
+  testing::internal::CaptureStderr();
+  absl::Status s = backend->AllStats().status();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(err.find("waiting for the coordinator at 127.0.0.1:1 ("), std::string::npos) << err;
+  EXPECT_NE(err.find("), retrying"), std::string::npos) << err;
+}
+
+TEST(RemoteBackend, ConnectTimeoutMustBePositive) {
+  RemoteOptions options;
+  options.address = "127.0.0.1:1";
+  options.connect_timeout = absl::ZeroDuration();
+  EXPECT_EQ(ConnectRemote(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RemoteBackend, AfterTheFirstAnswerCallsRideThroughAnOutageLongerThanTheConnectTimeout) {
+  std::unique_ptr<CoordinatorServer> server = StartServer();
+  const int port = server->port();
+  RemoteOptions options;
+  options.address = absl::StrCat("127.0.0.1:", port);
+  options.connect_timeout = absl::Milliseconds(200);
+  options.retry.total_budget = absl::Seconds(60);
+  std::shared_ptr<QueueBackend> backend = *ConnectRemote(options);
+  ASSERT_TRUE(backend->AllStats().ok());  // first answer
+  server->Shutdown();
+  server.reset();
+  absl::StatusOr<std::vector<QueueStats>> during;
+  std::thread caller([&] { during = backend->AllStats(); });
+  absl::SleepFor(absl::Seconds(1));  // away 5x the connect timeout
+  ServerOptions again;
+  again.listen = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> restarted = CoordinatorServer::Start(again);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  caller.join();
+  EXPECT_TRUE(during.ok()) << during.status();
+}
+
+std::atomic<bool> interrupt_now{false};
+bool TestInterrupt() { return interrupt_now.load(); }
+
+TEST(RemoteBackend, AnInterruptEndsTheWaitForTheCoordinator) {
+  RemoteOptions options;
+  options.address = "127.0.0.1:1";
+  options.connect_timeout = absl::Minutes(10);
+  std::shared_ptr<QueueBackend> backend = *ConnectRemote(options);
+  SetInterruptCheck(&TestInterrupt);
+  interrupt_now = true;
+  absl::Status s = backend->AllStats().status();
+  SetInterruptCheck(nullptr);
+  interrupt_now = false;
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_NE(s.message().find("interrupted"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s;
+}
+
+TEST(CallWithRetry, AnInterruptEndsTheBackoffWithCancelled) {
+  RetryPolicy policy;
+  policy.initial_backoff = absl::Seconds(30);
+  SetInterruptCheck(&TestInterrupt);
+  interrupt_now = true;
+  int calls = 0;
+  absl::Status s = CallWithRetry(policy, "down", [&] {
+    ++calls;
+    return absl::UnavailableError("down");
+  });
+  SetInterruptCheck(nullptr);
+  interrupt_now = false;
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
 }
 
 TEST(CallWithRetry, RetriesOnlyUnavailableAbortedAndCancelled) {

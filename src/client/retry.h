@@ -9,10 +9,15 @@
 // a storage failure). As with UNAVAILABLE, the call may or may not have
 // taken effect (a repeated completion is answered as a duplicate; a
 // repeated take's first lease expires and its item is handed out again).
+//
+// The waits here (and the remote client's wait for a coordinator's first
+// answer) poll a process-wide interrupt check, so that a user's Ctrl-C ends
+// a call that waits out an outage at once instead of after the budget.
 #ifndef SHARDQ_CLIENT_RETRY_H_
 #define SHARDQ_CLIENT_RETRY_H_
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <type_traits>
 
@@ -31,6 +36,39 @@ struct RetryPolicy {
   absl::Duration total_budget = absl::Minutes(10);
 };
 
+// A function the client's waits call every kInterruptPoll; true means the
+// user asked the process to stop (the Python module installs one that runs
+// Python's signal handlers, so Ctrl-C raises KeyboardInterrupt). Must be
+// cheap and thread-safe; it is called from whichever thread waits.
+using InterruptCheck = bool (*)();
+inline constexpr absl::Duration kInterruptPoll = absl::Milliseconds(100);
+
+namespace retry_internal {
+inline std::atomic<InterruptCheck> interrupt_check{nullptr};
+}  // namespace retry_internal
+
+// Installs the process-wide check (nullptr: never interrupted).
+inline void SetInterruptCheck(InterruptCheck check) {
+  retry_internal::interrupt_check.store(check);
+}
+
+// Whether the installed check says to stop now.
+inline bool InterruptRequested() {
+  const InterruptCheck check = retry_internal::interrupt_check.load();
+  return check != nullptr && check();
+}
+
+// Sleeps `duration`, polling InterruptRequested(); false when interrupted.
+inline bool SleepUnlessInterrupted(absl::Duration duration) {
+  const absl::Time until = absl::Now() + duration;
+  while (true) {
+    if (InterruptRequested()) return false;
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return true;
+    absl::SleepFor(std::min(left, kInterruptPoll));
+  }
+}
+
 inline bool IsRetryable(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsAborted(status) || absl::IsCancelled(status);
 }
@@ -42,7 +80,9 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) { return s.status(); }
 }  // namespace retry_internal
 
 // `call` returns absl::Status or absl::StatusOr<T>. `what` names the call in
-// the final error. Not thread-affine; safe to use from any thread.
+// the final error. CANCELLED "interrupted" (not retried) when the interrupt
+// check fires during a backoff. Not thread-affine; safe to use from any
+// thread.
 template <typename Call>
 auto CallWithRetry(const RetryPolicy& policy, absl::string_view what, Call call)
     -> decltype(call()) {
@@ -64,7 +104,10 @@ auto CallWithRetry(const RetryPolicy& policy, absl::string_view what, Call call)
     // not hit by every client at once.
     const double factor = 0.5 + 0.5 * (static_cast<double>(jitter() - jitter.min()) /
                                        static_cast<double>(jitter.max() - jitter.min()));
-    absl::SleepFor(std::min(backoff * factor, give_up - now));
+    if (!SleepUnlessInterrupted(std::min(backoff * factor, give_up - now))) {
+      return absl::CancelledError(absl::StrCat(what, ": interrupted while retrying after: ",
+                                               status.message()));
+    }
     backoff = std::min(backoff * 2, policy.max_backoff);
   }
 }

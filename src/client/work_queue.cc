@@ -37,7 +37,8 @@ std::string DefaultWorkerId() {
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
     const WorkQueueOptions& options) {
   absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
-      options.address, options.token, options.tls_ca_file, options.worker_id);
+      options.address, options.token, options.tls_ca_file, options.worker_id,
+      options.connect_timeout);
   if (!connected.ok()) return connected.status();
   WorkQueueOptions named = options;
   named.worker_id = connected->worker_id;
@@ -47,7 +48,8 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
     const WorkQueueOptions& options) {
   absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
-      options.address, options.token, options.tls_ca_file, options.worker_id);
+      options.address, options.token, options.tls_ca_file, options.worker_id,
+      options.connect_timeout);
   if (!connected.ok()) return connected.status();
   absl::StatusOr<std::unique_ptr<WorkQueue>> queue =
       Attach(options.name, std::move(connected->backend), connected->worker_id);
@@ -277,7 +279,8 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
   absl::StatusOr<journal::Checkpoint> checkpoint = ReadCheckpointFile(path);
   if (!checkpoint.ok()) return checkpoint.status();
   absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
-      options.address, options.token, options.tls_ca_file, options.worker_id);
+      options.address, options.token, options.tls_ca_file, options.worker_id,
+      options.connect_timeout);
   if (!connected.ok()) return connected.status();
   absl::StatusOr<QueueInfo> info = connected->backend->RestoreCheckpoint(*checkpoint, name);
   if (!info.ok()) return info.status();
