@@ -114,7 +114,12 @@ class WorkQueue:
 
     def input_producer(self, capacity=0):
         """A local bounded proxy of the queue, kept filled in the background
-        (capacity 0: num_clients), for readers' read_up_to()."""
+        (capacity 0: num_clients), for readers' read_up_to().
+
+        A queue has one producer: every call returns the same one (so
+        calling it inside a loop, as PAI code does, takes no extra items).
+        Asking for another capacity than the first call's raises
+        InvalidArgumentError."""
         return self._native.input_producer(capacity)
 
     def stats(self):

@@ -33,6 +33,44 @@ def test_pai_pattern_reads_every_line_num_epochs_times(text_files):
     assert stats["completed"] == queue.num_items * 3 and stats["finished"]
 
 
+def test_input_producer_called_in_a_loop_is_the_one_producer(text_files):
+    # PAI code calls input_producer() inside its read loop: every call must be
+    # the queue's one producer, not a new one taking items past num_clients.
+    files = text_files(4, 25)
+    queue = shardq.WorkQueue(files, num_epochs=2, num_slices=8, name=unique("pai-loop"))
+    reader = shardq.TextLineReader()
+    counts = {}
+    producers = []  # as graph code keeps every op it builds
+    while True:
+        producers.append(queue.input_producer())
+        try:
+            _, values = reader.read_up_to(producers[-1], 7)
+        except shardq.OutOfRangeError:
+            break
+        for v in values:
+            counts[v] = counts.get(v, 0) + 1
+    assert len(counts) == 100 and set(counts.values()) == {2}
+    stats = queue.stats()
+    assert stats["finished"] and stats["completed"] == queue.num_items * 2
+    assert stats["duplicates"] == 0 and stats["released"] == 0
+
+
+def test_input_producer_twice_is_the_same_producer(text_files):
+    queue = shardq.WorkQueue(text_files(2, 5), num_clients=2, name=unique("pai-twice"))
+    first = queue.input_producer()
+    second = queue.input_producer()
+    assert first.capacity == second.capacity == 2
+    assert queue.input_producer(capacity=2).capacity == 2
+    with pytest.raises(shardq.InvalidArgumentError, match="already has an input producer"):
+        queue.input_producer(capacity=1)
+    del first, second
+    # Still the one producer after the handles are gone: it holds the
+    # queue's items, so a new one could take no more.
+    reader = shardq.TextLineReader()
+    _, values = reader.read_up_to(queue.input_producer(), 100)
+    assert len(values) > 0
+
+
 def test_take_returns_items_and_ends_with_out_of_range(text_files):
     files = text_files(3, 5)
     queue = shardq.WorkQueue(files, num_epochs=2, shuffle=False, name=unique("take"))
