@@ -1,5 +1,6 @@
 """shardq.torch.WorkQueueDataset with DataLoader workers and across
 processes sharing one `shardq serve`."""
+import json
 import os
 import pathlib
 import signal
@@ -247,3 +248,22 @@ class socket_bound_but_not_listening:
 
     def __exit__(self, *exc):
         self._sock.close()
+
+
+def test_coordinator_discovery_is_the_cpp_one(tmp_path, monkeypatch):
+    # shardq.torch does not parse TF_CONFIG itself: the C++ discovery decides,
+    # its errors included.
+    files = write_files(tmp_path, 1, 2, width=4)
+    for var in ("SHARDQ_ADDRESS", "SHARDQ_PORT", "MASTER_ADDR", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(shardq.InvalidArgumentError, match="TF_CONFIG"):
+        shardq.torch.WorkQueueDataset(files, reader="tfrecord")
+    # "shardq" as a word but no "shardq" job: no coordinator there, so the
+    # dataset starts its own for its DataLoader workers.
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["localhost:1"]}, "task": {"type": "chief", "index": 0},
+         "environment": "shardq"}))
+    dataset = shardq.torch.WorkQueueDataset(files, reader="tfrecord", batch_size=1)
+    assert dataset.address.startswith("unix:")
+    assert len(list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))) == 2
