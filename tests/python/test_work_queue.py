@@ -217,7 +217,43 @@ def _read_with_a_straggler(tmp_path, split):
 
 
 def test_a_stragglers_item_is_split_and_every_line_is_read_once(tmp_path):
-    lines, stats = _read_with_a_straggler(tmp_path, split=True)
+    # Deterministic: "slow" takes its slice first, reads 4 lines and stops
+    # (no sleep: this thread reads on only once "fast", having read the other
+    # slice, was handed the split-off rest of slow's slice).
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"line-{i:06d}\n" for i in range(1200)))
+    name = unique("tail")
+    queues = {w: shardq.WorkQueue([str(path)], num_slices=2, shuffle=False, name=name,
+                                  worker_id=w) for w in ("slow", "fast")}
+    slow_reader = shardq.TextLineReader()
+    _, head = slow_reader.read_up_to(queues["slow"], 4)  # slow holds slice 0
+    lines = {"slow": list(head), "fast": []}
+    split_rest_read = threading.Event()
+
+    def fast():
+        reader = shardq.TextLineReader()
+        while True:
+            try:
+                _, values = reader.read_up_to(queues["fast"], 4)
+            except shardq.OutOfRangeError:
+                return
+            lines["fast"] += values
+            if any(v < b"line-000600" for v in values):  # from slow's slice
+                split_rest_read.set()
+
+    t = threading.Thread(target=fast, daemon=True)
+    t.start()
+    # Bounded only against a hang; nothing here depends on speed.
+    assert split_rest_read.wait(timeout=120), queues["fast"].stats()
+    while True:
+        try:
+            _, values = slow_reader.read_up_to(queues["slow"], 4)
+        except shardq.OutOfRangeError:
+            break
+        lines["slow"] += values
+    t.join(timeout=120)
+    assert not t.is_alive()
+    stats = queues["fast"].stats()
     everything = sorted(lines["slow"] + lines["fast"])
     assert everything == [f"line-{i:06d}".encode() for i in range(1200)]
     assert stats["splits"] >= 1
