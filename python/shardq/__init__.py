@@ -58,20 +58,34 @@ def _check_works(works):
 class WorkQueue:
     """A global queue of work items shared by every worker naming it.
 
-    Parameters follow SPEC.md: ``works`` (file paths or table URIs),
-    ``num_epochs``, ``shuffle``, ``seed`` (None: drawn once and reported in
-    ``seed``), ``prefix``, ``num_slices`` (None: one item per work),
-    ``num_clients`` (items one worker may hold at once), ``name``, and
-    ``address`` of a coordinator (None: from the environment, else embedded).
-    ``split`` (keyword): tail rebalancing, on by default: when a worker finds
-    nothing left to take, an item another worker is still reading is split
-    and the rest handed to it; ``split_min_residual`` is the smallest range
-    split off (bytes; rows for tables). ``stats()`` reports ``splits``.
-    ``connect_timeout`` (keyword, seconds): how long to wait for the
-    coordinator's first answer ("waiting for the coordinator ..." goes to
-    stderr meanwhile) before raising UnavailableError (a ConnectionError)
-    naming the address; once it has answered, calls ride through its
-    restarts. Ctrl-C ends the wait with KeyboardInterrupt.
+    Parameters:
+
+    ``works``: file paths (text, or TFRecord, also gzip/zlib-compressed) or
+    table URIs (``sqlite:PATH?table=T``). Each work is one item unless
+    ``num_slices`` is given: then the works are cut into about that many
+    byte ranges (rows for tables), items such as ``f.txt?start=0&end=175``.
+    ``num_epochs``: how many times every item is handed out (>= 1).
+    ``shuffle``: the item order of each epoch is a permutation drawn from
+    ``seed`` (None: drawn once; read it back from ``seed``).
+    ``prefix``: prepended to every work (e.g. a directory).
+    ``num_clients``: items one worker may hold at once (>= 1).
+    ``name``: the queue; every WorkQueue with this name at one coordinator is
+    a worker of the same queue (the first one creates it, with these
+    parameters).
+    ``address``: the coordinator, ``HOST:PORT`` or ``unix:PATH``; None: from
+    SHARDQ_ADDRESS, TF_CONFIG (a "shardq" job) or torchrun's MASTER_ADDR +
+    SHARDQ_PORT, else the queue lives in this process.
+    Keywords: ``lease_timeout`` (seconds a worker may hold an item without a
+    heartbeat before it goes to another worker), ``worker_id`` (the name in
+    ``stats()``; default host-pid-n), ``token`` and ``tls_ca`` for a secured
+    coordinator, ``split`` (tail rebalancing, on by default: when a worker
+    finds nothing left to take, an item another worker is still reading is
+    split and the rest handed to it) and ``split_min_residual`` (the
+    smallest range split off: bytes, rows for tables). ``stats()`` reports
+    ``splits``.
+
+    Items are handed out at least once and completed exactly once: an item
+    whose worker dies is handed to another after ``lease_timeout``.
     """
 
     def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
@@ -120,7 +134,12 @@ class WorkQueue:
 
     def input_producer(self, capacity=0):
         """A local bounded proxy of the queue, kept filled in the background
-        (capacity 0: num_clients), for readers' read_up_to()."""
+        (capacity 0: num_clients), for readers' read_up_to().
+
+        A queue has one producer: every call returns the same one (so
+        calling it inside a loop, as PAI code does, takes no extra items).
+        Asking for another capacity than the first call's raises
+        InvalidArgumentError."""
         return self._native.input_producer(capacity)
 
     def stats(self):

@@ -35,6 +35,11 @@ A Python ``map`` callable is GIL-bound: it runs in the consumer's thread,
 and so do the stages after it (as Python generators, where a completed item
 may still have records in a Python buffer). Put it last. A
 ``Dataset(make_iter)`` over a Python iterable runs its stages in Python.
+
+One pass (one ``for`` over the dataset) reads every epoch of the queue.
+Another pass over the same WorkQueue, once it is finished, raises
+FailedPreconditionError rather than ending silently empty; a pass that
+stopped early continues where the queue is.
 """
 import os
 import queue as _queue
@@ -135,6 +140,7 @@ class Dataset:
         if self._queue_source is None:
             return _python_stages(iter(self._make_iter()), self._ops)
         source = self._queue_source
+        _begin_pass(source["queue"])
         native_ops, python_ops = _plan(self._ops)
         builder = _shardq._Pipeline(source["queue"], source["reader"], source["on_corrupt"],
                                     source["cycle_length"], source["num_parallel_reads"],
@@ -149,6 +155,18 @@ class Dataset:
         if not python_ops:
             return native  # next() / close() / stats()
         return _python_stages(_closing(native), python_ops)
+
+
+def _begin_pass(queue):
+    """Raises if ``queue`` is finished and was read by an earlier pass over
+    it (a pass over a finished queue never ends silently empty)."""
+    read_before = getattr(queue, "_shardq_data_passes", 0) > 0
+    queue._shardq_data_passes = getattr(queue, "_shardq_data_passes", 0) + 1
+    if read_before and queue.stats()["finished"]:
+        raise shardq.FailedPreconditionError(
+            f"queue '{queue.name}' is finished: every item of every epoch was read in an "
+            "earlier pass over it; make a new WorkQueue (or give another queue name) to "
+            "read the data again")
 
 
 # --- Which stages run in C++ ---

@@ -9,4 +9,5 @@ PYBIND11_MODULE(_shardq, m) {
   shardq::python::BindExample(m);
   shardq::python::BindSummary(m);
   shardq::python::BindPipeline(m);
+  shardq::python::BindTorchSupport(m);
 }

@@ -25,6 +25,7 @@ ItemSource* SourceOf(py::handle source) {
   if (py::hasattr(source, "_native")) native = source.attr("_native");
   if (py::isinstance<PyWorkQueue>(native)) return native.cast<PyWorkQueue&>().queue();
   if (py::isinstance<PyProducer>(native)) return native.cast<PyProducer&>().producer();
+  if (py::isinstance<PassSource>(native)) return &native.cast<PassSource&>();
   throw py::type_error("read_up_to needs a shardq.WorkQueue or an input_producer()");
 }
 

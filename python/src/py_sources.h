@@ -32,29 +32,50 @@ class PyWorkQueue {
   pybind11::dict Stats();
   void Close();
   void SaveCheckpoint(const std::string& path);
+  // The queue's one input producer, made on the first call and kept as long
+  // as the queue (PAI code calls input_producer() inside loops; a second
+  // producer would take items beyond num_clients). `capacity` 0 accepts the
+  // existing one; another capacity than the existing one's raises
+  // InvalidArgumentError.
+  InputProducer* Producer(int64_t capacity);
   WorkQueue* queue() { return queue_.get(); }
 
  private:
   std::unique_ptr<WorkQueue> queue_;
+  std::unique_ptr<InputProducer> producer_;  // destroyed before queue_
   // Removes `item` from taken_ and returns it; NotFoundError otherwise.
   WorkItem Untrack(const std::string& item);
   std::deque<WorkItem> taken_;  // leased through take(), oldest first
 };
 
-// An InputProducer kept alive together with its queue.
+// A handle on the queue's input producer that keeps the queue (which owns
+// the producer) alive.
 class PyProducer {
  public:
   PyProducer(std::shared_ptr<PyWorkQueue> queue, int64_t capacity)
-      : queue_(std::move(queue)), producer_(queue_->queue()->MakeInputProducer(capacity)) {}
-  ~PyProducer() {
-    pybind11::gil_scoped_release release;
-    producer_.reset();
-  }
-  InputProducer* producer() { return producer_.get(); }
+      : queue_(std::move(queue)), producer_(queue_->Producer(capacity)) {}
+  InputProducer* producer() { return producer_; }
 
  private:
   std::shared_ptr<PyWorkQueue> queue_;
-  std::unique_ptr<InputProducer> producer_;
+  InputProducer* const producer_;  // owned by queue_
+};
+
+// A DataLoader worker's source (shardq.torch): takes from `queue` and ends
+// with OUT_OF_RANGE, instead of waiting, once nothing is pending and every
+// held item is held by another worker whose id starts with `siblings` (the
+// workers of the same DataLoader pass; see py_torch_support.cc for why).
+// Used by one reader at a time.
+class PassSource final : public ItemSource {
+ public:
+  PassSource(std::shared_ptr<PyWorkQueue> queue, std::string siblings);
+  absl::StatusOr<WorkItem> NextItem() override;
+  absl::Status ItemDone(const WorkItem& item) override;
+  void NoteProgress(const WorkItem& item, int64_t offset) override;
+
+ private:
+  std::shared_ptr<PyWorkQueue> queue_;
+  const std::string siblings_;
 };
 
 // The ItemSource behind a Python object that is a queue or a producer;
@@ -73,6 +94,7 @@ void BindReaders(pybind11::module_& m);
 void BindExample(pybind11::module_& m);
 void BindSummary(pybind11::module_& m);
 void BindPipeline(pybind11::module_& m);
+void BindTorchSupport(pybind11::module_& m);
 
 }  // namespace shardq::python
 

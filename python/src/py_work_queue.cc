@@ -1,5 +1,6 @@
 // Python bindings of WorkQueue, its item iterator and input producer, and
 // of an in-process coordinator server.
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -69,7 +70,27 @@ PyWorkQueue::PyWorkQueue(std::unique_ptr<WorkQueue> queue) : queue_(std::move(qu
 
 PyWorkQueue::~PyWorkQueue() {
   py::gil_scoped_release release;
+  producer_.reset();
   queue_.reset();
+}
+
+InputProducer* PyWorkQueue::Producer(int64_t capacity) {
+  if (capacity < 0) {
+    ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+        "queue '", queue_->name(), "': input_producer capacity must be >= 0, got ", capacity)));
+  }
+  if (producer_ == nullptr) {
+    py::gil_scoped_release release;
+    producer_ = queue_->MakeInputProducer(capacity);
+    return producer_.get();
+  }
+  if (capacity > 0 && std::min(capacity, queue_->num_clients()) != producer_->capacity()) {
+    ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+        "queue '", queue_->name(), "' already has an input producer of capacity ",
+        producer_->capacity(), "; input_producer(capacity=", capacity,
+        ") cannot change it (a queue has one producer)")));
+  }
+  return producer_.get();
 }
 
 WorkItem PyWorkQueue::TakeItem(std::optional<double> timeout_seconds) {

@@ -277,3 +277,17 @@ def test_table_rows_are_read_by_the_cpp_pipeline_once_per_epoch(tmp_path):
             assert all(r["name"] == f"n{r['v']}" for r, real in zip(rows, mask) if real)
     assert sorted(values) == sorted(list(range(50)) * 2)
     assert queue.stats()["completed"] == 10
+
+
+def test_a_second_pass_over_a_finished_queue_raises(text_files):
+    files = text_files(2, 10)
+    queue = queue_of(files, num_slices=4)
+    ds = shardq.data.from_queue(queue, reader="text").batch(3)
+    first = [r for batch in ds for r in batch]
+    assert sorted(first) == sorted(lines_of(files))
+    with pytest.raises(shardq.FailedPreconditionError, match="is finished.*earlier pass"):
+        list(ds)
+    # The same for another dataset over the same queue, and for Python stages.
+    with pytest.raises(shardq.FailedPreconditionError, match="is finished"):
+        list(shardq.data.from_queue(queue, reader="text").map(len))
+

@@ -37,3 +37,21 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
     assert len(namespace["keys"]) > 0
     assert sorted(namespace["labels"]) == sorted(list(range(40)) * 2)
     assert sorted(namespace["after"]) == sorted(namespace["before"]) == list(range(100))
+
+
+def test_docs_stand_on_their_own():
+    # SPEC.md is not in the repository: no user-facing text may send readers there.
+    import inspect
+    import shardq
+    import shardq.data
+    import shardq.torch
+    repo = README.parent
+    texts = {str(p): p.read_text() for p in [README, *sorted((repo / "docs").glob("*.md"))]}
+    for module in (shardq, shardq.data, shardq.torch):
+        texts[module.__name__] = module.__doc__ or ""
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                texts[f"{module.__name__}.{name}"] = inspect.getdoc(obj) or ""
+                for attr, member in vars(obj).items() if inspect.isclass(obj) else ():
+                    texts[f"{module.__name__}.{name}.{attr}"] = inspect.getdoc(member) or ""
+    assert [where for where, text in texts.items() if "SPEC.md" in text] == []

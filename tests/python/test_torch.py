@@ -1,10 +1,12 @@
 """shardq.torch.WorkQueueDataset with DataLoader workers and across
 processes sharing one `shardq serve`."""
+import json
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -97,3 +99,171 @@ def test_under_torchrun_without_a_coordinator_is_a_clear_error(tmp_path, monkeyp
     monkeypatch.delenv("SHARDQ_PORT", raising=False)
     with pytest.raises(shardq.FailedPreconditionError, match="SHARDQ_PORT"):
         shardq.torch.WorkQueueDataset(files, reader="tfrecord")
+
+
+def test_a_worker_waiting_only_for_items_its_parked_siblings_hold_ends_its_pass(text_files):
+    # The DataLoader deadlock, without the DataLoader: worker w0 of a pass
+    # holds the last item and is parked (a DataLoader worker that yielded a
+    # batch is asked for more only after the loop took it, and the loop waits
+    # for w1's batch). w1 must end its pass rather than wait for w0's item.
+    name = f"parked-{os.getpid()}-{time.monotonic_ns()}"
+    files = text_files(1, 10)
+    parked = shardq.WorkQueue(files, name=name, split=False, worker_id="rank0-passT-w0")
+    reader0 = shardq.TextLineReader()
+    _, first = reader0.read_up_to(parked, 3)  # w0 holds the only item, mid-read
+    assert len(first) == 3
+    waiting = shardq.WorkQueue(files, name=name, split=False, worker_id="rank0-passT-w1")
+    source = shardq._shardq._PassSource(waiting, "rank0-passT-")
+    result = {}
+
+    def read():
+        try:
+            shardq.TextLineReader().read_up_to(source, 5)
+        except shardq.OutOfRangeError as e:
+            result["end"] = str(e)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), "w1 waits forever for the item its parked sibling holds"
+    assert "held by the other DataLoader workers" in result["end"]
+    # The sibling reads the rest: nothing was skipped.
+    _, rest = reader0.read_up_to(parked, 100)
+    assert len(first) + len(rest) == 10
+    with pytest.raises(shardq.OutOfRangeError):
+        reader0.read_up_to(parked, 1)
+    assert parked.stats()["finished"]
+
+
+def test_a_worker_waits_for_an_item_held_by_another_pass(text_files):
+    # Items held by a worker outside the pass (another rank, a dead process
+    # whose lease will expire) are waited for, as before.
+    name = f"other-{os.getpid()}-{time.monotonic_ns()}"
+    files = text_files(1, 10)
+    other = shardq.WorkQueue(files, name=name, split=False, worker_id="rank1-passU-w0")
+    item = other.take()
+    waiting = shardq.WorkQueue(files, name=name, split=False, worker_id="rank0-passT-w1")
+    source = shardq._shardq._PassSource(waiting, "rank0-passT-")
+    got = {}
+    t = threading.Thread(
+        target=lambda: got.setdefault("lines", shardq.TextLineReader().read_up_to(source, 100)[1]),
+        daemon=True)
+    t.start()
+    t.join(timeout=1.0)
+    assert t.is_alive()  # still waiting: rank1 may die and its item come back
+    other.release(item)
+    t.join(timeout=60)
+    assert not t.is_alive() and len(got["lines"]) == 10
+
+
+STRESS = """
+import sys, json
+sys.path.insert(0, {pkg!r})
+import torch, shardq, shardq.torch
+path, address, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for run in range(runs):
+    ds = shardq.torch.WorkQueueDataset([path], reader="text", batch_size=7, num_slices=40,
+                                       name=f"stress-{{run}}", address=address)
+    lines = sorted(int(v) for batch in torch.utils.data.DataLoader(ds, batch_size=None,
+                                                                   num_workers=2)
+                   for v in batch)
+    assert lines == list(range(200)), (run, len(lines))
+    print("run", run, "ok", flush=True)
+"""
+
+
+def _serve(tmp_path):
+    port_file = tmp_path / "port"
+    serve = subprocess.Popen([str(REPO / "build" / "bin" / "shardq"), "serve", "--listen",
+                              "127.0.0.1:0", "--port-file", str(port_file)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not port_file.exists() or not port_file.read_text().strip():
+        assert time.monotonic() < deadline and serve.poll() is None
+        time.sleep(0.02)
+    return serve, f"127.0.0.1:{int(port_file.read_text())}"
+
+
+def test_dataloader_with_two_workers_never_hangs_over_40_passes(tmp_path):
+    # Each pass: a fresh queue and DataLoader(num_workers=2) over 40 slices;
+    # before the fix some hung forever (the parked-sibling deadlock above).
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"{i}\n" for i in range(200)))
+    serve, address = _serve(tmp_path)
+    try:
+        package_dir = os.environ.get("SHARDQ_PYTHONPATH", str(REPO / "build" / "python"))
+        child = subprocess.Popen([sys.executable, "-c", STRESS.format(pkg=package_dir),
+                                  str(path), address, "40"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = child.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+            pytest.fail(f"a DataLoader pass hung; finished: {out.count('ok')} of 40\n{err[-3000:]}")
+        assert child.returncode == 0, err[-3000:]
+        assert out.count("ok") == 40
+    finally:
+        os.kill(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=10)
+
+
+def test_a_second_pass_over_a_finished_dataset_raises(tmp_path):
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"{i}\n" for i in range(30)))
+    for workers in (0, 2):
+        dataset = shardq.torch.WorkQueueDataset([str(path)], reader="text", batch_size=4,
+                                                num_slices=5)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+        assert sorted(int(v) for b in loader for v in b) == list(range(30))
+        with pytest.raises(shardq.FailedPreconditionError, match="earlier pass"):
+            list(loader)
+
+
+def test_a_worker_that_cannot_reach_its_coordinator_fails_the_dataloader(tmp_path):
+    import inspect
+    if "connect_timeout" not in inspect.signature(shardq.WorkQueue).parameters:
+        pytest.skip("needs WorkQueue(connect_timeout=) (issue 15 item 12)")
+    path = tmp_path / "lines.txt"
+    path.write_text("0\n")
+    with socket_bound_but_not_listening() as address:
+        dataset = shardq.torch.WorkQueueDataset([str(path)], reader="text", address=address,
+                                                connect_timeout=2)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
+                                             timeout=120)
+        started = time.monotonic()
+        with pytest.raises(shardq.UnavailableError, match=address):
+            list(loader)
+        assert time.monotonic() - started < 100  # failed, not DataLoader's own timeout
+
+
+class socket_bound_but_not_listening:
+    """127.0.0.1:PORT where nothing accepts: connections are refused."""
+
+    def __enter__(self):
+        import socket
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def __exit__(self, *exc):
+        self._sock.close()
+
+
+def test_coordinator_discovery_is_the_cpp_one(tmp_path, monkeypatch):
+    # shardq.torch does not parse TF_CONFIG itself: the C++ discovery decides,
+    # its errors included.
+    files = write_files(tmp_path, 1, 2, width=4)
+    for var in ("SHARDQ_ADDRESS", "SHARDQ_PORT", "MASTER_ADDR", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(shardq.InvalidArgumentError, match="TF_CONFIG"):
+        shardq.torch.WorkQueueDataset(files, reader="tfrecord")
+    # "shardq" as a word but no "shardq" job: no coordinator there, so the
+    # dataset starts its own for its DataLoader workers.
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["localhost:1"]}, "task": {"type": "chief", "index": 0},
+         "environment": "shardq"}))
+    dataset = shardq.torch.WorkQueueDataset(files, reader="tfrecord", batch_size=1)
+    assert dataset.address.startswith("unix:")
+    assert len(list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))) == 2

@@ -33,6 +33,44 @@ def test_pai_pattern_reads_every_line_num_epochs_times(text_files):
     assert stats["completed"] == queue.num_items * 3 and stats["finished"]
 
 
+def test_input_producer_called_in_a_loop_is_the_one_producer(text_files):
+    # PAI code calls input_producer() inside its read loop: every call must be
+    # the queue's one producer, not a new one taking items past num_clients.
+    files = text_files(4, 25)
+    queue = shardq.WorkQueue(files, num_epochs=2, num_slices=8, name=unique("pai-loop"))
+    reader = shardq.TextLineReader()
+    counts = {}
+    producers = []  # as graph code keeps every op it builds
+    while True:
+        producers.append(queue.input_producer())
+        try:
+            _, values = reader.read_up_to(producers[-1], 7)
+        except shardq.OutOfRangeError:
+            break
+        for v in values:
+            counts[v] = counts.get(v, 0) + 1
+    assert len(counts) == 100 and set(counts.values()) == {2}
+    stats = queue.stats()
+    assert stats["finished"] and stats["completed"] == queue.num_items * 2
+    assert stats["duplicates"] == 0 and stats["released"] == 0
+
+
+def test_input_producer_twice_is_the_same_producer(text_files):
+    queue = shardq.WorkQueue(text_files(2, 5), num_clients=2, name=unique("pai-twice"))
+    first = queue.input_producer()
+    second = queue.input_producer()
+    assert first.capacity == second.capacity == 2
+    assert queue.input_producer(capacity=2).capacity == 2
+    with pytest.raises(shardq.InvalidArgumentError, match="already has an input producer"):
+        queue.input_producer(capacity=1)
+    del first, second
+    # Still the one producer after the handles are gone: it holds the
+    # queue's items, so a new one could take no more.
+    reader = shardq.TextLineReader()
+    _, values = reader.read_up_to(queue.input_producer(), 100)
+    assert len(values) > 0
+
+
 def test_take_returns_items_and_ends_with_out_of_range(text_files):
     files = text_files(3, 5)
     queue = shardq.WorkQueue(files, num_epochs=2, shuffle=False, name=unique("take"))
@@ -179,7 +217,43 @@ def _read_with_a_straggler(tmp_path, split):
 
 
 def test_a_stragglers_item_is_split_and_every_line_is_read_once(tmp_path):
-    lines, stats = _read_with_a_straggler(tmp_path, split=True)
+    # Deterministic: "slow" takes its slice first, reads 4 lines and stops
+    # (no sleep: this thread reads on only once "fast", having read the other
+    # slice, was handed the split-off rest of slow's slice).
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"line-{i:06d}\n" for i in range(1200)))
+    name = unique("tail")
+    queues = {w: shardq.WorkQueue([str(path)], num_slices=2, shuffle=False, name=name,
+                                  worker_id=w) for w in ("slow", "fast")}
+    slow_reader = shardq.TextLineReader()
+    _, head = slow_reader.read_up_to(queues["slow"], 4)  # slow holds slice 0
+    lines = {"slow": list(head), "fast": []}
+    split_rest_read = threading.Event()
+
+    def fast():
+        reader = shardq.TextLineReader()
+        while True:
+            try:
+                _, values = reader.read_up_to(queues["fast"], 4)
+            except shardq.OutOfRangeError:
+                return
+            lines["fast"] += values
+            if any(v < b"line-000600" for v in values):  # from slow's slice
+                split_rest_read.set()
+
+    t = threading.Thread(target=fast, daemon=True)
+    t.start()
+    # Bounded only against a hang; nothing here depends on speed.
+    assert split_rest_read.wait(timeout=120), queues["fast"].stats()
+    while True:
+        try:
+            _, values = slow_reader.read_up_to(queues["slow"], 4)
+        except shardq.OutOfRangeError:
+            break
+        lines["slow"] += values
+    t.join(timeout=120)
+    assert not t.is_alive()
+    stats = queues["fast"].stats()
     everything = sorted(lines["slow"] + lines["fast"])
     assert everything == [f"line-{i:06d}".encode() for i in range(1200)]
     assert stats["splits"] >= 1

@@ -35,8 +35,8 @@
 //  * Exactly-once accounting: a work item is completed (WorkQueue::Complete)
 //    only once every one of its records has left the pipeline (returned by
 //    Next, or dropped on purpose by Batch / Distribute), so a crash never
-//    loses a half-read item; it is re-read, as SPEC.md's at-least-once
-//    delivery requires. Progress (ItemSource::NoteProgress) follows the
+//    loses a half-read item; it is re-read, as at-least-once delivery
+//    requires. Progress (ItemSource::NoteProgress) follows the
 //    records returned in order.
 //  * Errors (a missing file, a corrupt record, a failing map function, a
 //    failing take) reach the consumer from Next at their position in the

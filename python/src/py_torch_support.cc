@@ -1,0 +1,96 @@
+// The item source of a DataLoader worker (shardq.torch): a WorkQueue that
+// stops waiting when the rest of the queue is held by the worker's siblings.
+//
+// Why: torch's DataLoader hands batches to the training loop in a fixed
+// round-robin order over its workers, and a worker is asked for its next
+// batch only when the loop has taken its previous ones. A worker that has
+// yielded a batch is parked, still holding the item it is reading. If the
+// only items left are held by parked siblings, a worker that waits for them
+// waits forever: the loop waits for that worker's batch, and the siblings
+// wait for the loop. Such a worker ends its pass instead; the siblings read
+// what they hold once they are asked again (a sibling that dies makes the
+// DataLoader raise, so nothing is skipped silently).
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "pybind11/pybind11.h"
+#include "python/src/errors.h"
+#include "python/src/py_sources.h"
+#include "shardq/item_source.h"
+#include "src/client/discovery.h"
+
+namespace py = pybind11;
+
+namespace shardq::python {
+namespace {
+
+// How long a take waits before the worker looks at who holds the rest.
+constexpr absl::Duration kPoll = absl::Milliseconds(200);
+
+// True when nothing is pending and every held item is held by a worker
+// whose id starts with `siblings` (and is not `self`).
+bool OnlySiblingsHoldTheRest(const QueueStats& s, const std::string& self,
+                             const std::string& siblings) {
+  if (s.finished || s.pending > 0 || s.leased == 0) return false;
+  for (const auto& [worker, w] : s.workers) {
+    if (w.held == 0) continue;
+    if (worker == self || !absl::StartsWith(worker, siblings)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+PassSource::PassSource(std::shared_ptr<PyWorkQueue> queue, std::string siblings)
+    : queue_(std::move(queue)), siblings_(std::move(siblings)) {}
+
+absl::StatusOr<WorkItem> PassSource::NextItem() {
+  WorkQueue* q = queue_->queue();
+  while (true) {
+    absl::StatusOr<WorkItem> item = q->Take(kPoll);
+    if (!absl::IsDeadlineExceeded(item.status())) return item;
+    absl::StatusOr<QueueStats> stats = q->Stats();
+    if (!stats.ok()) return stats.status();
+    if (OnlySiblingsHoldTheRest(*stats, q->worker_id(), siblings_)) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "queue '", q->name(), "': the items left are held by the other DataLoader workers "
+          "of this pass ('", siblings_, "*'), which read them"));
+    }
+  }
+}
+
+absl::Status PassSource::ItemDone(const WorkItem& item) { return queue_->queue()->Complete(item); }
+
+void PassSource::NoteProgress(const WorkItem& item, int64_t offset) {
+  queue_->queue()->NoteProgress(item, offset);
+}
+
+void BindTorchSupport(py::module_& m) {
+  py::class_<PassSource, std::shared_ptr<PassSource>>(m, "_PassSource")
+      .def(py::init([](py::object queue, std::string siblings) {
+             py::object native = py::hasattr(queue, "_native") ? queue.attr("_native") : queue;
+             return std::make_shared<PassSource>(native.cast<std::shared_ptr<PyWorkQueue>>(),
+                                                 std::move(siblings));
+           }),
+           py::arg("queue"), py::arg("siblings"));
+  // The coordinator a WorkQueue made here with `address` would use: the
+  // C++ discovery itself, so that shardq.torch decides nothing on its own.
+  m.def(
+      "_discover",
+      [](const std::string& address) {
+        absl::StatusOr<Discovered> found = DiscoverCoordinator(address, ProcessEnv());
+        const Discovered d = ValueOrThrow(std::move(found));
+        py::dict out;
+        out["address"] = d.address;
+        out["worker_id"] = d.worker_id;
+        out["source"] = d.source;
+        return out;
+      },
+      py::arg("address") = "");
+}
+
+}  // namespace shardq::python
