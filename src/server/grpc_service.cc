@@ -289,7 +289,12 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinato
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
-  absl::StatusOr<ListenAddress> listen = ParseListenAddress("--listen", options.listen);
+  // HOST:PORT, or gRPC's unix:PATH (a local socket file).
+  absl::string_view unix_path = options.listen;
+  const bool unix_socket = absl::ConsumePrefix(&unix_path, "unix:");
+  absl::StatusOr<ListenAddress> listen =
+      unix_socket ? ListenAddress{options.listen, 0}
+                  : ParseListenAddress("--listen", options.listen);
   if (!listen.ok()) return listen.status();
   if (options.max_request_bytes < 1 ||
       options.max_request_bytes > std::numeric_limits<int>::max()) {
@@ -319,7 +324,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // A port someone holds is refused before the state dir is opened (the
   // holder may be a coordinator of the same state dir); the bind below is
   // what decides.
-  if (listen->port != 0) {
+  if (unix_socket) {
+    if (absl::Status s = CheckUnixSocketFree("--listen", unix_path); !s.ok()) return s;
+  } else if (listen->port != 0) {
     if (absl::Status s = ExplainBindFailure("--listen", *listen); !s.ok()) return s;
   }
   CoordinatorOptions coordinator_options;
@@ -330,7 +337,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> server(
       new CoordinatorServer(*std::move(coordinator), options.token));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen->ToString(), credentials, &server->port_);
+  builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(&server->service_);
   // gRPC sets SO_REUSEPORT by default, with which a second coordinator on
   // the same port binds too and the kernel splits the clients between them.
@@ -346,9 +353,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->server_.reset();
-    if (absl::Status s = ExplainBindFailure("--listen", *listen); !s.ok()) return s;
+    if (!unix_socket) {
+      if (absl::Status s = ExplainBindFailure("--listen", *listen); !s.ok()) return s;
+    }
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", listen->ToString(), " (--listen); gRPC's log above says why"));
+        "cannot listen on ", options.listen, " (--listen); gRPC's log above says why"));
   }
   return server;
 }

@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,6 +75,25 @@ absl::Status ExplainBindFailure(absl::string_view flag, const ListenAddress& add
   }
   ::freeaddrinfo(found);
   return why;
+}
+
+absl::Status CheckUnixSocketFree(absl::string_view flag, absl::string_view path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " 'unix:", path, "': the path must have 1..", sizeof(addr.sun_path) - 1, " bytes"));
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::OkStatus();  // let the bind report it
+  const bool in_use = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  if (in_use) {
+    return absl::UnavailableError(absl::StrCat("address unix:", path, " already in use (", flag,
+                                               "); is another shardq serve running there?"));
+  }
+  return absl::OkStatus();
 }
 
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {

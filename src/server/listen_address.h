@@ -36,6 +36,12 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view flag,
 // resolve. OK when the probe binds, so the failure lay elsewhere.
 absl::Status ExplainBindFailure(absl::string_view flag, const ListenAddress& address);
 
+// For gRPC's "unix:PATH" addresses (which gRPC binds after deleting any
+// file at PATH, taking the socket from whoever listens there): UNAVAILABLE
+// "address unix:PATH already in use" when a process accepts connections
+// at PATH; OK when nothing does (a stale socket file is fine).
+absl::Status CheckUnixSocketFree(absl::string_view flag, absl::string_view path);
+
 // True when `a` equals `b`; the time taken does not depend on where they
 // differ (only on their lengths).
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);

@@ -2,7 +2,11 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -54,6 +58,27 @@ TEST(ExplainBindFailure, NamesAnAddressSomeoneListensOn) {
       << s;
   ::close(fd);
   EXPECT_TRUE(ExplainBindFailure("--listen", taken).ok());
+}
+
+TEST(CheckUnixSocketFree, NamesASocketSomeoneAcceptsOnAndAllowsAStaleFile) {
+  const std::string path = testing::TempDir() + "/listen-" + std::to_string(::getpid()) + ".sock";
+  ::unlink(path.c_str());
+  EXPECT_TRUE(CheckUnixSocketFree("--listen", path).ok());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  absl::Status s = CheckUnixSocketFree("--listen", path);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("address unix:" + path + " already in use"), absl::string_view::npos)
+      << s;
+  ::close(fd);  // the file stays: a stale socket, free to take
+  EXPECT_TRUE(CheckUnixSocketFree("--listen", path).ok());
+  ::unlink(path.c_str());
 }
 
 TEST(ConstantTimeEquals, ComparesWholeStrings) {

@@ -5,6 +5,7 @@ files that are not a key and its certificate are named as such; and a
 request larger than --max-request-mb is refused while the server goes on."""
 import re
 import subprocess
+import time
 
 import grpc
 import pytest
@@ -117,3 +118,23 @@ def test_a_request_over_the_limit_is_refused_and_the_server_stays_up(
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         channel.close()
+
+
+def test_a_second_serve_on_a_unix_socket_in_use_exits_instead_of_taking_it(tmp_path):
+    sock, port_file = tmp_path / "c.sock", tmp_path / "port"
+    first = subprocess.Popen([shardq_bin(), "serve", "--listen", f"unix:{sock}", "--port-file",
+                              str(port_file)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(400):
+            if port_file.exists() or first.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert port_file.exists(), "the first serve did not start"
+        rc, out, err = serve("--listen", f"unix:{sock}")
+        assert rc != 0
+        assert f"address unix:{sock} already in use" in err
+        assert first.poll() is None
+    finally:
+        first.kill()
+        first.wait()
