@@ -31,7 +31,7 @@ void AddConnectTimeoutFlag(CLI::App* cmd, ClientFlags* flags) {
   cmd->add_option("--connect-timeout", flags->connect_timeout_seconds,
                   "seconds to wait for the coordinator's first answer before failing with "
                   "UNAVAILABLE (once it has answered, calls retry through its restarts)")
-      ->check(CLI::Range(0.001, 1e6))
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
 }
 
