@@ -15,6 +15,8 @@ namespace shardq {
 
 // Exit code of `take` at end of input.
 inline constexpr int kExitEndOfInput = 3;
+// Exit code of `worker` when the queue finished with failed items.
+inline constexpr int kExitFinishedWithFailures = 4;
 
 // Flags every client verb shares.
 struct ClientFlags {
@@ -50,6 +52,7 @@ struct CreateOptions {
   int64_t num_clients = 1;
   bool no_split = false;            // tail rebalancing off
   int64_t split_min_residual = 1;   // bytes (rows for tables)
+  int64_t max_attempts = 3;         // failed attempts before an item is set aside
   std::vector<std::string> works;
 };
 CLI::App* AddCreate(CLI::App& app, CreateOptions* o);
@@ -69,6 +72,7 @@ int RunWorker(const WorkerOptions& o);
 struct StatusOptions {
   ClientFlags client;
   bool json = false;
+  bool failed = false;  // list the failed items
   bool watch = false;
   double watch_interval_seconds = 1;
 };
