@@ -39,6 +39,11 @@ CLI::App* AddCreate(CLI::App& app, CreateOptions* o) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
       ->excludes(no_split);
+  cmd->add_option("--max-attempts", o->max_attempts,
+                  "failed attempts (a worker command's non-zero exit) after which an item "
+                  "is set aside as failed")
+      ->check(CLI::Range(int64_t{1}, kMaxAttemptsLimit))
+      ->capture_default_str();
   cmd->add_option("works", o->works, "files (or table URIs) to hand out")->required();
   return cmd;
 }
@@ -58,6 +63,7 @@ int RunCreate(const CreateOptions& o) {
   config.lease_timeout = absl::Seconds(o.lease_timeout_seconds);
   config.split = !o.no_split;
   config.split_min_residual = o.split_min_residual;
+  config.max_attempts = o.max_attempts;
   absl::StatusOr<QueueInfo> info = connected->backend->CreateQueue(config);
   if (!info.ok()) return ReportError("create", info.status());
   std::printf("queue=%s items=%lld epochs=%lld seed=%llu %s\n", info->name.c_str(),
@@ -105,6 +111,8 @@ CLI::App* AddStatus(CLI::App& app, StatusOptions* o) {
   cmd->add_option("--token-file", o->client.token_file, "file holding the token");
   cmd->add_option("--tls-ca", o->client.tls_ca, "PEM CA certificate: connect with TLS");
   CLI::Option* json = cmd->add_flag("--json", o->json, "print JSON (keys in docs/cli.md)");
+  cmd->add_flag("--failed", o->failed,
+                "also list the items set aside as failed (item, epoch, attempts, last reason)");
   cmd->add_flag("--watch", o->watch,
                 "redraw with progress bars until every shown queue is finished")
       ->excludes(json);
@@ -124,13 +132,24 @@ nlohmann::json ToJson(const QueueStats& s) {
       {"completed", s.completed}, {"taken", s.taken},   {"expired", s.expired},
       {"released", s.released}, {"duplicates", s.duplicates},
       {"splits", s.splits},     {"split_items_open", s.split_items_open},
-      {"finished", s.finished}};
+      {"finished", s.finished}, {"failed", s.failed}, {"refused_completions", s.refused_completions},
+      {"finished_with_failures", s.finished && s.failed > 0},
+      {"max_attempts", s.max_attempts}, {"epochs_done", s.epochs_done}};
   q["per_epoch"] = nlohmann::json::array();
-  for (size_t e = 0; e < s.epochs.size(); ++e) {
-    q["per_epoch"].push_back({{"epoch", e},
-                              {"pending", s.epochs[e].pending},
-                              {"leased", s.epochs[e].leased},
-                              {"completed", s.epochs[e].completed}});
+  for (const EpochStats& e : s.epochs) {
+    q["per_epoch"].push_back({{"epoch", e.epoch},
+                              {"pending", e.pending},
+                              {"leased", e.leased},
+                              {"completed", e.completed},
+                              {"failed", e.failed}});
+  }
+  q["failed_items"] = nlohmann::json::array();
+  for (const FailedItemStats& f : s.failed_items) {
+    q["failed_items"].push_back({{"item", f.item},
+                                 {"epoch", f.epoch},
+                                 {"index", f.index},
+                                 {"attempts", f.attempts},
+                                 {"reason", f.reason}});
   }
   q["workers"] = nlohmann::json::array();
   for (const auto& [name, w] : s.workers) {
@@ -143,10 +162,14 @@ nlohmann::json ToJson(const QueueStats& s) {
   return q;
 }
 
-void PrintText(const QueueStats& s) {
+void PrintText(const QueueStats& s, bool list_failed) {
+  const std::string finished =
+      !s.finished ? ""
+      : s.failed > 0 ? absl::StrCat(", finished with ", s.failed, " failed item(s)")
+                     : std::string(", finished");
   std::printf("queue %s: %lld items x %lld epochs, seed %llu%s\n", s.name.c_str(),
               static_cast<long long>(s.num_items), static_cast<long long>(s.num_epochs),
-              static_cast<unsigned long long>(s.seed), s.finished ? ", finished" : "");
+              static_cast<unsigned long long>(s.seed), finished.c_str());
   std::printf("  pending %lld  leased %lld  completed %lld  taken %lld  expired %lld  "
               "released %lld  duplicates %lld  splits %lld (%lld open)\n",
               static_cast<long long>(s.pending), static_cast<long long>(s.leased),
@@ -154,16 +177,31 @@ void PrintText(const QueueStats& s) {
               static_cast<long long>(s.expired), static_cast<long long>(s.released),
               static_cast<long long>(s.duplicates), static_cast<long long>(s.splits),
               static_cast<long long>(s.split_items_open));
-  for (size_t e = 0; e < s.epochs.size(); ++e) {
+  std::printf("  failed %lld (set aside after %lld failed attempts)  refused completions %lld  "
+              "epochs done %lld of %lld\n",
+              static_cast<long long>(s.failed), static_cast<long long>(s.max_attempts),
+              static_cast<long long>(s.refused_completions),
+              static_cast<long long>(s.epochs_done), static_cast<long long>(s.num_epochs));
+  for (const EpochStats& e : s.epochs) {
     const int width = 30;
-    const int filled = s.num_items > 0
-                           ? static_cast<int>(width * s.epochs[e].completed / s.num_items)
-                           : 0;
-    std::printf("  epoch %zu [%s%s] pending %lld  leased %lld  completed %lld\n", e,
-                std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
-                static_cast<long long>(s.epochs[e].pending),
-                static_cast<long long>(s.epochs[e].leased),
-                static_cast<long long>(s.epochs[e].completed));
+    const int filled =
+        s.num_items > 0 ? static_cast<int>(width * e.completed / s.num_items) : 0;
+    std::printf("  epoch %lld [%s%s] pending %lld  leased %lld  completed %lld%s\n",
+                static_cast<long long>(e.epoch), std::string(filled, '#').c_str(),
+                std::string(width - filled, ' ').c_str(), static_cast<long long>(e.pending),
+                static_cast<long long>(e.leased), static_cast<long long>(e.completed),
+                e.failed > 0 ? absl::StrCat("  failed ", e.failed).c_str() : "");
+  }
+  if (list_failed) {
+    for (const FailedItemStats& f : s.failed_items) {
+      std::printf("  failed item %s  epoch %lld  attempts %lld  last reason: %s\n",
+                  f.item.c_str(), static_cast<long long>(f.epoch),
+                  static_cast<long long>(f.attempts), f.reason.c_str());
+    }
+    if (s.failed > static_cast<int64_t>(s.failed_items.size())) {
+      std::printf("  ... and %lld more failed item(s)\n",
+                  static_cast<long long>(s.failed - static_cast<int64_t>(s.failed_items.size())));
+    }
   }
   std::vector<double> rates;
   for (const auto& [name, w] : s.workers) rates.push_back(w.items_per_second);
@@ -199,7 +237,7 @@ int RunStatus(const StatusOptions& o) {
       if (tty) std::printf("\033[H\033[2J");
       bool all_finished = !queues->empty();
       for (const QueueStats& s : *queues) {
-        PrintText(s);
+        PrintText(s, o.failed);
         all_finished = all_finished && s.finished;
       }
       if (queues->empty()) std::printf("no queues\n");
@@ -218,7 +256,7 @@ int RunStatus(const StatusOptions& o) {
     return 0;
   }
   if (queues.empty()) std::printf("no queues\n");
-  for (const QueueStats& s : queues) PrintText(s);
+  for (const QueueStats& s : queues) PrintText(s, o.failed);
   return 0;
 }
 

@@ -18,6 +18,8 @@ inline constexpr int kExitUsage = 2;
 
 // Exit code of `take` at end of input.
 inline constexpr int kExitEndOfInput = 3;
+// Exit code of `worker` when the queue finished with failed items.
+inline constexpr int kExitFinishedWithFailures = 4;
 
 // Flags every client verb shares.
 struct ClientFlags {
@@ -57,6 +59,7 @@ struct CreateOptions {
   int64_t num_clients = 1;
   bool no_split = false;            // tail rebalancing off
   int64_t split_min_residual = 1;   // bytes (rows for tables)
+  int64_t max_attempts = 3;         // failed attempts before an item is set aside
   std::vector<std::string> works;
 };
 CLI::App* AddCreate(CLI::App& app, CreateOptions* o);
@@ -76,6 +79,7 @@ int RunWorker(const WorkerOptions& o);
 struct StatusOptions {
   ClientFlags client;
   bool json = false;
+  bool failed = false;  // list the failed items
   bool watch = false;
   double watch_interval_seconds = 1;
 };

@@ -1,8 +1,11 @@
 // `shardq worker -- COMMAND ARGS...`: runs COMMAND once per item, with `{}`
 // in ARGS replaced by the item and SHARDQ_ITEM / SHARDQ_EPOCH in its
-// environment. Exit 0 completes the item; any other exit releases it (back
-// to the front at once). Heartbeats run while the command runs (WorkQueue's
-// background thread). Exits 0 at end of input.
+// environment. Exit 0 completes the item; any other exit reports a failed
+// attempt (the item goes to the back of the queue, and after the queue's
+// max_attempts failed attempts it is set aside as failed). Heartbeats run
+// while the command runs (WorkQueue's background thread). Exits 0 at end of
+// input, 4 (kExitFinishedWithFailures) when the queue finished with failed
+// items.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,6 +82,27 @@ CLI::App* AddWorker(CLI::App& app, WorkerOptions* o) {
   return cmd;
 }
 
+namespace {
+
+// The exit code at the end of input: 0, or 4 when items failed.
+int EndOfInput(WorkQueue& queue, int64_t done) {
+  absl::StatusOr<QueueStats> stats = queue.Stats();
+  if (!stats.ok()) return ReportError("worker", stats.status());
+  if (stats->failed > 0) {
+    std::fprintf(stderr,
+                 "shardq worker %s: end of input after %lld items; the queue finished with "
+                 "%lld failed item(s) (see shardq status --failed)\n",
+                 queue.worker_id().c_str(), static_cast<long long>(done),
+                 static_cast<long long>(stats->failed));
+    return kExitFinishedWithFailures;
+  }
+  std::fprintf(stderr, "shardq worker %s: end of input after %lld items\n",
+               queue.worker_id().c_str(), static_cast<long long>(done));
+  return 0;
+}
+
+}  // namespace
+
 int RunWorker(const WorkerOptions& o) {
   absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(o.client);
   if (!connected.ok()) return ReportError("worker", connected.status());
@@ -97,11 +121,7 @@ int RunWorker(const WorkerOptions& o) {
   while (g_stop_signal.load() == 0) {
     absl::StatusOr<WorkItem> item = (*queue)->Take(absl::Seconds(1));
     if (absl::IsDeadlineExceeded(item.status())) continue;  // re-check signals
-    if (absl::IsOutOfRange(item.status())) {
-      std::fprintf(stderr, "shardq worker %s: end of input after %lld items\n",
-                   (*queue)->worker_id().c_str(), static_cast<long long>(done));
-      return 0;
-    }
+    if (absl::IsOutOfRange(item.status())) return EndOfInput(**queue, done);
     if (!item.ok()) return ReportError("worker", item.status());
     const int exit_code = RunCommand(o.command, *item);
     if (exit_code == 0) {
@@ -112,10 +132,20 @@ int RunWorker(const WorkerOptions& o) {
       failures_in_a_row = 0;
       continue;
     }
-    std::fprintf(stderr, "shardq worker %s: command exited %d on %s; released it\n",
-                 (*queue)->worker_id().c_str(), exit_code, item->item.c_str());
-    (*queue)->Release(*item).IgnoreError();
+    const std::string reason = absl::StrCat("command exited ", exit_code, " (worker ",
+                                            (*queue)->worker_id(), ")");
+    absl::StatusOr<bool> set_aside = (*queue)->Fail(*item, reason);
+    std::fprintf(stderr, "shardq worker %s: command exited %d on %s; %s\n",
+                 (*queue)->worker_id().c_str(), exit_code, item->item.c_str(),
+                 !set_aside.ok() ? absl::StrCat("could not report it: ",
+                                                set_aside.status().ToString()).c_str()
+                 : *set_aside    ? "it failed too often and is set aside as failed"
+                                 : "reported the failed attempt (it will be retried)");
     if (++failures_in_a_row >= o.max_failures) {
+      // The last failure may have finished the queue (its last item set aside).
+      if (absl::StatusOr<QueueStats> stats = (*queue)->Stats(); stats.ok() && stats->finished) {
+        return EndOfInput(**queue, done);
+      }
       std::fprintf(stderr, "shardq worker: %d failed items in a row, giving up\n",
                    failures_in_a_row);
       return 1;

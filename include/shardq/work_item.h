@@ -32,6 +32,17 @@ struct EpochStats {
   int64_t pending = 0;    // not handed out, or returned by expiry/release
   int64_t leased = 0;     // held by a worker right now
   int64_t completed = 0;  // completed exactly once
+  int64_t epoch = 0;      // which epoch (0-based)
+  int64_t failed = 0;     // set aside after max_attempts failed attempts
+};
+
+// An item set aside as failed (see QueueStats::failed).
+struct FailedItemStats {
+  std::string item;
+  int64_t epoch = 0;
+  int64_t index = 0;     // position of its planned item in the slice plan
+  int64_t attempts = 0;  // failed attempts
+  std::string reason;    // the last one's
 };
 
 struct WorkerStats {
@@ -53,12 +64,28 @@ struct QueueStats {
   int64_t taken = 0;       // hand-outs, including repeats after expiry
   int64_t expired = 0;     // leases that timed out
   int64_t released = 0;    // leases given back by their worker
-  int64_t duplicates = 0;  // completions of an item already completed
-  bool finished = false;   // every item of every epoch is completed
+  // Completions of an item already completed by another lease (a real
+  // re-run); a worker repeating the completion of its own lease is not one.
+  int64_t duplicates = 0;
+  // Completions refused since the coordinator started (in memory only): of
+  // a lease never handed out, such as a grant lost in a coordinator crash
+  // (whose item then ran twice), or of another worker's lease.
+  int64_t refused_completions = 0;
+  // Every item of every epoch is done: completed, or failed (see below).
+  bool finished = false;
   // Tail rebalancing: held items split so far, and the ranges split off
   // that are not completed yet (they are counted in no epoch above).
   int64_t splits = 0;
   int64_t split_items_open = 0;
+  // Items set aside after max_attempts failed attempts: never handed out
+  // again, not completed. `failed_items` lists the first 1000 of them.
+  int64_t failed = 0;
+  int64_t max_attempts = 0;
+  std::vector<FailedItemStats> failed_items;
+  // Epochs whose every item is done. `epochs` lists every epoch when
+  // num_epochs <= 100, else only the epochs in progress (at most 100,
+  // lowest first); the counters above cover every epoch either way.
+  int64_t epochs_done = 0;
   std::vector<EpochStats> epochs;
   std::map<std::string, WorkerStats> workers;
 };

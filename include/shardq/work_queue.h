@@ -30,6 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardq/item_source.h"
@@ -104,6 +105,13 @@ class WorkQueue final : public ItemSource {
   // (it expired, or was lost in a coordinator crash): the item is back in
   // the queue either way.
   absl::Status Release(const WorkItem& item);
+
+  // Reports a failed attempt at the item (`reason` is shown by `shardq
+  // status --failed`): it goes to the back of the queue, or, after the
+  // queue's max_attempts failed attempts, is set aside as failed. Returns
+  // true when it was set aside. A lease the coordinator no longer holds for
+  // this worker is NOT_FOUND (the item is back in the queue already).
+  absl::StatusOr<bool> Fail(const WorkItem& item, absl::string_view reason);
 
   // Completions of leases that the coordinator no longer knew (lost in a
   // coordinator crash, see Complete) since this worker started.

@@ -41,6 +41,12 @@ class QueueBackend {
                                                    uint64_t lease_id) = 0;
   virtual absl::Status Release(absl::string_view queue,
                                absl::string_view worker, uint64_t lease_id) = 0;
+  // A failed attempt at the item (see CoordinatorImpl::Fail): true when the
+  // item is now set aside as failed.
+  virtual absl::StatusOr<bool> Fail(absl::string_view queue, absl::string_view worker,
+                                    uint64_t lease_id, absl::string_view reason) {
+    return absl::UnimplementedError("this backend cannot report failed attempts");
+  }
   // Renews the leases and records progress (lease id, consumed offset);
   // returns the leases the worker no longer holds and the split proposals
   // awaiting its answer. While splits are possible the coordinator may hold

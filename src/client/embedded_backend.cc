@@ -29,6 +29,10 @@ class CoordinatorBackend final : public QueueBackend {
                        uint64_t lease_id) override {
     return coordinator_->Release(queue, worker, lease_id);
   }
+  absl::StatusOr<bool> Fail(absl::string_view queue, absl::string_view worker,
+                            uint64_t lease_id, absl::string_view reason) override {
+    return coordinator_->Fail(queue, worker, lease_id, reason);
+  }
   absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids,

@@ -117,6 +117,22 @@ class RemoteBackend final : public QueueBackend {
     });
   }
 
+  absl::StatusOr<bool> Fail(absl::string_view queue, absl::string_view worker,
+                            uint64_t lease_id, absl::string_view reason) override {
+    v1::ReleaseRequest req;
+    req.set_queue(std::string(queue));
+    req.set_worker(std::string(worker));
+    req.set_lease_id(lease_id);
+    req.set_failed(true);
+    req.set_reason(std::string(reason));
+    v1::ReleaseResponse resp;
+    absl::Status s = Unary("Release", [&](grpc::ClientContext* ctx) {
+      return stub_->Release(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    return resp.item_failed();
+  }
+
   absl::StatusOr<HeartbeatReply> Heartbeat(
       absl::string_view queue, absl::string_view worker,
       const std::vector<uint64_t>& lease_ids,

@@ -229,6 +229,16 @@ absl::Status WorkQueue::Release(const WorkItem& item) {
   return s;
 }
 
+absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    SettleSplit(item.lease_id);
+  }
+  absl::StatusOr<bool> failed = backend_->Fail(name_, worker_id_, item.lease_id, reason);
+  if (failed.ok() || absl::IsNotFound(failed.status())) Forget(item.lease_id);
+  return failed;
+}
+
 bool WorkQueue::LeaseLostByCoordinator(const WorkItem& item) {
   {
     absl::MutexLock lock(&mu_);

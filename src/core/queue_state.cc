@@ -13,9 +13,8 @@ namespace {
 constexpr int kLeaseSequenceBits = 20;
 constexpr uint64_t kLeaseSequenceMask = (uint64_t{1} << kLeaseSequenceBits) - 1;
 // (epoch * num_items + index) must fit in the bits left above the sequence.
-constexpr int64_t kMaxTotalWork = int64_t{1} << (63 - kLeaseSequenceBits);
-// Expired-lease records kept for late completions before pruning.
-constexpr size_t kExpiredRecordsSoftLimit = 1 << 16;
+constexpr int64_t kMaxTotalWork = kMaxHandOutSlots;
+static_assert(kMaxHandOutSlots <= int64_t{1} << (63 - kLeaseSequenceBits));
 
 }  // namespace
 
@@ -60,6 +59,10 @@ std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
     diffs.push_back(absl::StrCat("split_min_residual (existing ", existing.split_min_residual,
                                  ", requested ", requested.split_min_residual, ")"));
   }
+  if (existing.max_attempts != requested.max_attempts) {
+    diffs.push_back(absl::StrCat("max_attempts (existing ", existing.max_attempts,
+                                 ", requested ", requested.max_attempts, ")"));
+  }
   return diffs;
 }
 
@@ -98,6 +101,41 @@ absl::Status ValidateConfig(const QueueConfig& config) {
   for (size_t i = 0; i < config.items.size(); ++i) {
     if (absl::Status s = ValidateItemString(config.name, i, config.items[i]); !s.ok()) return s;
   }
+  return ValidateLimits(config);
+}
+
+absl::Status ValidateLimits(const QueueConfig& config) {
+  const std::string queue = absl::StrCat("queue '", config.name, "': ");
+  if (config.num_epochs > kMaxEpochs) {
+    return absl::InvalidArgumentError(absl::StrCat(queue, "num_epochs ", config.num_epochs,
+                                                   " exceeds the limit of ", kMaxEpochs));
+  }
+  const int64_t items = static_cast<int64_t>(config.items.size());
+  if (items > kMaxItemsPerQueue) {
+    return absl::InvalidArgumentError(absl::StrCat(queue, "the plan has ", items,
+                                                   " items, more than the limit of ",
+                                                   kMaxItemsPerQueue));
+  }
+  int64_t plan_bytes = 0;
+  for (size_t i = 0; i < config.items.size(); ++i) {
+    const int64_t bytes = static_cast<int64_t>(config.items[i].size());
+    if (bytes > kMaxItemBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          queue, "item ", i, " has ", bytes, " bytes, more than the limit of ", kMaxItemBytes,
+          " ('", config.items[i].substr(0, 80), "...')"));
+    }
+    plan_bytes += bytes;
+  }
+  if (plan_bytes > kMaxPlanBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(queue, "the plan's items have ", plan_bytes,
+                                                   " bytes in all, more than the limit of ",
+                                                   kMaxPlanBytes));
+  }
+  if (config.max_attempts < 1 || config.max_attempts > kMaxAttemptsLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(queue, "max_attempts must be 1 to ",
+                                                   kMaxAttemptsLimit, ", got ",
+                                                   config.max_attempts));
+  }
   return absl::OkStatus();
 }
 
@@ -111,11 +149,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::Create(
   return std::unique_ptr<QueueState>(new QueueState(std::move(config)));
 }
 
-QueueState::QueueState(QueueConfig config)
-    : config_(std::move(config)),
-      completed_bits_(static_cast<size_t>(config_.num_epochs)),
-      completed_per_epoch_(static_cast<size_t>(config_.num_epochs), 0),
-      leased_per_epoch_(static_cast<size_t>(config_.num_epochs), 0) {}
+QueueState::QueueState(QueueConfig config) : config_(std::move(config)) {}
 
 uint64_t QueueState::MakeLeaseId(Ref ref) {
   const uint64_t slot = static_cast<uint64_t>(Slot(ref));
@@ -138,10 +172,11 @@ std::optional<QueueState::Ref> QueueState::DecodeLeaseId(uint64_t lease_id) cons
 
 bool QueueState::IsCompleted(Ref ref) const {
   if (IsExtra(ref)) return ExtraOf(ref).completed;
-  const size_t e = static_cast<size_t>(ref.epoch);
-  if (completed_per_epoch_[e] == num_items()) return true;
-  const std::vector<bool>& bits = completed_bits_[e];
-  return !bits.empty() && bits[static_cast<size_t>(ref.index)];
+  auto it = epochs_.find(ref.epoch);
+  if (it == epochs_.end()) return ref.epoch < next_epoch_ && !IsFailed(ref);
+  const EpochRecord& r = it->second;
+  if (r.completed == num_items()) return true;
+  return !r.completed_bits.empty() && r.completed_bits[static_cast<size_t>(ref.index)];
 }
 
 void QueueState::MarkCompleted(Ref ref, const std::string& worker,
@@ -149,21 +184,32 @@ void QueueState::MarkCompleted(Ref ref, const std::string& worker,
   WorkerRecord& w = Worker(worker);
   ++w.completed;
   w.last_completion = now;
+  attempts_.erase(Slot(ref));
+  const bool was_failed = failed_.erase(Slot(ref)) > 0;  // a late completion counts
   if (IsExtra(ref)) {
-    ExtraOf(ref).completed = true;
+    Extra& x = ExtraOf(ref);
+    if (was_failed) {
+      x.failed = false;
+      --extras_failed_;
+    }
+    x.completed = true;
     ++extras_completed_;
     return;
   }
-  const size_t e = static_cast<size_t>(ref.epoch);
-  std::vector<bool>& bits = completed_bits_[e];
-  if (bits.empty()) bits.assign(static_cast<size_t>(num_items()), false);
-  bits[static_cast<size_t>(ref.index)] = true;
-  ++completed_per_epoch_[e];
+  if (was_failed) --failed_planned_;
   ++total_completed_;
   overrides_.erase(Slot(ref));
-  if (completed_per_epoch_[e] == num_items()) {
+  auto it = epochs_.find(ref.epoch);
+  if (it == epochs_.end()) return;  // a failed item of a retired epoch
+  EpochRecord& r = it->second;
+  if (was_failed) --r.failed;
+  std::vector<bool>& bits = r.completed_bits;
+  if (bits.empty()) bits.assign(static_cast<size_t>(num_items()), false);
+  bits[static_cast<size_t>(ref.index)] = true;
+  if (++r.completed == num_items()) {
     std::vector<bool>().swap(bits);  // the count alone now says "all done"
   }
+  MaybeRetire(ref.epoch);
 }
 
 const std::string& QueueState::ItemString(Ref ref) const {
@@ -176,10 +222,14 @@ const std::string& QueueState::ItemString(Ref ref) const {
 bool QueueState::MaterializeNextEpoch() {
   if (next_epoch_ >= config_.num_epochs) return false;
   const int64_t epoch = next_epoch_++;
-  if (completed_per_epoch_[static_cast<size_t>(epoch)] == num_items()) return true;
+  EpochRecord& record = epochs_[epoch];  // completions of a restore, or new
+  if (record.completed + record.failed == num_items()) {
+    MaybeRetire(epoch);
+    return true;
+  }
   for (int64_t index :
        EpochOrder(*config_.seed, epoch, num_items(), config_.shuffle)) {
-    if (!IsCompleted(Ref{epoch, index})) pending_.push_back(Ref{epoch, index});
+    if (!IsDone(Ref{epoch, index})) pending_.push_back(Ref{epoch, index});
   }
   return true;
 }
@@ -189,19 +239,22 @@ bool QueueState::PrepareFront() {
     if (pending_.empty() && !MaterializeNextEpoch()) return false;
     if (pending_.empty()) continue;
     // A late completion may have finished an item while it sat in pending.
-    if (!IsCompleted(pending_.front())) return true;
+    if (!IsDone(pending_.front())) return true;
     pending_.pop_front();
   }
 }
 
 std::optional<QueueState::Ref> QueueState::PeekFront() const {
   for (const Ref& ref : pending_) {
-    if (!IsCompleted(ref)) return ref;
+    if (!IsDone(ref)) return ref;
   }
   for (int64_t epoch = next_epoch_; epoch < config_.num_epochs; ++epoch) {
-    if (completed_per_epoch_[static_cast<size_t>(epoch)] == num_items()) continue;
+    auto it = epochs_.find(epoch);
+    if (it != epochs_.end() && it->second.completed + it->second.failed == num_items()) {
+      continue;
+    }
     for (int64_t index : EpochOrder(*config_.seed, epoch, num_items(), config_.shuffle)) {
-      if (!IsCompleted(Ref{epoch, index})) return Ref{epoch, index};
+      if (!IsDone(Ref{epoch, index})) return Ref{epoch, index};
     }
   }
   return std::nullopt;
@@ -226,9 +279,12 @@ void QueueState::SetItemString(Ref ref, std::string item) {
 void QueueState::CountLease(Ref ref, int delta) {
   if (IsExtra(ref)) {
     extras_leased_ += delta;
-  } else {
-    leased_per_epoch_[static_cast<size_t>(ref.epoch)] += delta;
+    return;
   }
+  auto it = epochs_.find(ref.epoch);
+  if (it == epochs_.end()) return;  // cannot be: a lease keeps its epoch's record
+  it->second.leased += delta;
+  if (delta < 0) MaybeRetire(ref.epoch);
 }
 
 void QueueState::DropLease(uint64_t lease_id, const Lease& lease) {
@@ -274,6 +330,8 @@ absl::Status QueueState::ApplyInternal(const journal::Update& update,
       return ApplyExpire(update.expire());
     case journal::Update::kSplit:
       return ApplySplit(update.split());
+    case journal::Update::kFail:
+      return ApplyFail(update.fail());
     default:
       return absl::DataLossError(absl::StrCat(
           "queue '", config_.name, "': update of kind ", update.kind_case(),
@@ -317,26 +375,39 @@ absl::StatusOr<CompleteOutcome> QueueState::ApplyComplete(
   if (auto it = leases_.find(lease_id); it != leases_.end()) {
     Lease lease = std::move(it->second);
     leases_.erase(it);
+    const bool duplicate = IsCompleted(lease.ref);
+    // Remembered first: dropping the lease may retire its epoch's record.
+    RememberEnded(lease_id, lease.ref, lease.worker,
+                  duplicate ? LeaseEnd::kDuplicate : LeaseEnd::kCompleted);
+    if (!duplicate) MarkCompleted(lease.ref, lease.worker, now);
     DropLease(lease_id, lease);
-    if (IsCompleted(lease.ref)) {
+    if (duplicate) {
       ++duplicates_;
       return CompleteOutcome::kDuplicate;
     }
-    MarkCompleted(lease.ref, lease.worker, now);
     return CompleteOutcome::kCompleted;
   }
-  std::optional<Ref> ref = DecodeLeaseId(lease_id);
-  if (ref.has_value() && IsCompleted(*ref)) {
-    expired_.erase(lease_id);
-    ++duplicates_;
-    return CompleteOutcome::kDuplicate;
-  }
-  if (auto it = expired_.find(lease_id); it != expired_.end()) {
+  if (auto it = ended_.find(lease_id); it != ended_.end()) {
+    EndedLease& ended = it->second;
+    if (ended.how == LeaseEnd::kCompleted || ended.how == LeaseEnd::kDuplicate ||
+        IsCompleted(ended.ref)) {
+      // Completed by another lease since (or, in a journal of an older
+      // version, the same lease completed twice): a real re-run.
+      ended.how = LeaseEnd::kDuplicate;
+      ++duplicates_;
+      return CompleteOutcome::kDuplicate;
+    }
     // Late, but first: it counts. If the item was handed out again, that
     // holder's completion will be the duplicate.
-    expired_.erase(it);
-    MarkCompleted(*ref, complete.worker(), now);
+    ended.how = LeaseEnd::kCompleted;
+    MarkCompleted(ended.ref, complete.worker(), now);
     return CompleteOutcome::kCompleted;
+  }
+  // Journals of older versions accepted a completion of any lease id whose
+  // item was completed; replay counts it as they did.
+  if (std::optional<Ref> ref = DecodeLeaseId(lease_id); ref.has_value() && IsCompleted(*ref)) {
+    ++duplicates_;
+    return CompleteOutcome::kDuplicate;
   }
   return absl::DataLossError(absl::StrCat("queue '", config_.name,
                                           "': journal completes unknown lease ",
@@ -344,7 +415,8 @@ absl::StatusOr<CompleteOutcome> QueueState::ApplyComplete(
 }
 
 absl::StatusOr<QueueState::Ref> QueueState::ReturnToFront(uint64_t lease_id,
-                                                         absl::string_view verb) {
+                                                         absl::string_view verb,
+                                                         LeaseEnd how) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     return absl::DataLossError(absl::StrCat("queue '", config_.name, "': journal ", verb,
@@ -352,32 +424,32 @@ absl::StatusOr<QueueState::Ref> QueueState::ReturnToFront(uint64_t lease_id,
   }
   Lease lease = std::move(it->second);
   leases_.erase(it);
+  RememberEnded(lease_id, lease.ref, lease.worker, how);
+  if (how != LeaseEnd::kFailed) pending_.push_front(lease.ref);
   DropLease(lease_id, lease);
-  pending_.push_front(lease.ref);
   return lease.ref;
 }
 
 absl::Status QueueState::ApplyRelease(const journal::Release& release) {
-  absl::StatusOr<Ref> ref = ReturnToFront(release.lease_id(), "releases");
+  absl::StatusOr<Ref> ref = ReturnToFront(release.lease_id(), "releases", LeaseEnd::kReleased);
   if (!ref.ok()) return ref.status();
   ++released_;
   return absl::OkStatus();
 }
 
 absl::Status QueueState::ApplyExpire(const journal::Expire& expire) {
-  absl::StatusOr<Ref> ref = ReturnToFront(expire.lease_id(), "expires");
+  absl::StatusOr<Ref> ref = ReturnToFront(expire.lease_id(), "expires", LeaseEnd::kExpired);
   if (!ref.ok()) return ref.status();
-  expired_[expire.lease_id()] = *ref;
   ++expired_count_;
-  if (expired_.size() > kExpiredRecordsSoftLimit) PruneExpiredRecords();
   return absl::OkStatus();
 }
 
 absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
                                             absl::Time now) {
-  if (worker.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("queue '", config_.name, "': take with an empty worker name"));
+  if (worker.empty() || worker.size() > kMaxWorkerNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config_.name, "': worker name must have 1 to ", kMaxWorkerNameBytes,
+        " bytes, got ", worker.size()));
   }
   ExpireLeases(now);
   // Looked up, not inserted: only applied updates change the state.
@@ -419,17 +491,31 @@ absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
                                                      absl::Time now) {
   auto it = leases_.find(lease_id);
   if (it != leases_.end() && it->second.worker != worker) {
+    ++refused_completions_;
     return absl::PermissionDeniedError(absl::StrCat(
-        "queue '", config_.name, "': lease ", lease_id, " is held by worker '",
-        it->second.worker, "', not '", worker, "'"));
+        "queue '", config_.name, "': worker '", worker, "' completes lease ", lease_id,
+        ", which is held by worker '", it->second.worker, "'"));
   }
   if (it == leases_.end()) {
-    std::optional<Ref> ref = DecodeLeaseId(lease_id);
-    const bool known = ref.has_value() && (IsCompleted(*ref) || expired_.contains(lease_id));
-    if (!known) {
+    auto ended = ended_.find(lease_id);
+    if (ended == ended_.end()) {
+      ++refused_completions_;
       return absl::NotFoundError(absl::StrCat(
-          "queue '", config_.name, "': lease ", lease_id,
-          " is unknown (never handed out by this queue)"));
+          "queue '", config_.name, "': worker '", worker, "' completes lease ", lease_id,
+          ", which this queue never handed out (or which ended more than ",
+          kEndedLeasesKept, " leases ago)"));
+    }
+    const EndedLease& e = ended->second;
+    if (!e.worker.empty() && e.worker != worker) {
+      ++refused_completions_;
+      return absl::PermissionDeniedError(absl::StrCat(
+          "queue '", config_.name, "': worker '", worker, "' completes lease ", lease_id,
+          ", which was handed out to worker '", e.worker, "'"));
+    }
+    // The holder repeating its completion (its answer was lost): "already
+    // completed, this changed nothing", and nothing is counted or journaled.
+    if (e.how == LeaseEnd::kCompleted || e.how == LeaseEnd::kDuplicate) {
+      return CompleteOutcome::kDuplicate;
     }
   }
   journal::Update update = NewUpdate(now);
@@ -546,58 +632,8 @@ int64_t QueueState::ExpireLeases(absl::Time now) {
   return count;
 }
 
-void QueueState::PruneExpiredRecords() {
-  // Records of items completed since are no longer needed: a late
-  // completion of those is a duplicate, which the lease id alone tells.
-  for (auto it = expired_.begin(); it != expired_.end();) {
-    if (IsCompleted(it->second)) {
-      expired_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-}
-
 absl::Time QueueState::NextDeadline() const {
   return deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
-}
-
-QueueStats QueueState::Stats(absl::Time now) const {
-  QueueStats stats;
-  stats.name = config_.name;
-  stats.seed = *config_.seed;
-  stats.num_items = num_items();
-  stats.num_epochs = config_.num_epochs;
-  stats.taken = taken_;
-  stats.expired = expired_count_;
-  stats.released = released_;
-  stats.duplicates = duplicates_;
-  stats.finished = Finished();
-  stats.splits = splits_;
-  stats.split_items_open = static_cast<int64_t>(extras_.size()) - extras_completed_;
-  for (int64_t e = 0; e < config_.num_epochs; ++e) {
-    EpochStats es;
-    es.completed = completed_per_epoch_[static_cast<size_t>(e)];
-    es.leased = leased_per_epoch_[static_cast<size_t>(e)];
-    es.pending = num_items() - es.completed - es.leased;
-    stats.pending += es.pending;
-    stats.leased += es.leased;
-    stats.completed += es.completed;
-    stats.epochs.push_back(es);
-  }
-  for (const auto& [name, w] : workers_) {
-    WorkerStats ws;
-    ws.taken = w.taken;
-    ws.completed = w.completed;
-    ws.held = w.held;
-    const absl::Time end = w.last_completion == absl::InfinitePast() ? now : w.last_completion;
-    const double seconds = absl::ToDoubleSeconds(end - w.first_take);
-    if (w.first_take != absl::InfinitePast() && seconds > 0) {
-      ws.items_per_second = static_cast<double>(w.completed) / seconds;
-    }
-    stats.workers[name] = ws;
-  }
-  return stats;
 }
 
 }  // namespace shardq

@@ -5,12 +5,23 @@
 //
 // Rules enforced here (SPEC.md "Leases, failures, accounting"):
 //  * an expired or released item goes back to the FRONT of the queue;
-//  * each (epoch, item) is completed once; a later completion of it is
-//    counted as a duplicate and changes nothing else;
+//  * each (epoch, item) is completed once; a later completion of it from
+//    another lease that ended (expired, released) is counted as a
+//    duplicate and changes nothing else;
 //  * a late completion from an expired lease counts if the item is not yet
 //    completed (the first completion counts);
+//  * a completion is accepted only from the worker a lease was handed out
+//    to: a lease never handed out is NOT_FOUND, another worker's
+//    PERMISSION_DENIED. The holder repeating the completion of its own
+//    lease (a lost answer, retried) is answered kDuplicate ("already
+//    completed, nothing changed") and counted nowhere. Ended leases are remembered for this (the last
+//    kEndedLeasesKept of them; an older one is NOT_FOUND);
+//  * a failed attempt (Fail) sends the item to the BACK of the pending
+//    items; after config.max_attempts failed attempts it is set aside as
+//    failed: never handed out again, counted and listed in Stats;
 //  * Take reports end of input only when every item of every epoch is
-//    completed; while items are only leased elsewhere it says "wait";
+//    done (completed or failed); while items are only leased elsewhere it
+//    says "wait";
 //  * a worker holds at most num_clients leases;
 //  * tail rebalancing (config.split): when a worker asks for work and
 //    nothing is pending, the held item expected to finish last is proposed
@@ -23,6 +34,10 @@
 // Epochs are materialised lazily: the order of epoch e+1 is generated when
 // the pending items of epoch e run out, so memory holds at most two epochs'
 // orders and items of the next epoch flow while stragglers finish the last.
+// Only epochs in progress have a record (completion bits and counts); an
+// epoch's order is a pure function of seed and epoch, so memory does not
+// grow with num_epochs: an epoch below the next one to materialise without
+// a record is done, one at or above it untouched.
 //
 // Durability: every change of state is a journal::Update passed to Apply();
 // the public operations only decide which update to make. An update sink,
@@ -70,9 +85,36 @@ struct QueueConfig {
   bool split = true;
   // Smallest range split off, in item units (bytes, or rows for tables).
   int64_t split_min_residual = kDefaultSplitMinResidual;
+  // Failed attempts (QueueState::Fail) after which an item is set aside as
+  // failed. Not part of a queue's identity: the creator's setting holds.
+  int64_t max_attempts = kDefaultMaxAttempts;
 
   static constexpr int64_t kDefaultSplitMinResidual = 1;
+  static constexpr int64_t kDefaultMaxAttempts = 3;
 };
+
+// Limits on what a queue may be (ValidateConfig enforces them, naming the
+// field and the limit; docs/cli.md "Limits" lists them).
+// Epochs per queue.
+inline constexpr int64_t kMaxEpochs = 100'000'000;
+// Items in a slice plan (one epoch).
+inline constexpr int64_t kMaxItemsPerQueue = 1'000'000;
+// Bytes of one item string, and of a whole plan (all items together).
+inline constexpr int64_t kMaxItemBytes = 4096;
+inline constexpr int64_t kMaxPlanBytes = int64_t{128} << 20;
+// Lease ids are ((epoch * num_items + index) << 20) | sequence: items x
+// epochs (plus ranges split off) must stay below this many hand-out slots.
+inline constexpr int64_t kMaxHandOutSlots = int64_t{1} << 43;
+// config.max_attempts.
+inline constexpr int64_t kMaxAttemptsLimit = 1000;
+// Bytes of a failure reason kept (longer ones are cut).
+inline constexpr size_t kMaxFailureReasonBytes = 1024;
+// Bytes of a worker name.
+inline constexpr size_t kMaxWorkerNameBytes = 256;
+// Epochs listed by Stats: every epoch up to this many, else those in
+// progress, at most this many. Failed items listed by Stats, at most.
+inline constexpr int64_t kMaxEpochsListed = 100;
+inline constexpr int64_t kMaxFailedListed = 1000;
 
 // Field names on which `requested` disagrees with `existing`, e.g.
 // {"num_epochs (existing 2, requested 3)"}. An unset requested seed matches
@@ -83,6 +125,8 @@ std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
 
 // INVALID_ARGUMENT naming the field when the config cannot make a queue.
 absl::Status ValidateConfig(const QueueConfig& config);
+// The part of ValidateConfig that checks the limits above.
+absl::Status ValidateLimits(const QueueConfig& config);
 
 // The wire/journal form of a config (seed_set tells whether seed is set).
 void ConfigToProto(const QueueConfig& config, v1::QueueConfig* out);
@@ -201,16 +245,27 @@ class QueueState {
                                    int64_t split_point, absl::Time now);
 
   // Completes the item of `lease_id`. kDuplicate (and no other change) when
-  // the item was already completed. NOT_FOUND for a lease that was never
-  // handed out (or whose item is neither held nor completed);
-  // PERMISSION_DENIED when the lease is held by another worker.
+  // the item was already completed by another lease. NOT_FOUND for a lease
+  // never handed out (or ended longer ago than kEndedLeasesKept leases);
+  // PERMISSION_DENIED when the lease is or was another worker's. The
+  // worker completing its own completed lease again gets kDuplicate and
+  // nothing changes (nothing is journaled, no duplicate is counted).
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view worker,
                                            uint64_t lease_id, absl::Time now);
+  // (Counts refusals in Stats().refused_completions, in memory only.)
 
   // Gives the item back at once: it goes to the front of the queue.
   // NOT_FOUND / PERMISSION_DENIED as for Complete.
   absl::Status Release(absl::string_view worker, uint64_t lease_id,
                        absl::Time now);
+
+  // `worker` failed to process the item of `lease_id` (`reason` is kept,
+  // cut to kMaxFailureReasonBytes): the item goes to the BACK of the
+  // pending items, or, at its config.max_attempts-th failed attempt, is
+  // set aside as failed. Returns true when it was set aside.
+  // NOT_FOUND / PERMISSION_DENIED as Release.
+  absl::StatusOr<bool> Fail(absl::string_view worker, uint64_t lease_id,
+                            absl::string_view reason, absl::Time now);
 
   // Renews `worker`'s leases to now + lease_timeout. Returns the lease ids
   // of `lease_ids` that the worker no longer holds (expired, completed,
@@ -233,11 +288,17 @@ class QueueState {
   // Earliest lease deadline; InfiniteFuture when nothing is leased.
   absl::Time NextDeadline() const;
 
-  // True when every item of every epoch is completed.
+  // True when every item of every epoch is done: completed or failed.
   bool Finished() const {
-    return total_completed_ == total_work() &&
-           extras_completed_ == static_cast<int64_t>(extras_.size());
+    return total_completed_ + failed_planned_ == total_work() &&
+           extras_completed_ + extras_failed_ == static_cast<int64_t>(extras_.size());
   }
+
+  // How many ended leases are remembered (see Complete).
+  static constexpr size_t kEndedLeasesKept = size_t{1} << 16;
+
+  // Epochs with a record (in progress), for tests of bounded memory.
+  int64_t epoch_records() const { return static_cast<int64_t>(epochs_.size()); }
 
   QueueStats Stats(absl::Time now) const;
   const QueueConfig& config() const { return config_; }
@@ -280,6 +341,28 @@ class QueueState {
     int64_t parent = 0;  // index of the planned item it came from
     std::string item;
     bool completed = false;
+    bool failed = false;
+  };
+  // An epoch in progress (see the top of this file).
+  struct EpochRecord {
+    std::vector<bool> completed_bits;  // empty: none (or all) completed
+    int64_t completed = 0;
+    int64_t leased = 0;
+    int64_t failed = 0;
+  };
+  // How a remembered lease ended (the values of LeaseRecord.ended).
+  enum class LeaseEnd : int { kExpired = 0, kReleased = 1, kCompleted = 2,
+                              kDuplicate = 3, kFailed = 4 };
+  struct EndedLease {
+    Ref ref;
+    std::string worker;  // empty (snapshots of older versions): anyone
+    LeaseEnd how = LeaseEnd::kExpired;
+  };
+  // Failed attempts at an item (by slot).
+  struct Failure {
+    Ref ref;
+    int64_t attempts = 0;
+    std::string reason;
   };
 
   explicit QueueState(QueueConfig config);
@@ -297,7 +380,21 @@ class QueueState {
     return extras_[static_cast<size_t>(ref.index - num_items())];
   }
   bool IsCompleted(Ref ref) const;
+  bool IsFailed(Ref ref) const { return failed_.count(Slot(ref)) > 0; }
+  bool IsDone(Ref ref) const { return IsCompleted(ref) || IsFailed(ref); }
   void MarkCompleted(Ref ref, const std::string& worker, absl::Time now);
+  void MarkFailed(const Failure& failure);
+  // Drops the record of `epoch` once it is materialised and every item of
+  // it is done and none is leased.
+  void MaybeRetire(int64_t epoch);
+  // Remembers how lease `lease_id` ended (see Complete).
+  void RememberEnded(uint64_t lease_id, Ref ref, const std::string& worker, LeaseEnd how);
+  // The completion bits of `epoch` as a checkpoint stores them.
+  std::vector<bool> CompletedBits(int64_t epoch) const;
+  absl::Status ApplyFail(const journal::Fail& fail);
+  // Sets the records that snapshots hold (queue_state_epochs.cc).
+  absl::Status LoadEpochs(const journal::QueueSnapshot& snapshot, const std::string& what);
+  void StoreEpochs(journal::QueueSnapshot* out) const;
   // Generates the next epoch's order into pending_ (skipping completed
   // items); false when none is left.
   bool MaterializeNextEpoch();
@@ -336,22 +433,28 @@ class QueueState {
   void DropLease(uint64_t lease_id, const Lease& lease);
   // The lease if `worker` holds it; NOT_FOUND / PERMISSION_DENIED otherwise.
   absl::StatusOr<Lease*> HeldBy(absl::string_view worker, uint64_t lease_id);
-  // Removes a lease and puts its item at the front (release, expiry);
+  // Removes a lease (remembering it ended `how`) and puts its item at the
+  // front (release, expiry) or, for a failure, nowhere (ApplyFail decides);
   // DATA_LOSS naming `verb` when the journal names an unknown lease.
-  absl::StatusOr<Ref> ReturnToFront(uint64_t lease_id, absl::string_view verb);
-  void PruneExpiredRecords();
+  absl::StatusOr<Ref> ReturnToFront(uint64_t lease_id, absl::string_view verb, LeaseEnd how);
   WorkerRecord& Worker(absl::string_view worker);
 
   QueueConfig config_;
   std::deque<Ref> pending_;  // front is handed out next
   int64_t next_epoch_ = 0;   // first epoch not yet materialised
-  std::vector<std::vector<bool>> completed_bits_;  // per epoch, freed when full
-  std::vector<int64_t> completed_per_epoch_;
-  std::vector<int64_t> leased_per_epoch_;
+  std::map<int64_t, EpochRecord> epochs_;  // epochs in progress
   absl::flat_hash_map<uint64_t, Lease> leases_;
   std::set<std::pair<absl::Time, uint64_t>> deadlines_;
-  // Leases that expired, kept so that a late completion can still count.
-  absl::flat_hash_map<uint64_t, Ref> expired_;
+  // Leases that ended, oldest first in ended_order_ (at most
+  // kEndedLeasesKept): a late completion counts, a repeated one is told
+  // apart from a bogus one.
+  absl::flat_hash_map<uint64_t, EndedLease> ended_;
+  std::deque<uint64_t> ended_order_;
+  // Items with failed attempts and not yet done; items set aside as failed.
+  absl::flat_hash_map<int64_t, Failure> attempts_;
+  std::map<int64_t, Failure> failed_;
+  int64_t failed_planned_ = 0;
+  int64_t extras_failed_ = 0;
   std::map<std::string, WorkerRecord, std::less<>> workers_;
   // Residual ranges that replace planned items (by slot), after a restore.
   absl::flat_hash_map<int64_t, std::string> overrides_;
@@ -373,6 +476,9 @@ class QueueState {
   int64_t expired_count_ = 0;
   int64_t released_ = 0;
   int64_t duplicates_ = 0;
+  // Completions refused (NOT_FOUND / PERMISSION_DENIED): soft state, not
+  // journaled; after a crash these are mostly grants the crash lost.
+  int64_t refused_completions_ = 0;
 };
 
 }  // namespace shardq

@@ -54,6 +54,9 @@ void ConfigToProto(const QueueConfig& config, v1::QueueConfig* out) {
   if (config.split_min_residual != QueueConfig::kDefaultSplitMinResidual) {
     out->set_split_min_residual(config.split_min_residual);
   }
+  if (config.max_attempts != QueueConfig::kDefaultMaxAttempts) {
+    out->set_max_attempts(config.max_attempts);
+  }
 }
 
 QueueConfig ConfigFromProto(const v1::QueueConfig& config) {
@@ -67,6 +70,7 @@ QueueConfig ConfigFromProto(const v1::QueueConfig& config) {
   out.lease_timeout = absl::Milliseconds(config.lease_timeout_ms());
   out.split = !config.split_disabled();
   if (config.split_min_residual() != 0) out.split_min_residual = config.split_min_residual();
+  if (config.max_attempts() != 0) out.max_attempts = config.max_attempts();
   return out;
 }
 
@@ -114,19 +118,26 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromCreation(
 
 absl::Status QueueState::ApplyRestore(const journal::Checkpoint& checkpoint) {
   const std::string what = absl::StrCat("checkpoint of queue '", config_.name, "'");
-  if (checkpoint.completed_bits_size() > config_.num_epochs) {
+  const int64_t first = checkpoint.first_epoch();
+  if (first < 0 || first > config_.num_epochs ||
+      checkpoint.completed_bits_size() > config_.num_epochs - first) {
     return absl::DataLossError(absl::StrCat(what, ": ", checkpoint.completed_bits_size(),
-                                            " epochs of completions for ",
-                                            config_.num_epochs, " epochs"));
+                                            " epochs of completions from epoch ", first,
+                                            " for ", config_.num_epochs, " epochs"));
   }
-  for (int e = 0; e < checkpoint.completed_bits_size(); ++e) {
+  // Every epoch before `first` is completed: none of them is materialised.
+  next_epoch_ = first;
+  total_completed_ = first * num_items();
+  for (int i = 0; i < checkpoint.completed_bits_size(); ++i) {
     absl::StatusOr<std::vector<bool>> bits =
-        UnpackBits(checkpoint.completed_bits(e), num_items(), what);
+        UnpackBits(checkpoint.completed_bits(i), num_items(), what);
     if (!bits.ok()) return bits.status();
-    int64_t count = std::count(bits->begin(), bits->end(), true);
-    completed_per_epoch_[static_cast<size_t>(e)] = count;
+    const int64_t count = std::count(bits->begin(), bits->end(), true);
     total_completed_ += count;
-    if (count < num_items()) completed_bits_[static_cast<size_t>(e)] = *std::move(bits);
+    if (count == 0) continue;
+    EpochRecord& record = epochs_[first + i];
+    record.completed = count;
+    if (count < num_items()) record.completed_bits = *std::move(bits);
   }
   // Held items come first, narrowed to their unread part; the epochs they
   // belong to are materialised now so that they are not handed out twice.
@@ -179,10 +190,7 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
     r->set_index(ref.index);
   }
   out.set_next_epoch(next_epoch_);
-  for (size_t e = 0; e < completed_bits_.size(); ++e) {
-    out.add_completed_bits(PackBits(completed_bits_[e]));
-    out.add_completed_per_epoch(completed_per_epoch_[e]);
-  }
+  StoreEpochs(&out);
   // Sorted so that equal states give equal snapshots.
   std::vector<uint64_t> ids;
   for (const auto& [id, lease] : leases_) ids.push_back(id);
@@ -195,14 +203,14 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
     l->mutable_ref()->set_index(lease.ref.index);
     l->set_worker(lease.worker);
   }
-  ids.clear();
-  for (const auto& [id, ref] : expired_) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  for (uint64_t id : ids) {
+  for (uint64_t id : ended_order_) {
+    const EndedLease& e = ended_.at(id);
     journal::LeaseRecord* l = out.add_expired();
     l->set_lease_id(id);
-    l->mutable_ref()->set_epoch(expired_.at(id).epoch);
-    l->mutable_ref()->set_index(expired_.at(id).index);
+    l->mutable_ref()->set_epoch(e.ref.epoch);
+    l->mutable_ref()->set_index(e.ref.index);
+    l->set_worker(e.worker);
+    l->set_ended(static_cast<int>(e.how));
   }
   for (const auto& [name, w] : workers_) {
     journal::WorkerRecord* r = out.add_workers();
@@ -225,8 +233,22 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
     e->set_index(x.parent);
     e->set_item(x.item);
     e->set_completed(x.completed);
+    e->set_failed(x.failed);
   }
   out.set_splits(splits_);
+  // Sorted by slot so that equal states give equal snapshots.
+  std::vector<const Failure*> attempts;
+  for (const auto& [slot, f] : attempts_) attempts.push_back(&f);
+  std::sort(attempts.begin(), attempts.end(),
+            [&](const Failure* a, const Failure* b) { return Slot(a->ref) < Slot(b->ref); });
+  auto add = [](const Failure& f, journal::FailureRecord* r) {
+    r->mutable_ref()->set_epoch(f.ref.epoch);
+    r->mutable_ref()->set_index(f.ref.index);
+    r->set_attempts(f.attempts);
+    r->set_reason(f.reason);
+  };
+  for (const Failure* f : attempts) add(*f, out.add_attempts());
+  for (const auto& [slot, f] : failed_) add(f, out.add_failed());
   return out;
 }
 
@@ -244,8 +266,9 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     if (x.epoch() < 0 || x.epoch() >= epochs || x.index() < 0 || x.index() >= s.num_items()) {
       return absl::DataLossError(absl::StrCat(what, ": extra item out of range"));
     }
-    s.extras_.push_back(Extra{x.epoch(), x.index(), x.item(), x.completed()});
+    s.extras_.push_back(Extra{x.epoch(), x.index(), x.item(), x.completed(), x.failed()});
     if (x.completed()) ++s.extras_completed_;
+    if (x.failed()) ++s.extras_failed_;
   }
   s.splits_ = snapshot.splits();
   const int64_t refs = s.num_items() + static_cast<int64_t>(s.extras_.size());
@@ -255,24 +278,16 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     return r.index() < s.num_items() ||
            s.extras_[static_cast<size_t>(r.index() - s.num_items())].epoch == r.epoch();
   };
-  if (snapshot.completed_bits_size() != epochs ||
-      snapshot.completed_per_epoch_size() != epochs || snapshot.next_epoch() < 0 ||
-      snapshot.next_epoch() > epochs) {
-    return absl::DataLossError(absl::StrCat(what, ": epoch counts do not match the config"));
+  if (snapshot.next_epoch() < 0 || snapshot.next_epoch() > epochs) {
+    return absl::DataLossError(absl::StrCat(what, ": next epoch ", snapshot.next_epoch(),
+                                            " is outside the ", epochs, " epochs"));
   }
-  for (int64_t e = 0; e < epochs; ++e) {
-    absl::StatusOr<std::vector<bool>> bits =
-        UnpackBits(snapshot.completed_bits(static_cast<int>(e)), s.num_items(), what);
-    if (!bits.ok()) return bits.status();
-    s.completed_bits_[static_cast<size_t>(e)] = *std::move(bits);
-    s.completed_per_epoch_[static_cast<size_t>(e)] = snapshot.completed_per_epoch(static_cast<int>(e));
-    s.total_completed_ += snapshot.completed_per_epoch(static_cast<int>(e));
-  }
+  s.next_epoch_ = snapshot.next_epoch();
+  if (absl::Status st = s.LoadEpochs(snapshot, what); !st.ok()) return st;
   for (const journal::Ref& r : snapshot.pending()) {
     if (!valid(r)) return absl::DataLossError(absl::StrCat(what, ": pending item out of range"));
     s.pending_.push_back(Ref{r.epoch(), r.index()});
   }
-  s.next_epoch_ = snapshot.next_epoch();
   for (const journal::LeaseRecord& l : snapshot.leases()) {
     if (!valid(l.ref())) return absl::DataLossError(absl::StrCat(what, ": lease out of range"));
     const absl::Time deadline = now + s.config_.lease_timeout;
@@ -287,9 +302,54 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     s.CountLease(ref, +1);
   }
   for (const journal::LeaseRecord& l : snapshot.expired()) {
-    if (!valid(l.ref())) return absl::DataLossError(absl::StrCat(what, ": expired lease out of range"));
-    s.expired_[l.lease_id()] = Ref{l.ref().epoch(), l.ref().index()};
+    if (!valid(l.ref()) || l.ended() < 0 || l.ended() > static_cast<int>(LeaseEnd::kFailed)) {
+      return absl::DataLossError(absl::StrCat(what, ": ended lease ", l.lease_id(),
+                                              " out of range"));
+    }
+    s.RememberEnded(l.lease_id(), Ref{l.ref().epoch(), l.ref().index()}, l.worker(),
+                    static_cast<LeaseEnd>(l.ended()));
   }
+  for (const journal::FailureRecord& f : snapshot.attempts()) {
+    if (!valid(f.ref())) return absl::DataLossError(absl::StrCat(what, ": attempts out of range"));
+    const Ref ref{f.ref().epoch(), f.ref().index()};
+    s.attempts_[s.Slot(ref)] = Failure{ref, f.attempts(), f.reason()};
+  }
+  int64_t failed_extras = 0;
+  for (const journal::FailureRecord& f : snapshot.failed()) {
+    if (!valid(f.ref())) return absl::DataLossError(absl::StrCat(what, ": failed item out of range"));
+    const Ref ref{f.ref().epoch(), f.ref().index()};
+    s.failed_[s.Slot(ref)] = Failure{ref, f.attempts(), f.reason()};
+    if (s.IsExtra(ref)) {
+      if (!s.ExtraOf(ref).failed) {
+        return absl::DataLossError(absl::StrCat(what, ": failed split-off range not marked"));
+      }
+      ++failed_extras;
+      continue;
+    }
+    ++s.failed_planned_;
+    if (auto it = s.epochs_.find(ref.epoch); it != s.epochs_.end()) ++it->second.failed;
+  }
+  if (failed_extras != s.extras_failed_) {
+    return absl::DataLossError(absl::StrCat(what, ": ", s.extras_failed_,
+                                            " split-off ranges marked failed, ", failed_extras,
+                                            " listed"));
+  }
+  // Completions: those of the records, and every item of the epochs done
+  // before the next one to materialise (less their failed items).
+  int64_t failed_in_records = 0;
+  for (const auto& [slot, f] : s.failed_) {
+    if (!s.IsExtra(f.ref) && s.epochs_.count(f.ref.epoch) > 0) ++failed_in_records;
+  }
+  int64_t done_epochs = s.next_epoch_;
+  for (const auto& [e, r] : s.epochs_) {
+    s.total_completed_ += r.completed;
+    if (e < s.next_epoch_) --done_epochs;
+    if (r.completed + r.failed > s.num_items()) {
+      return absl::DataLossError(absl::StrCat(what, ": epoch ", e, " has more items done than ",
+                                              s.num_items()));
+    }
+  }
+  s.total_completed_ += done_epochs * s.num_items() - (s.failed_planned_ - failed_in_records);
   for (const journal::WorkerRecord& r : snapshot.workers()) {
     WorkerRecord& w = s.workers_[r.worker()];
     w.taken = r.taken();
@@ -314,6 +374,65 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   return created;
 }
 
+void QueueState::StoreEpochs(journal::QueueSnapshot* out) const {
+  for (const auto& [e, r] : epochs_) {
+    journal::EpochRecord* record = out->add_epoch_records();
+    record->set_epoch(e);
+    record->set_completed(r.completed);
+    if (r.completed < num_items()) record->set_completed_bits(PackBits(r.completed_bits));
+  }
+}
+
+absl::Status QueueState::LoadEpochs(const journal::QueueSnapshot& snapshot,
+                                    const std::string& what) {
+  const int64_t n = num_items();
+  // One epoch's completions; DATA_LOSS when the bits and the count disagree
+  // (a damaged bitset would otherwise keep the queue from finishing).
+  auto load = [&](int64_t epoch, const std::string& packed,
+                  int64_t count) -> absl::StatusOr<EpochRecord> {
+    absl::StatusOr<std::vector<bool>> bits = UnpackBits(packed, n, what);
+    if (!bits.ok()) return bits.status();
+    const int64_t set = std::count(bits->begin(), bits->end(), true);
+    const bool ok = bits->empty() ? (count == 0 || count == n) : set == count && count < n;
+    if (!ok) {
+      return absl::DataLossError(absl::StrCat(what, ": epoch ", epoch, " has ", count,
+                                              " completions but its bitset has ", set));
+    }
+    EpochRecord record;
+    record.completed = count;
+    if (count < n) record.completed_bits = *std::move(bits);
+    return record;
+  };
+  if (snapshot.completed_bits_size() > 0 || snapshot.completed_per_epoch_size() > 0) {
+    // An older version's snapshot: one entry per epoch.
+    const int64_t epochs = config_.num_epochs;
+    if (snapshot.completed_bits_size() != epochs ||
+        snapshot.completed_per_epoch_size() != epochs) {
+      return absl::DataLossError(absl::StrCat(what, ": epoch counts do not match the config"));
+    }
+    for (int64_t e = 0; e < epochs; ++e) {
+      const int i = static_cast<int>(e);
+      const int64_t count = snapshot.completed_per_epoch(i);
+      absl::StatusOr<EpochRecord> record = load(e, snapshot.completed_bits(i), count);
+      if (!record.ok()) return record.status();
+      if ((e < next_epoch_ && count < n) || (e >= next_epoch_ && count > 0)) {
+        epochs_[e] = *std::move(record);
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (const journal::EpochRecord& r : snapshot.epoch_records()) {
+    if (r.epoch() < 0 || r.epoch() >= config_.num_epochs || epochs_.count(r.epoch()) > 0) {
+      return absl::DataLossError(absl::StrCat(what, ": epoch record ", r.epoch(),
+                                              " is out of range or repeated"));
+    }
+    absl::StatusOr<EpochRecord> record = load(r.epoch(), r.completed_bits(), r.completed());
+    if (!record.ok()) return record.status();
+    epochs_[r.epoch()] = *std::move(record);
+  }
+  return absl::OkStatus();
+}
+
 journal::Checkpoint QueueState::ToCheckpoint() const {
   journal::Checkpoint out;
   ConfigToProto(config_, out.mutable_config());
@@ -323,16 +442,24 @@ journal::Checkpoint QueueState::ToCheckpoint() const {
   for (const Extra& x : extras_) {
     if (!x.completed) open_parents.insert({x.epoch, x.parent});
   }
-  for (size_t e = 0; e < completed_bits_.size(); ++e) {
-    std::vector<bool> bits = completed_per_epoch_[e] == num_items()
-                                 ? std::vector<bool>(static_cast<size_t>(num_items()), true)
-                                 : completed_bits_[e];
+  // Bitsets from the first epoch not entirely completed to the last with
+  // any state; every epoch before is completed.
+  int64_t first = next_epoch_;
+  int64_t last = next_epoch_ - 1;
+  if (!epochs_.empty()) {
+    first = std::min(first, epochs_.begin()->first);
+    last = std::max(last, epochs_.rbegin()->first);
+  }
+  for (const auto& [slot, f] : failed_) first = std::min(first, f.ref.epoch);
+  for (const auto& [epoch, parent] : open_parents) first = std::min(first, epoch);
+  out.set_first_epoch(first);
+  for (int64_t e = first; e <= last; ++e) {
+    std::vector<bool> bits = CompletedBits(e);
     for (const auto& [epoch, parent] : open_parents) {
-      if (epoch == static_cast<int64_t>(e) && !bits.empty()) {
-        bits[static_cast<size_t>(parent)] = false;
-      }
+      if (epoch == e) bits[static_cast<size_t>(parent)] = false;
     }
-    out.add_completed_bits(PackBits(bits));
+    const bool any = std::find(bits.begin(), bits.end(), true) != bits.end();
+    out.add_completed_bits(any ? PackBits(bits) : std::string());
   }
   // A residual names the planned item it belongs to.
   auto add_residual = [&](Ref ref) {
@@ -362,7 +489,7 @@ journal::Checkpoint QueueState::ToCheckpoint() const {
     }
   }
   for (const Ref& ref : pending_) {
-    if (IsCompleted(ref)) continue;
+    if (IsDone(ref)) continue;
     if (IsExtra(ref)) {
       add_residual(ref)->set_item_override(ExtraOf(ref).item);
       continue;

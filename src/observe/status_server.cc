@@ -146,21 +146,32 @@ std::string StatusPage(const std::vector<QueueMetrics>& queues,
   for (const QueueMetrics& m : queues) {
     const QueueStats& s = m.stats;
     absl::StrAppend(&page, "<h2>queue ", Html(s.name), "</h2><p>", s.num_items, " items &times; ",
-                    s.num_epochs, " epochs, seed ", s.seed, s.finished ? ", finished" : "",
+                    s.num_epochs, " epochs, seed ", s.seed,
+                    !s.finished ? "" : s.failed > 0 ? ", finished with failures" : ", finished",
                     " &mdash; pending ", s.pending, ", leased ", s.leased, ", completed ",
-                    s.completed, ", lease expiries ", s.expired, ", duplicates ", s.duplicates,
+                    s.completed, ", failed ", s.failed, ", lease expiries ", s.expired, ", duplicates ", s.duplicates,
                     ", splits ", s.splits, " (", s.split_items_open, " open)",
                     absl::StrFormat(", %.1f takes/s", m.take_rate), "</p>");
     page += "<table><tr><th>epoch</th><th>progress</th><th>pending</th><th>leased</th>"
             "<th>completed</th></tr>";
     for (size_t e = 0; e < s.epochs.size(); ++e) {
       const double done = s.num_items > 0 ? 100.0 * s.epochs[e].completed / s.num_items : 0;
-      absl::StrAppend(&page, "<tr><td>", e, "</td><td><div class=\"bar\"><div class=\"fill\" "
+      absl::StrAppend(&page, "<tr><td>", s.epochs[e].epoch,
+                      "</td><td><div class=\"bar\"><div class=\"fill\" "
                       "style=\"width:", absl::StrFormat("%.0f", done), "%\"></div></div></td><td>",
                       s.epochs[e].pending, "</td><td>", s.epochs[e].leased, "</td><td>",
                       s.epochs[e].completed, "</td></tr>");
     }
     page += "</table>";
+    if (!s.failed_items.empty()) {
+      page += "<table><tr><th>failed item</th><th>epoch</th><th>attempts</th>"
+              "<th>last reason</th></tr>";
+      for (const FailedItemStats& f : s.failed_items) {
+        absl::StrAppend(&page, "<tr><td>", Html(f.item), "</td><td>", f.epoch, "</td><td>",
+                        f.attempts, "</td><td>", Html(f.reason), "</td></tr>");
+      }
+      page += "</table>";
+    }
     // Stragglers: workers below half the median rate.
     std::vector<double> rates;
     for (const auto& [name, w] : s.workers) rates.push_back(w.items_per_second);

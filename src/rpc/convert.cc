@@ -70,11 +70,25 @@ void ToProto(const QueueStats& stats, v1::QueueStatus* out) {
   out->set_finished(stats.finished);
   out->set_splits(stats.splits);
   out->set_split_items_open(stats.split_items_open);
+  out->set_failed(stats.failed);
+  out->set_refused_completions(stats.refused_completions);
+  out->set_max_attempts(stats.max_attempts);
+  out->set_epochs_done(stats.epochs_done);
+  for (const FailedItemStats& f : stats.failed_items) {
+    v1::FailedItem* item = out->add_failed_items();
+    item->set_item(f.item);
+    item->set_epoch(f.epoch);
+    item->set_index(f.index);
+    item->set_attempts(f.attempts);
+    item->set_reason(f.reason);
+  }
   for (const EpochStats& e : stats.epochs) {
     v1::EpochStatus* epoch = out->add_epochs();
     epoch->set_pending(e.pending);
     epoch->set_leased(e.leased);
     epoch->set_completed(e.completed);
+    epoch->set_epoch(e.epoch);
+    epoch->set_failed(e.failed);
   }
   for (const auto& [name, w] : stats.workers) {
     v1::WorkerStatus* worker = out->add_workers();
@@ -102,8 +116,17 @@ QueueStats FromProto(const v1::QueueStatus& status) {
   out.finished = status.finished();
   out.splits = status.splits();
   out.split_items_open = status.split_items_open();
+  out.failed = status.failed();
+  out.refused_completions = status.refused_completions();
+  out.max_attempts = status.max_attempts();
+  out.epochs_done = status.epochs_done();
+  for (const v1::FailedItem& f : status.failed_items()) {
+    out.failed_items.push_back(
+        FailedItemStats{f.item(), f.epoch(), f.index(), f.attempts(), f.reason()});
+  }
   for (const v1::EpochStatus& e : status.epochs()) {
-    out.epochs.push_back(EpochStats{e.pending(), e.leased(), e.completed()});
+    out.epochs.push_back(
+        EpochStats{e.pending(), e.leased(), e.completed(), e.epoch(), e.failed()});
   }
   for (const v1::WorkerStatus& w : status.workers()) {
     WorkerStats ws;

@@ -418,6 +418,18 @@ absl::Status CoordinatorImpl::Release(absl::string_view queue,
   });
 }
 
+absl::StatusOr<bool> CoordinatorImpl::Fail(absl::string_view queue, absl::string_view worker,
+                                           uint64_t lease_id, absl::string_view reason) {
+  if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
+  if (absl::Status s = Writable(); !s.ok()) return s;
+  return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<bool> {
+    absl::StatusOr<bool> failed = e.state->Fail(worker, lease_id, reason, clock_->Now());
+    // The item is pending again, or set aside (which may finish the queue).
+    if (failed.ok()) e.changed.SignalAll();
+    return failed;
+  });
+}
+
 absl::StatusOr<HeartbeatReply> CoordinatorImpl::Heartbeat(
     absl::string_view queue, absl::string_view worker,
     const std::vector<uint64_t>& lease_ids, absl::Duration wait) {

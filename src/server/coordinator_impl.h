@@ -138,6 +138,10 @@ class CoordinatorImpl {
                      std::function<void(absl::StatusOr<CompleteOutcome>)> done);
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id);
+  // A failed attempt at the item of `lease_id` (QueueState::Fail): true when
+  // the item is now set aside as failed. Durable before it returns.
+  absl::StatusOr<bool> Fail(absl::string_view queue, absl::string_view worker,
+                            uint64_t lease_id, absl::string_view reason);
   // While splits are possible (QueueState::SplitsPossible) and none is
   // proposed to `worker`, waits up to `wait` for one, so that a proposal
   // reaches its holder at once rather than with its next heartbeat.

@@ -207,8 +207,14 @@ grpc::ServerUnaryReactor* CoordinatorService::Complete(grpc::CallbackServerConte
 
 grpc::Status CoordinatorService::Release(grpc::ServerContext* ctx,
                                          const v1::ReleaseRequest* req,
-                                         v1::ReleaseResponse*) {
+                                         v1::ReleaseResponse* resp) {
   if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  if (req->failed()) {
+    absl::StatusOr<bool> failed =
+        coordinator_->Fail(req->queue(), req->worker(), req->lease_id(), req->reason());
+    if (failed.ok()) resp->set_item_failed(*failed);
+    return ToGrpcStatus(failed.status());
+  }
   return ToGrpcStatus(coordinator_->Release(req->queue(), req->worker(), req->lease_id()));
 }
 

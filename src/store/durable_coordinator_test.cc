@@ -215,14 +215,18 @@ TEST(DurableCoordinator, GrantsLostInACrashAreNeverReissuedAndTheirItemsAreReadA
   EXPECT_EQ(stats->duplicates, 0);
   EXPECT_EQ(stats->leased, 3);
   EXPECT_EQ(stats->workers.count("w1"), 0u);
-  // The new holders and the surviving one complete normally; so does w1
-  // once someone else completed its item (a duplicate, not a second count).
+  // The new holders and the surviving one complete normally; w1's lost
+  // grant stays unknown once someone else completed its item: refused, not
+  // counted as a duplicate (issue 15 item 7), but counted as refused.
   EXPECT_EQ(*recovered->Complete("alpha", "w0", kept.lease_id), CompleteOutcome::kCompleted);
   for (const WorkItem& item : again) {
     EXPECT_EQ(*recovered->Complete("alpha", "w2", item.lease_id), CompleteOutcome::kCompleted);
   }
-  EXPECT_EQ(*recovered->Complete("alpha", "w1", lost[0].lease_id), CompleteOutcome::kDuplicate);
+  EXPECT_EQ(recovered->Complete("alpha", "w1", lost[0].lease_id).status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(recovered->Stats("alpha")->completed, 3);
+  EXPECT_EQ(recovered->Stats("alpha")->duplicates, 0);
+  EXPECT_EQ(recovered->Stats("alpha")->refused_completions, 3);
 
   // The skipped ids are journaled through the grants that use them: a
   // second recovery (replaying that journal) continues after them.

@@ -174,14 +174,16 @@ def test_tls_round_trip_with_a_self_signed_certificate(start_coordinator, tmp_pa
         run("status", "--address", f"localhost:{c.port}", timeout=3)
 
 
-def test_worker_releases_item_when_command_fails(coordinator, tmp_path):
+def test_worker_reports_failed_attempts_and_gives_up_after_max_failures(coordinator, tmp_path):
     files = make_text_files(tmp_path, 1, 5)
     run("create", "--address", coordinator.address, "--name", "f", *files)
     proc = run("worker", "--address", coordinator.address, "--name", "f", "--worker", "bad",
                "--max-failures", "2", "--", "false", check=False)
     assert proc.returncode == 1 and "giving up" in proc.stderr
     status = status_json(coordinator.address, "f")
-    assert status["released"] == 2 and status["pending"] == 1 and status["leased"] == 0
+    # Two failed attempts of three (--max-attempts): pending again, not failed.
+    assert status["released"] == 0 and status["pending"] == 1 and status["leased"] == 0
+    assert status["failed"] == 0 and status["finished"] is False
     ok = run("worker", "--address", coordinator.address, "--name", "f", "--", "true")
     assert status_json(coordinator.address, "f")["completed"] == 1
     assert ok.returncode == 0

@@ -1,0 +1,170 @@
+// QueueState's bounded bookkeeping: records of the epochs in progress,
+// remembered ended leases, failed attempts and items set aside as failed,
+// and the stats built from them (see the top of queue_state.h). Pure: no I/O.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "src/core/queue_state.h"
+
+namespace shardq {
+
+void QueueState::MaybeRetire(int64_t epoch) {
+  auto it = epochs_.find(epoch);
+  if (it == epochs_.end() || epoch >= next_epoch_) return;
+  const EpochRecord& r = it->second;
+  if (r.leased == 0 && r.completed + r.failed == num_items()) epochs_.erase(it);
+}
+
+void QueueState::RememberEnded(uint64_t lease_id, Ref ref, const std::string& worker,
+                               LeaseEnd how) {
+  auto [it, inserted] = ended_.insert_or_assign(lease_id, EndedLease{ref, worker, how});
+  (void)it;
+  if (!inserted) return;
+  ended_order_.push_back(lease_id);
+  while (ended_order_.size() > kEndedLeasesKept) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+}
+
+void QueueState::MarkFailed(const Failure& failure) {
+  const Ref ref = failure.ref;
+  attempts_.erase(Slot(ref));
+  failed_[Slot(ref)] = failure;
+  if (IsExtra(ref)) {
+    ExtraOf(ref).failed = true;
+    ++extras_failed_;
+    return;
+  }
+  ++failed_planned_;
+  auto it = epochs_.find(ref.epoch);
+  if (it == epochs_.end()) return;
+  ++it->second.failed;
+  MaybeRetire(ref.epoch);
+}
+
+absl::StatusOr<bool> QueueState::Fail(absl::string_view worker, uint64_t lease_id,
+                                      absl::string_view reason, absl::Time now) {
+  absl::StatusOr<Lease*> held = HeldBy(worker, lease_id);
+  if (!held.ok()) return held.status();
+  const Ref ref = (*held)->ref;
+  journal::Update update = NewUpdate(now);
+  update.mutable_fail()->set_lease_id(lease_id);
+  update.mutable_fail()->set_reason(std::string(reason.substr(0, kMaxFailureReasonBytes)));
+  if (absl::Status s = Commit(update); !s.ok()) return s;
+  return IsFailed(ref);
+}
+
+absl::Status QueueState::ApplyFail(const journal::Fail& fail) {
+  absl::StatusOr<Ref> ref = ReturnToFront(fail.lease_id(), "fails", LeaseEnd::kFailed);
+  if (!ref.ok()) return ref.status();
+  // Completed meanwhile by a late completion of an earlier lease: done.
+  if (IsDone(*ref)) return absl::OkStatus();
+  auto [it, inserted] = attempts_.try_emplace(Slot(*ref));
+  Failure& f = it->second;
+  if (inserted) f.ref = *ref;
+  ++f.attempts;
+  f.reason = fail.reason();
+  if (f.attempts >= config_.max_attempts) {
+    MarkFailed(Failure(f));  // erases `f`
+    return absl::OkStatus();
+  }
+  // The back, not the front: other items make progress before this one is
+  // tried again.
+  pending_.push_back(*ref);
+  return absl::OkStatus();
+}
+
+std::vector<bool> QueueState::CompletedBits(int64_t epoch) const {
+  const size_t n = static_cast<size_t>(num_items());
+  auto it = epochs_.find(epoch);
+  if (it != epochs_.end()) {
+    if (it->second.completed == num_items()) return std::vector<bool>(n, true);
+    if (it->second.completed_bits.empty()) return std::vector<bool>(n, false);
+    return it->second.completed_bits;
+  }
+  if (epoch >= next_epoch_) return std::vector<bool>(n, false);
+  std::vector<bool> bits(n, true);
+  for (auto f = failed_.lower_bound(epoch * num_items());
+       f != failed_.end() && f->first < (epoch + 1) * num_items(); ++f) {
+    bits[static_cast<size_t>(f->second.ref.index)] = false;
+  }
+  return bits;
+}
+
+QueueStats QueueState::Stats(absl::Time now) const {
+  QueueStats stats;
+  stats.name = config_.name;
+  stats.seed = *config_.seed;
+  stats.num_items = num_items();
+  stats.num_epochs = config_.num_epochs;
+  stats.taken = taken_;
+  stats.expired = expired_count_;
+  stats.released = released_;
+  stats.duplicates = duplicates_;
+  stats.refused_completions = refused_completions_;
+  stats.finished = Finished();
+  stats.splits = splits_;
+  stats.split_items_open =
+      static_cast<int64_t>(extras_.size()) - extras_completed_ - extras_failed_;
+  stats.max_attempts = config_.max_attempts;
+  stats.failed = failed_planned_ + extras_failed_;
+  for (const auto& [slot, f] : failed_) {
+    if (static_cast<int64_t>(stats.failed_items.size()) >= kMaxFailedListed) break;
+    stats.failed_items.push_back(FailedItemStats{
+        ItemString(f.ref), f.ref.epoch, IsExtra(f.ref) ? ExtraOf(f.ref).parent : f.ref.index,
+        f.attempts, f.reason});
+  }
+  auto epoch_stats = [&](int64_t e) {
+    EpochStats es;
+    es.epoch = e;
+    auto it = epochs_.find(e);
+    if (it != epochs_.end()) {
+      es.completed = it->second.completed;
+      es.leased = it->second.leased;
+      es.failed = it->second.failed;
+    } else if (e < next_epoch_) {
+      const std::vector<bool> bits = CompletedBits(e);
+      es.failed = static_cast<int64_t>(std::count(bits.begin(), bits.end(), false));
+      es.completed = num_items() - es.failed;
+    }
+    es.pending = num_items() - es.completed - es.leased - es.failed;
+    return es;
+  };
+  int64_t records_done = 0;
+  int64_t records_below_next = 0;
+  for (const auto& [e, r] : epochs_) {
+    stats.leased += r.leased;
+    if (e < next_epoch_) ++records_below_next;
+    if (r.completed + r.failed == num_items()) ++records_done;
+  }
+  stats.epochs_done = next_epoch_ - records_below_next + records_done;
+  stats.completed = total_completed_;
+  stats.pending = total_work() - total_completed_ - stats.leased - failed_planned_;
+  if (config_.num_epochs <= kMaxEpochsListed) {
+    for (int64_t e = 0; e < config_.num_epochs; ++e) stats.epochs.push_back(epoch_stats(e));
+  } else {
+    for (const auto& [e, r] : epochs_) {
+      if (static_cast<int64_t>(stats.epochs.size()) >= kMaxEpochsListed) break;
+      stats.epochs.push_back(epoch_stats(e));
+    }
+  }
+  for (const auto& [name, w] : workers_) {
+    WorkerStats ws;
+    ws.taken = w.taken;
+    ws.completed = w.completed;
+    ws.held = w.held;
+    const absl::Time end = w.last_completion == absl::InfinitePast() ? now : w.last_completion;
+    const double seconds = absl::ToDoubleSeconds(end - w.first_take);
+    if (w.first_take != absl::InfinitePast() && seconds > 0) {
+      ws.items_per_second = static_cast<double>(w.completed) / seconds;
+    }
+    stats.workers[name] = ws;
+  }
+  return stats;
+}
+
+}  // namespace shardq
