@@ -59,10 +59,6 @@ std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
     diffs.push_back(absl::StrCat("split_min_residual (existing ", existing.split_min_residual,
                                  ", requested ", requested.split_min_residual, ")"));
   }
-  if (existing.max_attempts != requested.max_attempts) {
-    diffs.push_back(absl::StrCat("max_attempts (existing ", existing.max_attempts,
-                                 ", requested ", requested.max_attempts, ")"));
-  }
   return diffs;
 }
 
