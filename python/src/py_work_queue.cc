@@ -42,9 +42,14 @@ py::dict StatsToDict(const QueueStats& s) {
   d["splits"] = s.splits;
   d["split_items_open"] = s.split_items_open;
   d["finished"] = s.finished;
+  d["failed"] = s.failed;
+  d["refused_completions"] = s.refused_completions;
+  d["epochs_done"] = s.epochs_done;
   py::list epochs;
   for (const EpochStats& e : s.epochs) {
     py::dict ed;
+    ed["epoch"] = e.epoch;
+    ed["failed"] = e.failed;
     ed["pending"] = e.pending;
     ed["leased"] = e.leased;
     ed["completed"] = e.completed;

@@ -2,6 +2,7 @@
 // remembered ended leases, failed attempts and items set aside as failed,
 // and the stats built from them (see the top of queue_state.h). Pure: no I/O.
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -127,8 +128,10 @@ QueueStats QueueState::Stats(absl::Time now) const {
       es.leased = it->second.leased;
       es.failed = it->second.failed;
     } else if (e < next_epoch_) {
-      const std::vector<bool> bits = CompletedBits(e);
-      es.failed = static_cast<int64_t>(std::count(bits.begin(), bits.end(), false));
+      // Done: completed, but for its failed items (slots e*n .. e*n+n-1).
+      es.failed = static_cast<int64_t>(
+          std::distance(failed_.lower_bound(e * num_items()),
+                        failed_.lower_bound((e + 1) * num_items())));
       es.completed = num_items() - es.failed;
     }
     es.pending = num_items() - es.completed - es.leased - es.failed;

@@ -15,8 +15,11 @@
 namespace shardq {
 
 // Largest message either side accepts: a queue's plan travels in one
-// CreateQueue request (1,000,000 slices of ~100 bytes fit).
-inline constexpr int kMaxMessageBytes = 256 << 20;
+// CreateQueue request, and the largest plan a queue accepts (kMaxPlanBytes
+// of item strings, at most kMaxItemsPerQueue of them) fits with room to
+// spare; a larger request is refused before it is parsed.
+inline constexpr int kMaxMessageBytes = 160 << 20;
+static_assert(kMaxMessageBytes >= kMaxPlanBytes + 8 * kMaxItemsPerQueue + (1 << 20));
 
 // Codes map one to one (both follow google.rpc.Code); the message is kept.
 grpc::Status ToGrpcStatus(const absl::Status& status);

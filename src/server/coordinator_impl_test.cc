@@ -76,6 +76,34 @@ TEST(CoordinatorImpl, BlockedTakeWakesWhenAnotherWorkerReleases) {
   EXPECT_EQ((*got)[0].index, (*held)[0].index);
 }
 
+// The last failed attempt sets the last item aside: a take blocked on it
+// learns at once that the queue finished (with failures).
+TEST(CoordinatorImpl, BlockedTakeEndsWhenTheLastItemIsSetAsideAsFailed) {
+  CoordinatorImpl c;
+  QueueConfig config = Config("q", 1);
+  config.max_attempts = 1;
+  ASSERT_TRUE(c.CreateQueue(config).ok());
+  absl::StatusOr<std::vector<WorkItem>> held = c.Take("q", "a", 1, absl::Now());
+  ASSERT_EQ(held->size(), 1u);
+  std::thread failer([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    absl::StatusOr<bool> set_aside = c.Fail("q", "a", (*held)[0].lease_id, "exit 1");
+    ASSERT_TRUE(set_aside.ok()) << set_aside.status();
+    EXPECT_TRUE(*set_aside);
+  });
+  absl::StatusOr<std::vector<WorkItem>> got =
+      c.Take("q", "b", 1, absl::Now() + absl::Seconds(30));
+  failer.join();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kOutOfRange) << got.status();
+  absl::StatusOr<QueueStats> stats = c.Stats("q");
+  EXPECT_TRUE(stats->finished);
+  EXPECT_EQ(stats->failed, 1);
+  ASSERT_EQ(stats->failed_items.size(), 1u);
+  EXPECT_EQ(stats->failed_items[0].reason, "exit 1");
+  EXPECT_EQ(c.Fail("q", "b", (*held)[0].lease_id, "").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 // Tail rebalancing: a holder's heartbeat held by the coordinator returns
 // as soon as a waiting take proposes a split of its item.
 TEST(CoordinatorImpl, HeldHeartbeatReturnsWithTheProposalATakeMakes) {
