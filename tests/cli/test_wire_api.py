@@ -103,9 +103,14 @@ def test_bogus_requests_get_specific_status_and_change_nothing(pb, stub):
     assert (after.pending, after.leased, after.completed, after.duplicates) == \
         (before.pending, before.leased, before.completed, before.duplicates)
 
-    # Completing twice: the second is a counted duplicate and nothing else.
+    # The holder completing twice (a retry after a lost answer): the second is
+    # answered as a duplicate but is no re-run, so `duplicates` does not count
+    # it; another worker completing the same lease is refused.
     first = stub.Complete(m.CompleteRequest(queue="bogus", worker="owner", lease_id=item.lease_id))
     second = stub.Complete(m.CompleteRequest(queue="bogus", worker="owner", lease_id=item.lease_id))
     assert not first.duplicate and second.duplicate
+    assert code_of(stub.Complete, m.CompleteRequest(
+        queue="bogus", worker="intruder", lease_id=item.lease_id)) == \
+        grpc.StatusCode.PERMISSION_DENIED
     final = status(pb, stub, "bogus")
-    assert final.completed == 1 and final.duplicates == 1 and final.leased == 0
+    assert final.completed == 1 and final.duplicates == 0 and final.leased == 0
