@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "shardq/work_queue.h"
+#include "src/client/retry.h"
 #include "tools/client_flags.h"
 #include "tools/verbs.h"
 
@@ -115,6 +116,9 @@ int RunWorker(const WorkerOptions& o) {
   action.sa_handler = OnStopSignal;  // no SA_RESTART: waitpid sees EINTR
   ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGINT, &action, nullptr);
+  // A take or completion retrying through a coordinator outage gives up at
+  // once on a stop signal instead of retrying for minutes.
+  SetInterruptCheck([] { return g_stop_signal.load() != 0; });
 
   int failures_in_a_row = 0;
   int64_t done = 0;
@@ -122,6 +126,7 @@ int RunWorker(const WorkerOptions& o) {
     absl::StatusOr<WorkItem> item = (*queue)->Take(absl::Seconds(1));
     if (absl::IsDeadlineExceeded(item.status())) continue;  // re-check signals
     if (absl::IsOutOfRange(item.status())) return EndOfInput(**queue, done);
+    if (!item.ok() && g_stop_signal.load() != 0) break;  // interrupted while retrying
     if (!item.ok()) return ReportError("worker", item.status());
     const int exit_code = RunCommand(o.command, *item);
     if (exit_code == 0) {
@@ -131,6 +136,15 @@ int RunWorker(const WorkerOptions& o) {
       ++done;
       failures_in_a_row = 0;
       continue;
+    }
+    if (g_stop_signal.load() != 0) {
+      // Stopped, not failed: the item goes back to the queue whole and no
+      // attempt is counted against it.
+      if (absl::Status s = (*queue)->Release(*item); !s.ok()) {
+        std::fprintf(stderr, "shardq worker: could not release %s: %s\n", item->item.c_str(),
+                     s.ToString().c_str());
+      }
+      break;
     }
     const std::string reason = absl::StrCat("command exited ", exit_code, " (worker ",
                                             (*queue)->worker_id(), ")");

@@ -44,7 +44,7 @@ std::map<std::string, double> Scalars(const QueueMetrics& m) {
       {q + "complete_rate", m.complete_rate},
   };
   for (size_t e = 0; e < s.epochs.size(); ++e) {
-    const std::string p = absl::StrCat(q, "epoch_", e, "/");
+    const std::string p = absl::StrCat(q, "epoch_", s.epochs[e].epoch, "/");
     out[p + "pending"] = static_cast<double>(s.epochs[e].pending);
     out[p + "leased"] = static_cast<double>(s.epochs[e].leased);
     out[p + "completed"] = static_cast<double>(s.epochs[e].completed);
@@ -163,8 +163,8 @@ std::string PrometheusText(const std::vector<QueueMetrics>& queues,
   family("shardq_epoch_items", "gauge", "Items per epoch by state.");
   for (const QueueMetrics& m : queues) {
     for (size_t e = 0; e < m.stats.epochs.size(); ++e) {
-      const std::string base =
-          absl::StrCat("queue=\"", Label(m.stats.name), "\",epoch=\"", e, "\"");
+      const std::string base = absl::StrCat("queue=\"", Label(m.stats.name), "\",epoch=\"",
+                                            m.stats.epochs[e].epoch, "\"");
       sample("shardq_epoch_items", base + ",state=\"pending\"", double(m.stats.epochs[e].pending));
       sample("shardq_epoch_items", base + ",state=\"leased\"", double(m.stats.epochs[e].leased));
       sample("shardq_epoch_items", base + ",state=\"completed\"",

@@ -21,7 +21,7 @@ QueueStats Sample(int64_t taken, int64_t completed) {
   s.leased = 2;
   s.expired = 1;
   s.duplicates = 1;
-  s.epochs = {EpochStats{0, 1, 9}, EpochStats{8, 1, 1}};
+  s.epochs = {EpochStats{0, 1, 9, /*epoch=*/0}, EpochStats{8, 1, 1, /*epoch=*/1}};
   s.workers["w0"] = WorkerStats{6, 5, 1, 2.5};
   return s;
 }
@@ -75,6 +75,25 @@ TEST(SummaryWriter, PrometheusTextHasOneSamplePerQueueAndEscapesLabels) {
   EXPECT_NE(text.find("shardq_epoch_items{queue=\"we\\\"ird\",epoch=\"1\",state=\"pending\"} 8"),
             std::string::npos);
   EXPECT_NE(text.find("shardq_lease_expiries_total{queue=\"we\\\"ird\"} 1"), std::string::npos);
+}
+
+// With many epochs, stats list only the epochs in progress: labels and tags
+// carry each one's own number, not its position in the list.
+TEST(SummaryWriter, EpochsAreLabelledWithTheirNumberNotTheirPosition) {
+  QueueStats s = Sample(14, 10);
+  s.num_epochs = 1000;
+  s.epochs = {EpochStats{3, 2, 5, /*epoch=*/57}, EpochStats{10, 0, 0, /*epoch=*/58}};
+  QueueMetrics m = DeriveMetrics(s, absl::Now(), nullptr, absl::Now());
+  const std::string text = PrometheusText({m});
+  EXPECT_NE(text.find("shardq_epoch_items{queue=\"train\",epoch=\"57\",state=\"pending\"} 3"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("shardq_epoch_items{queue=\"train\",epoch=\"58\",state=\"pending\"} 10"),
+            std::string::npos);
+  EXPECT_EQ(text.find("epoch=\"0\""), std::string::npos);
+  const std::map<std::string, double> scalars = Scalars(m);
+  EXPECT_EQ(scalars.at("shardq/train/epoch_57/completed"), 5.0);
+  EXPECT_EQ(scalars.count("shardq/train/epoch_0/completed"), 0u);
 }
 
 TEST(SummaryWriter, WhatOnlyGrowsIsACounterAndNoRateIsPrecomputed) {

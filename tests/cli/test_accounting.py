@@ -2,7 +2,9 @@
 failed after --max-attempts failed attempts and the worker exits 4; queue
 limits are INVALID_ARGUMENT; a queue of 100,000,000 epochs stays small."""
 import json
+import signal
 import subprocess
+import time
 
 from cli_helpers import make_text_files, run, shardq_bin
 
@@ -100,3 +102,29 @@ def test_a_hundred_million_epochs_keep_the_coordinator_and_its_status_small(
     with open(f"/proc/{coordinator.proc.pid}/status") as f:
         rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     assert rss_kb < 512 * 1024, f"coordinator holds {rss_kb} kB"
+
+
+def test_a_stopped_worker_releases_its_item_without_counting_a_failed_attempt(
+        coordinator, tmp_path):
+    files = make_text_files(tmp_path, 1, 10)
+    run("create", "--address", coordinator.address, "--name", "stopped", "--max-attempts", "1",
+        *files)
+    started = tmp_path / "started"
+    # The command says it started, then runs until the worker passes on SIGTERM.
+    command = f'touch {started}; exec sleep 600'
+    worker = subprocess.Popen(
+        [shardq_bin(), "worker", "--address", coordinator.address, "--name", "stopped",
+         "--worker", "w0", "--", "sh", "-c", command],
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert worker.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)
+    _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 128 + signal.SIGTERM, err
+
+    # With --max-attempts 1 a counted attempt would have set the item aside.
+    status, _ = status_json(coordinator.address, "stopped")
+    assert status["failed"] == 0 and status["finished"] is False
+    assert status["pending"] == 1 and status["leased"] == 0
