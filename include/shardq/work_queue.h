@@ -147,7 +147,10 @@ class WorkQueue final : public ItemSource {
   std::unique_ptr<ItemStream> InputDataset();
 
   // The `input_producer` shape: a local bounded proxy queue of `capacity`
-  // items (0: num_clients), kept filled by a background thread.
+  // items (0: num_clients), kept filled by a background thread. Each call
+  // makes a new producer whose thread takes items for this worker, and all
+  // of them share its num_clients leases: make one per WorkQueue and keep it
+  // (Python's `input_producer()` returns the queue's one producer).
   std::unique_ptr<InputProducer> MakeInputProducer(int64_t capacity = 0);
 
   // ItemSource: NextItem() is Take(), ItemDone() is Complete().
