@@ -6,6 +6,7 @@ free port, written to --port-file) and stopped by its PID.
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import time
 
@@ -69,3 +70,27 @@ def make_text_files(directory, count, lines):
         path.write_text("".join(f"file {i} line {j}\n" for j in range(lines)))
         paths.append(str(path))
     return paths
+
+
+def free_port():
+    """A port nothing listens on now (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_serve(port, state_dir, log, *extra, preexec_fn=None):
+    """`shardq serve --state-dir` on a fixed loopback port (tests restart it
+    there), returned once it accepts connections."""
+    proc = subprocess.Popen([shardq_bin(), "serve", "--listen", f"127.0.0.1:{port}",
+                             "--state-dir", str(state_dir), *extra], stdout=log, stderr=log,
+                            preexec_fn=preexec_fn)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            assert proc.poll() is None, "shardq serve exited at start"
+            assert time.monotonic() < deadline, "shardq serve did not listen"
+            time.sleep(0.05)

@@ -7,38 +7,16 @@ every one exits 2 with a message in words."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
 
 import pytest
 
-from cli_helpers import make_text_files, run, shardq_bin
+from cli_helpers import free_port, make_text_files, run, shardq_bin, start_serve
 
 # Generous bounds: a failure shows as a hang past them, never as a race.
 GENEROUS = 60
-
-
-def closed_port():
-    """A port nothing listens on (bound once, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_serve(port, state_dir, log, *extra):
-    proc = subprocess.Popen([shardq_bin(), "serve", "--listen", f"127.0.0.1:{port}",
-                             "--state-dir", str(state_dir), *extra], stdout=log, stderr=log)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            assert proc.poll() is None, "shardq serve exited at start"
-            assert time.monotonic() < deadline, "shardq serve did not listen"
-            time.sleep(0.05)
 
 
 def assert_unavailable_naming(proc, address, waited=True):
@@ -53,7 +31,7 @@ def assert_unavailable_naming(proc, address, waited=True):
 
 
 def test_status_at_a_closed_port_says_it_waits_then_fails_naming_the_address():
-    address = f"127.0.0.1:{closed_port()}"
+    address = f"127.0.0.1:{free_port()}"
     proc = run("status", "--address", address, "--connect-timeout", "2", check=False,
                timeout=GENEROUS)
     assert_unavailable_naming(proc, address)
@@ -62,7 +40,7 @@ def test_status_at_a_closed_port_says_it_waits_then_fails_naming_the_address():
 
 @pytest.mark.parametrize("verb", ["create", "take", "worker", "status", "snapshot", "restore"])
 def test_every_client_verb_takes_connect_timeout(verb, tmp_path, request):
-    address = f"127.0.0.1:{closed_port()}"
+    address = f"127.0.0.1:{free_port()}"
     files = make_text_files(tmp_path, 1, 3)
     checkpoint = tmp_path / "ckpt"
     if verb == "restore":  # a real checkpoint, so that only the address is wrong
@@ -130,7 +108,7 @@ def wait_for_line(stream, needle, timeout):
 
 
 def test_ctrl_c_ends_a_take_that_waits_for_the_coordinator():
-    address = f"127.0.0.1:{closed_port()}"
+    address = f"127.0.0.1:{free_port()}"
     proc = subprocess.Popen([shardq_bin(), "take", "--address", address,
                              "--connect-timeout", "600"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -149,7 +127,7 @@ def test_a_worker_that_has_reached_the_coordinator_rides_through_a_longer_outage
     """The connect timeout bounds only the wait for the first answer: a
     worker that got its item keeps retrying while the coordinator is away
     longer than that timeout, and finishes once it is back."""
-    port = closed_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     state = tmp_path / "state"
     log = open(tmp_path / "serve.log", "ab")

@@ -6,32 +6,10 @@ import os
 import random
 import resource
 import signal
-import socket
 import subprocess
 import time
 
-from cli_helpers import make_text_files, run, shardq_bin
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_serve(port, state_dir, log, preexec_fn=None):
-    proc = subprocess.Popen([shardq_bin(), "serve", "--listen", f"127.0.0.1:{port}",
-                             "--state-dir", str(state_dir)], stdout=log, stderr=log,
-                            preexec_fn=preexec_fn)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            assert proc.poll() is None, "shardq serve exited at start"
-            assert time.monotonic() < deadline, "shardq serve did not listen"
-            time.sleep(0.05)
+from cli_helpers import free_port, make_text_files, run, shardq_bin, start_serve
 
 
 def start_workers(address, queue, count, command):
