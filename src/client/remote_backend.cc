@@ -335,14 +335,16 @@ class RemoteBackend final : public QueueBackend {
       }
       const absl::Time now = absl::Now();
       const std::string why = reason.empty() ? "no connection yet" : reason;
+      // The note comes before the give-up check, so a wait that lasted past
+      // kFirstWaitingNote has shown it even if this thread woke late.
+      if (now - started >= kFirstWaitingNote) {
+        Note("waiting for the coordinator at ", why, "retrying");
+      }
       if (now >= give_up) {
         return absl::UnavailableError(absl::StrCat(
             method, ": no answer from the coordinator at ", options_.address, " within ",
             absl::FormatDuration(options_.connect_timeout), " (the connect timeout): ", why,
             TlsHint(why)));
-      }
-      if (now - started >= kFirstWaitingNote) {
-        Note("waiting for the coordinator at ", why, "retrying");
       }
       channel_->WaitForStateChange(state,
                                    absl::ToChronoTime(std::min(now + kInterruptPoll, give_up)));
