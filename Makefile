@@ -57,3 +57,13 @@ fuzz: deps
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)
+
+# Self-contained wheels for CPython 3.12 and 3.11 (pyenv) into dist/, with
+# the libraries they link bundled by auditwheel (scripts/build-wheels), then
+# each installed and run in a fresh venv outside the repo
+# (tests/wheel/check-wheel). No apt packages needed to install them.
+# Build dirs: build-wheel-cpXY/ (incremental), venvs in build/.
+.PHONY: wheel
+wheel:
+	scripts/build-wheels
+	tests/wheel/check-wheel

@@ -8,6 +8,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
+#include "shardq_version.h"
 #include "tools/client_flags.h"
 #include "tools/demo.h"
 #include "tools/record_verbs.h"
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"shardq: elastic data sharding for distributed training"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "shardq " SHARDQ_VERSION, "print the version and exit");
 
   shardq::DemoOptions demo;
   shardq::ServeOptions serve;

@@ -15,6 +15,7 @@ items, slow ones fewer. With no address (and none in SHARDQ_ADDRESS,
 TF_CONFIG or torchrun's MASTER_ADDR + SHARDQ_PORT) the queue lives in this
 process and its workers are the threads that create WorkQueues.
 """
+from shardq._version import __version__  # noqa: F401  (from CMake's project())
 from shardq import _shardq
 from shardq.errors import (  # noqa: F401  (re-exported)
     CancelledError,
