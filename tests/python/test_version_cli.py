@@ -6,8 +6,10 @@ C++ command line. The wheel itself is tested by tests/wheel/check-wheel."""
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -89,3 +91,26 @@ def test_entry_point_main_is_the_console_script(tmp_path):
     assert direct.returncode not in (0, 2), direct.stderr
     assert via_entry.returncode == direct.returncode
     assert via_entry.stderr == direct.stderr
+
+
+def test_entry_point_passes_signals_to_the_command(tmp_path):
+    # The entry point execs: SIGTERM to the process started as
+    # `python -m shardq serve` reaches serve itself, which stops cleanly
+    # (exit 0) where a Python parent would have died of the signal.
+    port_file = tmp_path / "port"
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE_DIR), SHARDQ_BIN=str(built_binary().parent))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardq", "serve", "--listen", "127.0.0.1:0",
+         "--port-file", str(port_file)], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert port_file.exists(), proc.stderr.read() if proc.poll() is not None else "no port"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
