@@ -114,3 +114,13 @@ def test_entry_point_passes_signals_to_the_command(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_entry_point_without_a_binary_says_where_it_looked(tmp_path, monkeypatch, capsys):
+    import shardq._cli
+    monkeypatch.setattr(shardq._cli, "_PACKAGE_DIR", tmp_path / "python" / "shardq")
+    monkeypatch.delenv("SHARDQ_BIN", raising=False)
+    assert shardq._cli.find_binary() is None
+    assert shardq._cli.main(["--version"]) == 1
+    err = capsys.readouterr().err
+    assert "shardq binary is missing" in err and str(tmp_path / "python" / "shardq" / "_bin") in err
