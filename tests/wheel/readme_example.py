@@ -79,7 +79,8 @@ def main(readme):
     if have_torch:
         assert namespace["seen"] > 0
         assert sorted(namespace["after"]) == sorted(namespace["before"]) == list(range(100))
-    print(f"README python blocks: {ran} ran, {skipped} skipped (use torch, not installed); "
+    why = " (they use torch, which is not installed)" if skipped else ""
+    print(f"  README python blocks: {ran} ran, {skipped} skipped{why}; "
           f"shardq {shardq.__version__} from {pathlib.Path(shardq.__file__).parent}")
 
 
