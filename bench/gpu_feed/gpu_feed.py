@@ -332,6 +332,8 @@ class Pinner:
     def _run(self):
         import torch
         try:
+            if self._pin:  # as DataLoader's pin thread: this device's context
+                torch.cuda.set_device(torch.cuda.current_device())
             for b in self._source:
                 x, y = torch.from_numpy(b["image"]), torch.from_numpy(b["label"])
                 if self._pin:
@@ -513,6 +515,7 @@ def run_row(row, cfg):
 
         for i in range(cfg["warmup"]):
             loss = step(*fetch())
+        inject_fault(row)
         if cuda:
             torch.cuda.synchronize()
         res["setup_s"] = round(time.time() - t_begin, 2)
@@ -566,6 +569,21 @@ def run_row(row, cfg):
             print(f"  {row}: closing the feed raised {type(e).__name__}: {e}", flush=True)
 
 
+def inject_fault(row):
+    """SHARDQ_GPU_FEED_FAULT="ROW=raise|crash|hang;...": the tests' way to
+    check that one row's failure leaves the others running."""
+    for part in os.environ.get("SHARDQ_GPU_FEED_FAULT", "").split(";"):
+        name, _, kind = part.partition("=")
+        if name != row:
+            continue
+        if kind == "raise":
+            raise RuntimeError("injected fault")
+        if kind == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if kind == "hang":
+            time.sleep(1e6)
+
+
 def child_main(row, config_path):
     with open(config_path) as f:
         cfg = json.load(f)
@@ -603,39 +621,46 @@ def find_shardq_cli():
 
 
 class Server:
-    """`shardq serve` on a free loopback port (`python -m shardq.serve`
-    where no shardq command is installed)."""
+    """`shardq serve` on a free loopback port; `python -m shardq.serve`
+    where no shardq command is installed or it does not start."""
 
     def __init__(self, workdir, log_file):
         cli = find_shardq_cli()
-        port_file = os.path.join(workdir, "port")
         if cli:
-            cmd = [cli, "serve", "--listen", "127.0.0.1:0", "--port-file", port_file]
-            self.kind = "shardq serve"
-        else:
-            port = free_port()
-            with open(port_file, "w") as f:
-                f.write(str(port))
-            cmd = [sys.executable, "-m", "shardq.serve", "--listen", f"127.0.0.1:{port}"]
-            self.kind = "python -m shardq.serve"
+            try:
+                self._start(workdir, log_file, "shardq serve", port_file=True,
+                            cmd=[cli, "serve", "--listen", "127.0.0.1:0"])
+                return
+            except RuntimeError as e:
+                log(f"shared queue: {e}; trying python -m shardq.serve")
+        port = free_port()
+        self._start(workdir, log_file, "python -m shardq.serve", port_file=False, port=port,
+                    cmd=[sys.executable, "-m", "shardq.serve", "--listen", f"127.0.0.1:{port}"])
+
+    def _start(self, workdir, log_file, kind, cmd, port_file, port=None):
+        path = os.path.join(workdir, f"port.{uuid.uuid4().hex[:6]}")
+        if port_file:
+            cmd = cmd + ["--port-file", path]
         self.proc = subprocess.Popen(cmd, stdout=log_file, stderr=log_file,
                                      start_new_session=True)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 20
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}")
+                raise RuntimeError(f"{kind} exited with {self.proc.returncode}")
             try:
-                with open(port_file) as f:
-                    port = int(f.read().strip())
+                if port_file:
+                    with open(path) as f:
+                        port = int(f.read().strip())
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     break
             except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.kind} did not listen within 30 s")
+                self.stop()
+                raise RuntimeError(f"{kind} did not listen within 20 s")
             time.sleep(0.05)
         self.address = f"127.0.0.1:{port}"
-        self.kind += f" on {self.address}"
+        self.kind = f"{kind} on {self.address}"
 
     def stop(self):
         if self.proc.poll() is None:
@@ -685,11 +710,21 @@ def read_result(proc, cfg, killed):
     try:
         with open(proc.log_path, errors="replace") as f:
             lines = [ln.rstrip() for ln in f if ln.strip()]
-        tail = " | ".join(lines[-3:])[-600:]
+        # A hang: faulthandler's stacks, most recent call first; show each
+        # thread's innermost frame. Otherwise the log's last lines.
+        inner = [lines[i + 1].strip() for i, ln in enumerate(lines[:-1])
+                 if "most recent call first" in ln]
+        tail = " | ".join(inner[:4] if killed and inner else lines[-3:])[-600:]
     except OSError:
         pass
     if res is None:
-        why = "killed at its time limit" if killed else f"exited with {proc.returncode}"
+        code = proc.returncode
+        if killed:
+            why = "killed at its time limit (a hang?)"
+        elif code is not None and code < 0:
+            why = f"died of signal {signal.Signals(-code).name}"
+        else:
+            why = f"exited with {code}"
         res = dict(ok=False, error=f"no result: {why}" + (f"; log: {tail}" if tail else ""))
     elif not res.get("ok") and tail:
         res["error"] = res.get("error", "") + f" (log: {tail})"
@@ -778,7 +813,7 @@ def environment(device):
              "print(json.dumps(d))\n")
     try:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                             timeout=120)
+                             timeout=60)
         env.update(json.loads(out.stdout.strip().splitlines()[-1]))
     except Exception as e:  # reported; the rows will say what fails
         env["torch"] = f"probe failed: {type(e).__name__}: {e}"
@@ -846,6 +881,9 @@ def main():
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: "
                     + ", ".join(ROWS))
     ap.add_argument("--workers", type=int, default=None, help="DataLoader num_workers")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a profile value, e.g. records=2048, model=tiny, "
+                         "shape=3x224x224, batch=64 (for trying the script out)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -868,6 +906,14 @@ def main():
         ap.error(f"unknown rows {unknown}; choose from {list(ROWS)}")
     import_shardq()
     prof = dict(PROFILES[device])
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in prof:
+            ap.error(f"--set {item}: no such value; choose from {sorted(prof)}")
+        if key == "shape":
+            prof[key] = tuple(int(d) for d in value.split("x"))
+        else:
+            prof[key] = type(prof[key])(value)
     workers = args.workers or (min(8, max(2, (os.cpu_count() or 4) // 2)) if device == "cuda" else 2)
     log(f"device {device}, budget {minutes} min, out {out}, data {data_dir}")
     env = environment(device)

@@ -52,3 +52,21 @@ def test_gpu_feed_cpu_mode_runs_every_row(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     second = json.loads((tmp_path / "out2" / "gpu_feed.json").read_text())
     assert second["data"]["reused"] is True and list(second["rows"]) == ROWS[:2]
+
+
+def test_a_failing_or_crashing_row_is_reported_and_the_others_still_run(tmp_path):
+    env = dict(os.environ, SHARDQ_GPU_FEED_FAULT="shardq.data=raise;WorkQueueDataset=crash")
+    env["SHARDQ_PYTHONPATH"] = str(pathlib.Path(shardq.__file__).resolve().parents[1])
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [str(REPO / "bench" / "gpu_feed" / "run"), "--device", "cpu", "--minutes", "2",
+         "--out", str(out), "--data", str(tmp_path / "data"),
+         "--rows", "shardq.data,WorkQueueDataset,synthetic"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads((out / "gpu_feed.json").read_text())["rows"]
+    assert "RuntimeError: injected fault" in rows["shardq.data"]["error"]
+    assert "died of signal SIGSEGV" in rows["WorkQueueDataset"]["error"]
+    assert rows["synthetic"]["ok"] and rows["synthetic"]["steps"] >= 1
+    table = (out / "gpu_feed.md").read_text()
+    assert "| shardq.data | — |" in table and "**failed**: RuntimeError: injected fault" in table
