@@ -515,6 +515,9 @@ def run_row(row, cfg):
 
         for i in range(cfg["warmup"]):
             loss = step(*fetch())
+            if time.time() > cfg["deadline"] - 0.25 * cfg["teardown_s"]:
+                res["note"] += f"; warm-up cut to {i + 1} steps"
+                break
         inject_fault(row)
         if cuda:
             torch.cuda.synchronize()
@@ -525,8 +528,12 @@ def run_row(row, cfg):
               f"{res['setup_s']} s, measuring up to {cfg['steps']} steps", flush=True)
         marks, waits_wall, steps = [], [], 0
         cpu0, wall0, t0 = tree_cpu(os.getpid()), time.time(), time.perf_counter()
+        # Past the deadline, stop once min_steps are in; a little later (the
+        # teardown margin is meant for the feed's shutdown), after any step.
+        last_call = cfg["deadline"] + 0.25 * cfg["teardown_s"]
         while steps < cfg["steps"]:
-            if steps >= cfg["min_steps"] and time.time() > cfg["deadline"]:
+            now = time.time()
+            if (steps >= cfg["min_steps"] and now > cfg["deadline"]) or (steps and now > last_call):
                 res["time_capped"] = True
                 break
             if cuda:
@@ -547,8 +554,7 @@ def run_row(row, cfg):
         wall = time.perf_counter() - t0
         wall1, cpu1 = time.time(), tree_cpu(os.getpid())
         if cuda and marks:
-            starts = [m[0] for m in marks] + [end]
-            total = starts[0].elapsed_time(end)
+            total = marks[0][0].elapsed_time(end)
             wait = sum(e0.elapsed_time(e1) for e0, e1 in marks)
             res["wait_frac"] = wait / total if total > 0 else None
             res["step_ms_device"] = total / len(marks)
