@@ -6,6 +6,7 @@ import math
 import os
 import pathlib
 import subprocess
+import sys
 
 import shardq
 
@@ -70,3 +71,21 @@ def test_a_failing_or_crashing_row_is_reported_and_the_others_still_run(tmp_path
     assert rows["synthetic"]["ok"] and rows["synthetic"]["steps"] >= 1
     table = (out / "gpu_feed.md").read_text()
     assert "| shardq.data | — |" in table and "**failed**: RuntimeError: injected fault" in table
+
+
+def test_the_python_peer_decodes_what_shardq_parses():
+    sys.path.insert(0, str(REPO / "bench" / "gpu_feed"))
+    try:
+        import gpu_feed
+    finally:
+        sys.path.pop(0)
+    images = [bytes((i * 7 + j) % 256 for j in range(3 * 4 * 5)) for i in range(3)]
+    labels = [0, 300, 2**40 + 5]  # one-, two- and six-byte varints
+    records = [gpu_feed.encode_example(img, lab) for img, lab in zip(images, labels)]
+    parsed = shardq.parse_example(records, {"image": shardq.FixedLen((3, 4, 5), "uint8"),
+                                            "label": shardq.FixedLen((), "int64")})
+    assert parsed["label"].tolist() == labels
+    for i, record in enumerate(records):
+        ex = gpu_feed.decode_example(memoryview(record))
+        assert ex["label"] == [labels[i]]
+        assert bytes(ex["image"][0]) == images[i] == parsed["image"][i].tobytes()
