@@ -826,6 +826,10 @@ def environment(device):
     return env
 
 
+def size_text(n):
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def fmt(v, spec, missing="—"):
     return missing if v is None else format(v, spec)
 
@@ -846,7 +850,7 @@ def write_report(out, meta, results):
         f"Model {cfg['model']}, images {'x'.join(map(str, cfg['shape']))} uint8, batch "
         f"{cfg['batch']}, {cfg['warmup']} warm-up steps then up to {cfg['steps']} measured; "
         f"data: {cfg['records']} records in {cfg['files']} files "
-        f"({meta.get('data', {}).get('bytes', 0) / 2**30:.2f} GiB); DataLoader num_workers="
+        f"({size_text(meta.get('data', {}).get('bytes', 0))}); DataLoader num_workers="
         f"{cfg['workers']}.", "",
         "| feed | images/s | vs synthetic | step ms | input wait | CPU cores | peak GPU GiB "
         "| steps | notes |",
