@@ -201,7 +201,7 @@ def _write_file(task):
     return os.path.getsize(path)
 
 
-def make_data(data_dir, prof):
+def make_data(data_dir, prof, timeout):
     """The files of the data set, written in parallel (reused when data_dir
     already holds a set made with the same parameters)."""
     os.makedirs(data_dir, exist_ok=True)
@@ -215,7 +215,7 @@ def make_data(data_dir, prof):
             have = json.load(f)
         if (have.get("params") == want and
                 all(os.path.getsize(p) == s for p, s in zip(paths, have["sizes"]))):
-            log(f"data: reusing {files} files in {data_dir} ({sum(have['sizes']) / 2**30:.2f} GiB)")
+            log(f"data: reusing {files} files in {data_dir} ({size_text(sum(have['sizes']))})")
             return paths, dict(have, reused=True, seconds=0.0)
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -224,12 +224,13 @@ def make_data(data_dir, prof):
              for i, p in enumerate(paths)]
     start = time.monotonic()
     with multiprocessing.get_context("fork").Pool(prof["writers"]) as pool:
-        sizes = pool.map(_write_file, tasks, chunksize=1)
+        # A writer that dies would leave map() waiting for ever: bounded.
+        sizes = pool.map_async(_write_file, tasks, chunksize=1).get(timeout=timeout)
     seconds = time.monotonic() - start
     info = dict(params=want, sizes=sizes, bytes=sum(sizes))
     with open(manifest, "w") as f:
         json.dump(info, f)
-    log(f"data: wrote {files} files, {per * files} records, {sum(sizes) / 2**30:.2f} GiB "
+    log(f"data: wrote {files} files, {per * files} records, {size_text(sum(sizes))} "
         f"in {seconds:.1f} s with {prof['writers']} processes into {data_dir}")
     return paths, dict(info, reused=False, seconds=round(seconds, 2))
 
@@ -934,7 +935,7 @@ def main():
                 environment=env, config={k: v for k, v in cfg.items()})
     results = {}
     try:
-        paths, data_info = make_data(data_dir, prof)
+        paths, data_info = make_data(data_dir, prof, timeout=max(60.0, 0.4 * (end - time.time())))
         meta["data"] = data_info
         cfg["paths"] = paths
     except Exception as e:
