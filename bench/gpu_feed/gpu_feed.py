@@ -490,6 +490,9 @@ def run_row(row, cfg):
     device = torch.device(cfg["device"])
     cuda = device.type == "cuda"
     if cuda:
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"--device cuda, but torch {torch.__version__} sees no CUDA device "
+                               f"(built for CUDA {torch.version.cuda})")
         torch.backends.cudnn.benchmark = True
         torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(cfg.get("rank", 0))
