@@ -604,8 +604,7 @@ def child_main(row, config_path):
         run_row(row, cfg)
     except BaseException as e:
         traceback.print_exc()
-        if not os.path.exists(cfg["result"]):
-            write_json(cfg["result"], dict(row=row, ok=False, error=f"{type(e).__name__}: {e}"))
+        write_json(cfg["result"], dict(row=row, ok=False, error=f"{type(e).__name__}: {e}"))
         sys.stderr.flush()
         os._exit(1)
     sys.stdout.flush()
@@ -685,6 +684,8 @@ class Server:
 def launch(row, cfg, workdir, tag):
     cfg_path = os.path.join(workdir, f"{tag}.config.json")
     write_json(cfg_path, cfg)
+    if os.path.exists(cfg["result"]):  # an earlier run's, into the same --out
+        os.remove(cfg["result"])
     log_file = open(os.path.join(workdir, f"{tag}.log"), "w")
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", row,
                              "--config", cfg_path], stdout=None, stderr=log_file,
