@@ -756,7 +756,8 @@ def run_shared(base, workdir, kill_at):
     """P training processes, one queue on a `shardq serve` on loopback."""
     n = base["processes"]
     barrier = os.path.join(workdir, "shared.barrier")
-    os.makedirs(barrier, exist_ok=True)
+    shutil.rmtree(barrier, ignore_errors=True)  # an earlier run's "go"
+    os.makedirs(barrier)
     server_log = open(os.path.join(workdir, "shared.server.log"), "w")
     server = Server(workdir, server_log)
     try:
