@@ -513,8 +513,14 @@ def run_row(row, cfg):
             opt.step()
             return loss
 
+        fetched = [0]
+
         def fetch():
-            x, y = next(feed)
+            try:
+                x, y = next(feed)
+            except StopIteration:
+                raise RuntimeError(f"the feed ended after {fetched[0]} batches") from None
+            fetched[0] += 1
             return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
         for i in range(cfg["warmup"]):
