@@ -95,7 +95,9 @@ def test_uint8_reads_a_bytes_feature_as_raw_pixels_in_cpp():
     records = [image_example(img.tobytes(), i) for i, img in enumerate(images)]
     spec = {"image": shardq.FixedLen((3, 5, 2), "uint8"), "label": shardq.FixedLen((), "int64")}
     assert repr(spec["image"]) == "FixedLen((3, 5, 2), 'uint8')"
-    assert shardq.FixedLen((1,), np.dtype("uint8")).dtype == "uint8"
+    for dtype in (np.dtype("uint8"), np.uint8):
+        assert shardq.FixedLen((1,), dtype).dtype == "uint8"
+    assert shardq.FixedLen((1,), np.float32).dtype == "float32"
     out = shardq.parse_example(records, spec)
     assert out["image"].dtype == np.uint8 and out["image"].shape == (4, 3, 5, 2)
     np.testing.assert_array_equal(out["image"], images)
