@@ -38,7 +38,8 @@ class FixedLen:
             raise InvalidArgumentError(f"FixedLen shape {shape} has a negative dimension")
         name = dtype if isinstance(dtype, str) else _dtype_name(dtype)
         if name not in _DTYPES:
-            raise InvalidArgumentError(f"FixedLen dtype {dtype!r} is not float32, int64, uint8 or bytes")
+            raise InvalidArgumentError(
+                f"FixedLen dtype {dtype!r} is not float32, int64, uint8 or bytes")
         self.shape = shape
         self.dtype = _DTYPES[name]
 
