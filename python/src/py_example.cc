@@ -21,8 +21,9 @@ DType ParseDType(const std::string& name, const std::string& feature) {
   if (name == "float32") return DType::kFloat32;
   if (name == "int64") return DType::kInt64;
   if (name == "bytes" || name == "string") return DType::kBytes;
+  if (name == "uint8") return DType::kUInt8;
   ThrowStatus(absl::InvalidArgumentError("feature '" + feature + "': dtype '" + name +
-                                         "' is not float32, int64 or bytes"));
+                                         "' is not float32, int64, uint8 or bytes"));
 }
 
 template <typename T>
@@ -52,6 +53,7 @@ std::vector<FixedLenFeature> FeaturesFromSpec(const py::dict& spec) {
 py::object FeatureToNumpy(const ParsedFeature& f) {
   if (f.dtype == DType::kFloat32) return Wrap<float>(f);
   if (f.dtype == DType::kInt64) return Wrap<int64_t>(f);
+  if (f.dtype == DType::kUInt8) return Wrap<uint8_t>(f);
   // Variable-length bytes cannot be one buffer: an object array.
   py::list values;
   for (const std::string& s : f.strings) values.append(py::bytes(s));

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace shardq {
 namespace {
@@ -19,9 +20,13 @@ const char* DTypeName(DType t) {
     case DType::kFloat32: return "float32";
     case DType::kInt64: return "int64";
     case DType::kBytes: return "bytes";
+    case DType::kUInt8: return "uint8";
   }
   return "?";
 }
+
+// The list type a feature of dtype `t` is stored as in the Example.
+DType StoredAs(DType t) { return t == DType::kUInt8 ? DType::kBytes : t; }
 
 // A cursor over protobuf wire bytes. Every method returns false on
 // malformed input instead of reading past the end.
@@ -126,7 +131,8 @@ bool ParseFeature(absl::string_view bytes, Sink& sink) {
     }
     if (!w.Bytes(&list)) return false;
     sink.found = field == 1 ? DType::kBytes : field == 2 ? DType::kFloat32 : DType::kInt64;
-    if (sink.found != sink.spec->dtype) continue;  // reported after the record
+    if (sink.found != StoredAs(sink.spec->dtype)) continue;  // reported after the record
+    const bool raw_bytes = sink.spec->dtype == DType::kUInt8;
     Wire l(list);
     while (!l.done()) {
       uint32_t f;
@@ -136,7 +142,15 @@ bool ParseFeature(absl::string_view bytes, Sink& sink) {
         if (!l.Skip(lwt)) return false;
         continue;
       }
-      if (field == 1) {  // bytes
+      if (field == 1 && raw_bytes) {  // bytes read as uint8 values
+        absl::string_view v;
+        if (lwt != kLengthDelimited || !l.Bytes(&v)) return false;
+        const int64_t n = static_cast<int64_t>(v.size());
+        if (n > 0 && sink.count + n <= sink.capacity) {
+          std::memcpy(sink.out + sink.count, v.data(), v.size());
+        }
+        sink.count += n;  // past capacity: only counted, for the error message
+      } else if (field == 1) {  // bytes
         absl::string_view v;
         if (lwt != kLengthDelimited || !l.Bytes(&v)) return false;
         sink.strings->emplace_back(v);
@@ -180,6 +194,16 @@ bool ParseFeature(absl::string_view bytes, Sink& sink) {
 
 }  // namespace
 
+int64_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kBytes: return 0;
+    case DType::kUInt8: return 1;
+  }
+  return 0;
+}
+
 ExampleParser::ExampleParser(std::vector<FixedLenFeature> features)
     : features_(std::move(features)) {
   for (const FixedLenFeature& f : features_) {
@@ -221,13 +245,13 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
       p.strings.reserve(static_cast<size_t>(batch * values_per_record_[i]));
     } else {
       p.data = std::make_shared<std::vector<char>>(
-          static_cast<size_t>(batch * values_per_record_[i] * (p.dtype == DType::kFloat32 ? 4 : 8)));
+          static_cast<size_t>(batch * values_per_record_[i] * DTypeSize(p.dtype)));
     }
   }
   std::vector<Sink> sinks(features_.size());
   for (int64_t r = 0; r < batch; ++r) {
     for (size_t i = 0; i < features_.size(); ++i) {
-      const int64_t width = features_[i].dtype == DType::kFloat32 ? 4 : 8;
+      const int64_t width = DTypeSize(features_[i].dtype);
       sinks[i] = Sink{&features_[i], values_per_record_[i],
                       out[i].data ? out[i].data->data() + r * values_per_record_[i] * width : nullptr,
                       out[i].dtype == DType::kBytes ? &out[i].strings : nullptr,
@@ -280,10 +304,17 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
         return absl::InvalidArgumentError(
             absl::StrCat("record ", r, ": feature '", features_[i].name, "' is missing"));
       }
-      if (s.found != features_[i].dtype) {
+      if (s.found != StoredAs(features_[i].dtype)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "record ", r, ": feature '", features_[i].name, "' holds ", DTypeName(s.found),
-            " values, expected ", DTypeName(features_[i].dtype)));
+            " values, expected ", DTypeName(StoredAs(features_[i].dtype)),
+            features_[i].dtype == DType::kUInt8 ? " (read as uint8)" : ""));
+      }
+      if (features_[i].dtype == DType::kUInt8 && s.count != values_per_record_[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "record ", r, ": feature '", features_[i].name, "' has ", s.count,
+            " bytes, expected ", values_per_record_[i], " (uint8 of shape [",
+            absl::StrJoin(features_[i].shape, ", "), "])"));
       }
       if (s.count != values_per_record_[i]) {
         return absl::InvalidArgumentError(absl::StrCat(

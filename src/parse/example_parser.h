@@ -15,16 +15,24 @@
 
 namespace shardq {
 
-enum class DType { kFloat32, kInt64, kBytes };
+// kUInt8 reads a bytes_list feature as raw bytes (like tf.io.decode_raw
+// with out_type=uint8): its values, concatenated, must be exactly
+// prod(shape) bytes per record (one value of that length in the usual case,
+// e.g. an image stored as its pixels).
+enum class DType { kFloat32, kInt64, kBytes, kUInt8 };
 
-// A fixed-length feature: every record holds exactly prod(shape) values.
+// Bytes per value in ParsedFeature::data: 4, 8, 0 (kBytes: strings), 1.
+int64_t DTypeSize(DType dtype);
+
+// A fixed-length feature: every record holds exactly prod(shape) values
+// (bytes, for kUInt8).
 struct FixedLenFeature {
   std::string name;
   std::vector<int64_t> shape;  // per record; {} is a scalar
   DType dtype = DType::kFloat32;
 };
 
-// One parsed feature of a batch. For kFloat32/kInt64, `data` holds
+// One parsed feature of a batch. For kFloat32/kInt64/kUInt8, `data` holds
 // batch * prod(shape) values contiguously; for kBytes, `strings` holds them.
 struct ParsedFeature {
   std::string name;
@@ -42,7 +50,8 @@ class ExampleParser {
 
   // Parses every record. INVALID_ARGUMENT naming the record index and the
   // feature when a feature is missing, has the wrong type or the wrong
-  // number of values; DATA_LOSS when a record is not a valid Example.
+  // number of values (for kUInt8: of bytes, with the expected and the
+  // actual count); DATA_LOSS when a record is not a valid Example.
   absl::StatusOr<std::vector<ParsedFeature>> Parse(
       const std::vector<absl::string_view>& records) const;
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proto/shardq/example.pb.h"
 
@@ -91,6 +92,72 @@ TEST(ExampleParser, ErrorsNameTheRecordAndTheFeature) {
   std::string garbage = "\x0a\xff\xff\xff\xff\x0f";
   parsed = parser->Parse({garbage});
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
+}
+
+std::string ImageExample(const std::string& pixels, int label) {
+  example::Example e;
+  auto& f = *e.mutable_features()->mutable_feature();
+  f["image"].mutable_bytes_list()->add_value(pixels);
+  f["label"].mutable_int64_list()->add_value(label);
+  return e.SerializeAsString();
+}
+
+TEST(ExampleParser, Uint8ReadsABytesFeatureAsRawBytes) {
+  std::string a(2 * 3 * 2, '\0'), b(12, '\0');
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<char>(i);
+    b[i] = static_cast<char>(250 - i);  // values above 127 stay unsigned
+  }
+  std::vector<std::string> records = {ImageExample(a, 1), ImageExample(b, 2)};
+  std::vector<absl::string_view> views(records.begin(), records.end());
+  auto parser = ExampleParser::Create(
+      {{"image", {2, 3, 2}, DType::kUInt8}, {"label", {}, DType::kInt64}});
+  ASSERT_TRUE(parser.ok());
+  auto parsed = parser->Parse(views);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ParsedFeature& image = (*parsed)[0];
+  EXPECT_EQ(image.dtype, DType::kUInt8);
+  EXPECT_EQ(image.shape, (std::vector<int64_t>{2, 2, 3, 2}));
+  ASSERT_EQ(image.data->size(), 24u);
+  const uint8_t* px = reinterpret_cast<const uint8_t*>(image.data->data());
+  EXPECT_EQ(px[0], 0);
+  EXPECT_EQ(px[11], 11);
+  EXPECT_EQ(px[12], 250);
+  EXPECT_EQ(px[23], 239);
+  EXPECT_EQ(reinterpret_cast<const int64_t*>((*parsed)[1].data->data())[1], 2);
+}
+
+TEST(ExampleParser, Uint8ConcatenatesSeveralValues) {
+  example::Example e;
+  auto& list = *(*e.mutable_features()->mutable_feature())["image"].mutable_bytes_list();
+  list.add_value("ab");
+  list.add_value("");
+  list.add_value("cd");
+  const std::string record = e.SerializeAsString();
+  auto parser = ExampleParser::Create({{"image", {4}, DType::kUInt8}});
+  auto parsed = parser->Parse({record});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(std::string((*parsed)[0].data->data(), 4), "abcd");
+}
+
+TEST(ExampleParser, Uint8LengthMismatchNamesTheFeatureAndBothCounts) {
+  auto parser = ExampleParser::Create({{"image", {3, 2, 2}, DType::kUInt8}});
+  for (size_t size : {11u, 13u, 0u, 1000u}) {
+    const std::string record = ImageExample(std::string(size, 'x'), 0);
+    auto parsed = parser->Parse({ImageExample(std::string(12, 'x'), 0), record});
+    ASSERT_FALSE(parsed.ok()) << size;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(
+                  absl::StrCat("record 1: feature 'image' has ", size,
+                               " bytes, expected 12 (uint8 of shape [3, 2, 2])")),
+              std::string::npos) << parsed.status();
+  }
+  auto wrong_type = ExampleParser::Create({{"label", {}, DType::kUInt8}});
+  auto parsed = wrong_type->Parse({ImageExample("x", 0)});
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find(
+                "feature 'label' holds int64 values, expected bytes (read as uint8)"),
+            std::string::npos) << parsed.status();
 }
 
 TEST(ExampleParser, RandomBytesNeverCrash) {

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import shardq
-from example_data import make_example, write_files
+from example_data import example_pb2, make_example, write_files
 
 
 def test_parse_example_gives_contiguous_arrays_without_copies():
@@ -80,3 +80,52 @@ def test_table_reader_returns_typed_rows(tmp_path):
     assert sorted(r["id"] for r in rows) == list(range(30))
     r7 = next(r for r in rows if r["id"] == 7)
     assert r7 == {"id": 7, "score": 3.5, "name": "n7", "raw": b"\x07", "missing": None}
+
+
+def image_example(pixels, label):
+    e = example_pb2().Example()
+    e.features.feature["image"].bytes_list.value.append(pixels)
+    e.features.feature["label"].int64_list.value.append(label)
+    return e.SerializeToString()
+
+
+def test_uint8_reads_a_bytes_feature_as_raw_pixels_in_cpp():
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, size=(4, 3, 5, 2), dtype=np.uint8)
+    records = [image_example(img.tobytes(), i) for i, img in enumerate(images)]
+    spec = {"image": shardq.FixedLen((3, 5, 2), "uint8"), "label": shardq.FixedLen((), "int64")}
+    assert repr(spec["image"]) == "FixedLen((3, 5, 2), 'uint8')"
+    for dtype in (np.dtype("uint8"), np.uint8):
+        assert shardq.FixedLen((1,), dtype).dtype == "uint8"
+    assert shardq.FixedLen((1,), np.float32).dtype == "float32"
+    out = shardq.parse_example(records, spec)
+    assert out["image"].dtype == np.uint8 and out["image"].shape == (4, 3, 5, 2)
+    np.testing.assert_array_equal(out["image"], images)
+    assert out["label"].tolist() == [0, 1, 2, 3]
+    assert not out["image"].flags["OWNDATA"]  # the parser's buffer, not a copy
+
+
+def test_uint8_length_mismatch_names_the_feature_and_both_byte_counts():
+    spec = {"image": shardq.FixedLen((3, 5, 2), "uint8")}
+    records = [image_example(bytes(30), 0), image_example(bytes(29), 1)]
+    with pytest.raises(shardq.InvalidArgumentError,
+                       match=r"record 1: feature 'image' has 29 bytes, expected 30 "
+                             r"\(uint8 of shape \[3, 5, 2\]\)"):
+        shardq.parse_example(records, spec)
+    with pytest.raises(shardq.InvalidArgumentError, match="'label' holds int64 values"):
+        shardq.parse_example(records, {"label": shardq.FixedLen((), "uint8")})
+
+
+def test_uint8_images_through_the_cpp_pipeline(tmp_path):
+    path = str(tmp_path / "images.tfrecord")
+    images = np.arange(10 * 12, dtype=np.int64).reshape(10, 3, 2, 2).astype(np.uint8)
+    with shardq.TFRecordWriter(path) as w:
+        for i, img in enumerate(images):
+            w.write(image_example(img.tobytes(), i))
+    queue = shardq.WorkQueue([path], shuffle=False, name=f"u8-{uuid.uuid4().hex[:8]}")
+    spec = {"image": shardq.FixedLen((3, 2, 2), "uint8"), "label": shardq.FixedLen((), "int64")}
+    batches = list(shardq.data.from_queue(queue).batch(5).parse_example(spec).prefetch(1))
+    got = np.concatenate([b["image"] for b in batches])
+    labels = np.concatenate([b["label"] for b in batches])
+    np.testing.assert_array_equal(got, images[labels])
+    assert sorted(labels.tolist()) == list(range(10))
