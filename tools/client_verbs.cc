@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "shardq/work_queue.h"
 #include "src/client/planner.h"
+#include "src/core/queue_state.h"  // kMaxAttemptsLimit
 #include "tools/client_flags.h"
 #include "tools/verbs.h"
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "shardq/work_queue.h"
 #include "src/client/retry.h"
+#include "src/client/work_queue_backend.h"
 #include "tools/client_flags.h"
 #include "tools/verbs.h"
 
@@ -108,7 +109,7 @@ int RunWorker(const WorkerOptions& o) {
   absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(o.client);
   if (!connected.ok()) return ReportError("worker", connected.status());
   absl::StatusOr<std::unique_ptr<WorkQueue>> queue =
-      WorkQueue::Attach(o.client.name, connected->backend, connected->worker_id);
+      WorkQueueFactory::Attach(o.client.name, connected->backend, connected->worker_id);
   if (!queue.ok()) return ReportError("worker", queue.status());
 
   struct sigaction action;

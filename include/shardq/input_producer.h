@@ -4,15 +4,12 @@
 #define SHARDQ_INPUT_PRODUCER_H_
 
 #include <cstdint>
-#include <deque>
-#include <thread>
+#include <memory>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/status/statusor.h"
 #include "shardq/item_source.h"
 #include "shardq/work_queue.h"
-#include "src/core/process.h"
 
 namespace shardq {
 
@@ -33,27 +30,17 @@ class InputProducer final : public ItemSource {
   // Completes the item in the queue and frees its slot.
   absl::Status ItemDone(const WorkItem& item) override;
   // Forwards to the queue.
-  void NoteProgress(const WorkItem& item, int64_t offset) override {
-    queue_->NoteProgress(item, offset);
-  }
+  void NoteProgress(const WorkItem& item, int64_t offset) override;
 
   int64_t size() const;
   int64_t capacity() const { return capacity_; }
 
  private:
-  void Fill();
+  class State;  // the buffer and its thread (src/client/input_producer.cc)
 
   WorkQueue* const queue_;
   const int64_t capacity_;
-  mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // buffer, outstanding, stopping or end changed
-  std::deque<WorkItem> buffer_ ABSL_GUARDED_BY(mu_);
-  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // handed out, not done
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status end_ ABSL_GUARDED_BY(mu_);  // set when the thread stopped
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-  OwnerProcess owner_;  // see src/core/process.h
+  const std::unique_ptr<State> state_;
 };
 
 }  // namespace shardq

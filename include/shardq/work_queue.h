@@ -23,27 +23,17 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardq/item_source.h"
 #include "shardq/options.h"
 #include "shardq/work_item.h"
-#include "src/core/process.h"
 
 namespace shardq {
 
-struct SplitProposal;  // src/core/queue_state.h
-
-class QueueBackend;
-struct QueueInfo;
 class InputProducer;
 class ItemStream;
 
@@ -63,15 +53,6 @@ class WorkQueue final : public ItemSource {
   // there is no such queue.
   static absl::StatusOr<std::unique_ptr<WorkQueue>> Attach(
       const WorkQueueOptions& options);
-
-  // As Attach, over a given backend; empty worker_id: a unique name.
-  static absl::StatusOr<std::unique_ptr<WorkQueue>> Attach(
-      const std::string& name, std::shared_ptr<QueueBackend> backend,
-      const std::string& worker_id);
-
-  // As Create, over a given backend (the remote client, tests).
-  static absl::StatusOr<std::unique_ptr<WorkQueue>> Create(
-      const WorkQueueOptions& options, std::shared_ptr<QueueBackend> backend);
 
   // Stops heartbeats and releases every item still held, so that they go
   // back to the front of the queue at once instead of waiting for expiry.
@@ -137,10 +118,6 @@ class WorkQueue final : public ItemSource {
   // worker of it. FAILED_PRECONDITION when a queue of that name exists.
   static absl::StatusOr<std::unique_ptr<WorkQueue>> RestoreCheckpoint(
       const WorkQueueOptions& options, const std::string& path, const std::string& name = "");
-  // As above, over a given backend; empty worker_id: a unique name.
-  static absl::StatusOr<std::unique_ptr<WorkQueue>> RestoreCheckpoint(
-      std::shared_ptr<QueueBackend> backend, const std::string& path, const std::string& name,
-      const std::string& worker_id);
 
   // The `input_dataset` shape: items one after another, each completed when
   // the next is requested.
@@ -157,60 +134,24 @@ class WorkQueue final : public ItemSource {
   absl::StatusOr<WorkItem> NextItem() override { return Take(); }
   absl::Status ItemDone(const WorkItem& item) override { return Complete(item); }
 
-  const std::string& name() const { return name_; }
-  const std::string& worker_id() const { return worker_id_; }
-  uint64_t seed() const { return seed_; }
-  int64_t num_items() const { return num_items_; }
-  int64_t num_epochs() const { return num_epochs_; }
-  int64_t num_clients() const { return num_clients_; }
+  const std::string& name() const;
+  const std::string& worker_id() const;
+  uint64_t seed() const;
+  int64_t num_items() const;
+  int64_t num_epochs() const;
+  int64_t num_clients() const;
   // Leases held by this worker right now.
   int64_t held() const;
 
+  // Opaque: the worker's state, its backend and its heartbeat thread
+  // (src/client/work_queue.cc).
+  class Impl;
+
  private:
-  WorkQueue(std::shared_ptr<QueueBackend> backend, std::string name,
-            std::string worker_id);
-  static std::unique_ptr<WorkQueue> FromInfo(std::shared_ptr<QueueBackend> backend,
-                                             const std::string& worker_id,
-                                             const QueueInfo& info);
-  void HeartbeatLoop();
-  void StartHeartbeatsIfNeeded();
-  // Answers the coordinator's split proposals (heartbeat thread).
-  void AnswerSplits(const std::vector<SplitProposal>& proposals);
-  // Waits until no split answer of `lease_id` is in flight; true when the
-  // item may be completed (false: release it instead).
-  bool SettleSplit(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After NOT_FOUND for `item`'s lease: true (and the lease is forgotten)
-  // when this worker holds it and the queue still exists, i.e. the
-  // coordinator lost the lease; false when the error is the caller's.
-  bool LeaseLostByCoordinator(const WorkItem& item);
-  // Drops a lease from held_ and progress_; false if it was not held.
-  bool Forget(uint64_t lease_id);
+  friend class WorkQueueFactory;  // src/client/work_queue_backend.h
+  explicit WorkQueue(std::unique_ptr<Impl> impl);
 
-  const std::shared_ptr<QueueBackend> backend_;
-  const std::string name_;
-  const std::string worker_id_;
-  uint64_t seed_ = 0;
-  int64_t num_items_ = 0;
-  int64_t num_epochs_ = 0;
-  int64_t num_clients_ = 1;
-  absl::Duration lease_timeout_;
-  absl::Duration heartbeat_interval_ = absl::Seconds(1);
-
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
-  // Consumed offset per held lease, as noted by readers.
-  absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
-  int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar stop_changed_;  // signalled when stopping_ is set
-  bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;
-  // Leases whose split answer is being sent, and leases whose reader was cut
-  // short by a split the coordinator did not record.
-  absl::flat_hash_set<uint64_t> split_in_flight_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<uint64_t> split_unrecorded_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar split_settled_;
-  std::thread heartbeat_thread_;
-  OwnerProcess owner_;  // see src/core/process.h
+  const std::unique_ptr<Impl> impl_;
 };
 
 // Items of a WorkQueue one after another; see WorkQueue::InputDataset.

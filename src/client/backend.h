@@ -1,6 +1,8 @@
 // The interface between a WorkQueue and wherever its queue lives: in this
 // process (EmbeddedBackend) or in a coordinator reached over the network
-// (the remote backend). Callers of WorkQueue never see which.
+// (the remote backend). Callers of WorkQueue never see which. The embedded
+// backend is its own target (src/client/embedded_backend.h): only it sees the
+// server's CoordinatorImpl.
 //
 // Implementations are thread-safe.
 #ifndef SHARDQ_CLIENT_BACKEND_H_
@@ -15,9 +17,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "src/core/queue_state.h"
-#include "src/server/coordinator_impl.h"
+#include "proto/shardq/journal.pb.h"
 #include "shardq/work_item.h"
+#include "src/types/queue_types.h"
 
 namespace shardq {
 
@@ -73,14 +75,6 @@ class QueueBackend {
   // retried: the owner is closing and must not wait out a long outage.
   virtual void BeginShutdown() {}
 };
-
-// The in-process backend over a process-wide CoordinatorImpl: every
-// WorkQueue of this process without an address shares it, so worker threads
-// naming the same queue share one queue.
-std::shared_ptr<QueueBackend> EmbeddedBackend();
-
-// A backend over a given coordinator (tests; the coordinator must outlive it).
-std::shared_ptr<QueueBackend> BackendForCoordinator(CoordinatorImpl* coordinator);
 
 // How long a remote client waits for its coordinator's first answer before
 // a call fails with UNAVAILABLE (see RemoteOptions::connect_timeout).

@@ -7,7 +7,9 @@
 #include "gtest/gtest.h"
 #include "shardq/text_line_reader.h"
 #include "shardq/work_queue.h"
-#include "src/client/backend.h"
+#include "src/client/embedded_backend.h"
+#include "src/client/work_queue_backend.h"
+#include "src/server/coordinator_impl.h"
 
 namespace shardq {
 namespace {
@@ -36,7 +38,7 @@ TEST(Checkpoint, RestoredQueueFinishesWithEveryRecordReadOnce) {
   std::map<std::string, int> seen;
   const std::string path = absl::StrCat(testing::TempDir(), "/train.ckpt");
   {
-    auto queue = WorkQueue::Create(options, BackendForCoordinator(&first));
+    auto queue = WorkQueueFactory::Create(options, BackendForCoordinator(&first));
     ASSERT_TRUE(queue.ok()) << queue.status();
     TextLineReader reader;
     // 75 of 200 lines: one item done, the next one part-read.
@@ -50,7 +52,7 @@ TEST(Checkpoint, RestoredQueueFinishesWithEveryRecordReadOnce) {
   }  // the job stops here
 
   CoordinatorImpl second;
-  auto restored = WorkQueue::RestoreCheckpoint(BackendForCoordinator(&second), path, "", "after");
+  auto restored = WorkQueueFactory::RestoreCheckpoint(BackendForCoordinator(&second), path, "", "after");
   ASSERT_TRUE(restored.ok()) << restored.status();
   TextLineReader reader;
   while (true) {
@@ -68,7 +70,7 @@ TEST(Checkpoint, NotACheckpointFileIsDataLoss) {
   const std::string path = absl::StrCat(testing::TempDir(), "/not.ckpt");
   std::ofstream(path) << "hello";
   CoordinatorImpl c;
-  auto restored = WorkQueue::RestoreCheckpoint(BackendForCoordinator(&c), path, "", "");
+  auto restored = WorkQueueFactory::RestoreCheckpoint(BackendForCoordinator(&c), path, "", "");
   EXPECT_EQ(restored.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(restored.status().message().find(path), std::string::npos);
 }

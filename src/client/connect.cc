@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/client/backend.h"
 #include "src/client/discovery.h"
+#include "src/client/embedded_backend.h"
 #include "src/client/remote_backend.h"
 
 namespace shardq {

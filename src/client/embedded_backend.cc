@@ -1,4 +1,6 @@
-#include "src/client/backend.h"
+#include "src/client/embedded_backend.h"
+
+#include "src/server/coordinator_impl.h"
 
 namespace shardq {
 namespace {

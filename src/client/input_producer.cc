@@ -1,9 +1,14 @@
 #include "shardq/input_producer.h"
 
 #include <algorithm>
+#include <deque>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "src/core/process.h"
 
 namespace shardq {
 namespace {
@@ -14,32 +19,55 @@ constexpr absl::Duration kTakeSlice = absl::Milliseconds(200);
 
 }  // namespace
 
+class InputProducer::State {
+ public:
+  State(WorkQueue* queue, int64_t capacity) : queue_(queue), capacity_(capacity) {}
+
+  // The filling thread's loop.
+  void Fill();
+
+  WorkQueue* const queue_;
+  const int64_t capacity_;
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // buffer, outstanding, stopping or end changed
+  std::deque<WorkItem> buffer_ ABSL_GUARDED_BY(mu_);
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // handed out, not done
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status end_ ABSL_GUARDED_BY(mu_);  // set when the thread stopped
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+  OwnerProcess owner_;  // see src/core/process.h
+};
+
 InputProducer::InputProducer(WorkQueue* queue, int64_t capacity)
     : queue_(queue),
-      capacity_(std::max<int64_t>(1, std::min(capacity, queue->num_clients()))) {
-  thread_ = std::thread([this] { Fill(); });
+      capacity_(std::max<int64_t>(1, std::min(capacity, queue->num_clients()))),
+      state_(std::make_unique<State>(queue_, capacity_)) {
+  State* state = state_.get();
+  state->thread_ = std::thread([state] { state->Fill(); });
 }
 
 InputProducer::~InputProducer() {
-  if (!owner_.current()) {
-    AbandonThread(thread_);  // inherited through fork(): see process.h
+  State& st = *state_;
+  if (!st.owner_.current()) {
+    AbandonThread(st.thread_);  // inherited through fork(): see process.h
     return;
   }
   std::deque<WorkItem> unread;
   {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    changed_.SignalAll();
+    absl::MutexLock lock(&st.mu_);
+    st.stopping_ = true;
+    st.changed_.SignalAll();
   }
-  thread_.join();
+  st.thread_.join();
   {
-    absl::MutexLock lock(&mu_);
-    unread.swap(buffer_);
+    absl::MutexLock lock(&st.mu_);
+    unread.swap(st.buffer_);
   }
   for (const WorkItem& item : unread) queue_->Release(item).IgnoreError();
 }
 
-void InputProducer::Fill() {
+void InputProducer::State::Fill() {
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -65,33 +93,39 @@ void InputProducer::Fill() {
 }
 
 absl::StatusOr<WorkItem> InputProducer::NextItem() {
-  absl::MutexLock lock(&mu_);
-  while (buffer_.empty() && !ended_) changed_.Wait(&mu_);
-  if (!buffer_.empty()) {
-    WorkItem item = std::move(buffer_.front());
-    buffer_.pop_front();
-    ++outstanding_;
-    changed_.SignalAll();  // room for the filling thread
+  State& st = *state_;
+  absl::MutexLock lock(&st.mu_);
+  while (st.buffer_.empty() && !st.ended_) st.changed_.Wait(&st.mu_);
+  if (!st.buffer_.empty()) {
+    WorkItem item = std::move(st.buffer_.front());
+    st.buffer_.pop_front();
+    ++st.outstanding_;
+    st.changed_.SignalAll();  // room for the filling thread
     return item;
   }
-  if (end_.ok()) {
+  if (st.end_.ok()) {
     return absl::CancelledError(
         absl::StrCat("input producer of queue '", queue_->name(), "' was stopped"));
   }
-  return end_;
+  return st.end_;
 }
 
 absl::Status InputProducer::ItemDone(const WorkItem& item) {
   absl::Status s = queue_->Complete(item);
-  absl::MutexLock lock(&mu_);
-  if (outstanding_ > 0) --outstanding_;
-  changed_.SignalAll();
+  State& st = *state_;
+  absl::MutexLock lock(&st.mu_);
+  if (st.outstanding_ > 0) --st.outstanding_;
+  st.changed_.SignalAll();
   return s;
 }
 
+void InputProducer::NoteProgress(const WorkItem& item, int64_t offset) {
+  queue_->NoteProgress(item, offset);
+}
+
 int64_t InputProducer::size() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(buffer_.size());
+  absl::MutexLock lock(&state_->mu_);
+  return static_cast<int64_t>(state_->buffer_.size());
 }
 
 }  // namespace shardq

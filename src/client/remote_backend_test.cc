@@ -16,6 +16,7 @@
 #include "shardq/text_line_reader.h"
 #include "shardq/work_queue.h"
 #include "src/client/retry.h"
+#include "src/client/work_queue_backend.h"
 #include "src/server/grpc_service.h"
 
 namespace shardq {
@@ -95,7 +96,7 @@ TEST_P(RemoteBackendBothModes, WorkQueuesInManyThreadsReadEveryLineOncePerEpochO
       o.name = "remote";
       o.worker_id = absl::StrCat("w", t);
       absl::StatusOr<std::unique_ptr<WorkQueue>> q =
-          WorkQueue::Create(o, Connect(server->port()));
+          WorkQueueFactory::Create(o, Connect(server->port()));
       ASSERT_TRUE(q.ok()) << q.status();
       TextLineReader reader;
       while (true) {

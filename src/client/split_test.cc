@@ -15,7 +15,8 @@
 #include "gtest/gtest.h"
 #include "shardq/text_line_reader.h"
 #include "shardq/work_queue.h"
-#include "src/client/backend.h"
+#include "src/client/embedded_backend.h"
+#include "src/client/work_queue_backend.h"
 #include "src/server/coordinator_impl.h"
 
 namespace shardq {
@@ -60,7 +61,7 @@ TEST(TailRebalancing, ForcedStragglerIsSplitAndTheRunEndsEarly) {
     workers.emplace_back([&, w] {
       WorkQueueOptions mine = options;
       mine.worker_id = absl::StrCat("w", w);
-      absl::StatusOr<std::unique_ptr<WorkQueue>> queue = WorkQueue::Create(mine, backend);
+      absl::StatusOr<std::unique_ptr<WorkQueue>> queue = WorkQueueFactory::Create(mine, backend);
       if (!queue.ok()) {
         ++failures;
         ADD_FAILURE() << queue.status();
@@ -125,7 +126,7 @@ TEST(TailRebalancing, DisabledQueueKeepsFixedSlices) {
     workers.emplace_back([&, w] {
       WorkQueueOptions mine = options;
       mine.worker_id = absl::StrCat("w", w);
-      absl::StatusOr<std::unique_ptr<WorkQueue>> queue = WorkQueue::Create(mine, backend);
+      absl::StatusOr<std::unique_ptr<WorkQueue>> queue = WorkQueueFactory::Create(mine, backend);
       ASSERT_TRUE(queue.ok()) << queue.status();
       TextLineReader reader;
       while (true) {

@@ -5,10 +5,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "shardq/input_producer.h"
 #include "shardq/slice.h"
@@ -16,6 +22,8 @@
 #include "src/client/backend.h"
 #include "src/client/checkpoint_file.h"
 #include "src/client/planner.h"
+#include "src/client/work_queue_backend.h"
+#include "src/core/process.h"
 
 namespace shardq {
 namespace {
@@ -34,6 +42,86 @@ std::string DefaultWorkerId() {
 
 }  // namespace
 
+// Everything a worker keeps: what it learnt of its queue, its leases and
+// their progress, and the heartbeat thread that renews them.
+class WorkQueue::Impl {
+ public:
+  Impl(std::shared_ptr<QueueBackend> backend, std::string name, std::string worker_id)
+      : backend_(std::move(backend)), name_(std::move(name)), worker_id_(std::move(worker_id)) {}
+  ~Impl();
+
+  absl::StatusOr<WorkItem> Take(absl::Duration timeout);
+  absl::Status Complete(const WorkItem& item);
+  absl::Status Release(const WorkItem& item);
+  absl::StatusOr<bool> Fail(const WorkItem& item, absl::string_view reason);
+  int64_t lost_leases() const;
+  int64_t held() const;
+  void NoteProgress(const WorkItem& item, int64_t offset);
+  absl::Status ReportProgress();
+  absl::Status SaveCheckpoint(const std::string& path);
+  absl::StatusOr<QueueStats> Stats() { return backend_->Stats(name_); }
+
+  void HeartbeatLoop();
+  void StartHeartbeatsIfNeeded();
+  // Answers the coordinator's split proposals (heartbeat thread).
+  void AnswerSplits(const std::vector<SplitProposal>& proposals);
+  // Waits until no split answer of `lease_id` is in flight; true when the
+  // item may be completed (false: release it instead).
+  bool SettleSplit(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After NOT_FOUND for `item`'s lease: true (and the lease is forgotten)
+  // when this worker holds it and the queue still exists, i.e. the
+  // coordinator lost the lease; false when the error is the caller's.
+  bool LeaseLostByCoordinator(const WorkItem& item);
+  // Drops a lease from held_ and progress_; false if it was not held.
+  bool Forget(uint64_t lease_id);
+
+  const std::shared_ptr<QueueBackend> backend_;
+  const std::string name_;
+  const std::string worker_id_;
+  uint64_t seed_ = 0;
+  int64_t num_items_ = 0;
+  int64_t num_epochs_ = 0;
+  int64_t num_clients_ = 1;
+  absl::Duration lease_timeout_;
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
+  // Consumed offset per held lease, as noted by readers.
+  absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
+  int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar stop_changed_;  // signalled when stopping_ is set
+  bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;
+  // Leases whose split answer is being sent, and leases whose reader was cut
+  // short by a split the coordinator did not record.
+  absl::flat_hash_set<uint64_t> split_in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> split_unrecorded_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar split_settled_;
+  std::thread heartbeat_thread_;
+  OwnerProcess owner_;  // see src/core/process.h
+};
+
+namespace {
+
+// A worker of the queue `info` describes, over `backend`.
+std::unique_ptr<WorkQueue::Impl> ImplFromInfo(std::shared_ptr<QueueBackend> backend,
+                                             const std::string& worker_id,
+                                             const QueueInfo& info) {
+  auto impl = std::make_unique<WorkQueue::Impl>(
+      std::move(backend), info.name, worker_id.empty() ? DefaultWorkerId() : worker_id);
+  impl->seed_ = info.seed;
+  impl->num_items_ = info.num_items;
+  impl->num_epochs_ = info.num_epochs;
+  impl->num_clients_ = info.num_clients;
+  impl->lease_timeout_ = info.lease_timeout;
+  return impl;
+}
+
+}  // namespace
+
+WorkQueue::WorkQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
     const WorkQueueOptions& options) {
   absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
@@ -42,7 +130,7 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
   if (!connected.ok()) return connected.status();
   WorkQueueOptions named = options;
   named.worker_id = connected->worker_id;
-  return Create(named, std::move(connected->backend));
+  return WorkQueueFactory::Create(named, std::move(connected->backend));
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
@@ -51,34 +139,24 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
       options.address, options.token, options.tls_ca_file, options.worker_id,
       options.connect_timeout);
   if (!connected.ok()) return connected.status();
-  absl::StatusOr<std::unique_ptr<WorkQueue>> queue =
-      Attach(options.name, std::move(connected->backend), connected->worker_id);
-  if (queue.ok()) (*queue)->heartbeat_interval_ = options.heartbeat_interval;
-  return queue;
+  absl::StatusOr<QueueInfo> info = connected->backend->GetQueue(options.name);
+  if (!info.ok()) return info.status();
+  std::unique_ptr<Impl> impl =
+      ImplFromInfo(std::move(connected->backend), connected->worker_id, *info);
+  impl->heartbeat_interval_ = options.heartbeat_interval;
+  return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
 }
 
-absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Attach(
     const std::string& name, std::shared_ptr<QueueBackend> backend,
     const std::string& worker_id) {
   absl::StatusOr<QueueInfo> info = backend->GetQueue(name);
   if (!info.ok()) return info.status();
-  return FromInfo(std::move(backend), worker_id, *info);
+  return std::unique_ptr<WorkQueue>(
+      new WorkQueue(ImplFromInfo(std::move(backend), worker_id, *info)));
 }
 
-std::unique_ptr<WorkQueue> WorkQueue::FromInfo(std::shared_ptr<QueueBackend> backend,
-                                               const std::string& worker_id,
-                                               const QueueInfo& info) {
-  std::unique_ptr<WorkQueue> queue(new WorkQueue(
-      std::move(backend), info.name, worker_id.empty() ? DefaultWorkerId() : worker_id));
-  queue->seed_ = info.seed;
-  queue->num_items_ = info.num_items;
-  queue->num_epochs_ = info.num_epochs;
-  queue->num_clients_ = info.num_clients;
-  queue->lease_timeout_ = info.lease_timeout;
-  return queue;
-}
-
-absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Create(
     const WorkQueueOptions& options, std::shared_ptr<QueueBackend> backend) {
   if (options.num_epochs < 1) {
     return absl::InvalidArgumentError(
@@ -103,18 +181,15 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
   config.split_min_residual = options.split_min_residual;
   absl::StatusOr<QueueInfo> info = backend->CreateQueue(config);
   if (!info.ok()) return info.status();
-  std::unique_ptr<WorkQueue> queue = FromInfo(std::move(backend), options.worker_id, *info);
-  queue->heartbeat_interval_ = options.heartbeat_interval;
-  return queue;
+  std::unique_ptr<WorkQueue::Impl> impl =
+      ImplFromInfo(std::move(backend), options.worker_id, *info);
+  impl->heartbeat_interval_ = options.heartbeat_interval;
+  return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
 }
 
-WorkQueue::WorkQueue(std::shared_ptr<QueueBackend> backend, std::string name,
-                     std::string worker_id)
-    : backend_(std::move(backend)),
-      name_(std::move(name)),
-      worker_id_(std::move(worker_id)) {}
+WorkQueue::~WorkQueue() = default;
 
-WorkQueue::~WorkQueue() {
+WorkQueue::Impl::~Impl() {
   if (!owner_.current()) {
     // Inherited through fork(): the leases and the heartbeat thread belong
     // to the parent process.
@@ -138,12 +213,12 @@ WorkQueue::~WorkQueue() {
   }
 }
 
-int64_t WorkQueue::held() const {
+int64_t WorkQueue::Impl::held() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(held_.size());
 }
 
-absl::StatusOr<WorkItem> WorkQueue::Take(absl::Duration timeout) {
+absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
   const absl::Time deadline = timeout == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + timeout;
@@ -175,12 +250,12 @@ absl::StatusOr<WorkItem> WorkQueue::Take(absl::Duration timeout) {
   }
 }
 
-bool WorkQueue::SettleSplit(uint64_t lease_id) {
+bool WorkQueue::Impl::SettleSplit(uint64_t lease_id) {
   while (split_in_flight_.contains(lease_id)) split_settled_.Wait(&mu_);
   return split_unrecorded_.erase(lease_id) == 0;
 }
 
-absl::Status WorkQueue::Complete(const WorkItem& item) {
+absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
   bool complete;
   {
     absl::MutexLock lock(&mu_);
@@ -212,7 +287,7 @@ absl::Status WorkQueue::Complete(const WorkItem& item) {
   return outcome.status();
 }
 
-absl::Status WorkQueue::Release(const WorkItem& item) {
+absl::Status WorkQueue::Impl::Release(const WorkItem& item) {
   {
     absl::MutexLock lock(&mu_);
     SettleSplit(item.lease_id);
@@ -229,7 +304,7 @@ absl::Status WorkQueue::Release(const WorkItem& item) {
   return s;
 }
 
-absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view reason) {
+absl::StatusOr<bool> WorkQueue::Impl::Fail(const WorkItem& item, absl::string_view reason) {
   {
     absl::MutexLock lock(&mu_);
     SettleSplit(item.lease_id);
@@ -239,7 +314,7 @@ absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view rea
   return failed;
 }
 
-bool WorkQueue::LeaseLostByCoordinator(const WorkItem& item) {
+bool WorkQueue::Impl::LeaseLostByCoordinator(const WorkItem& item) {
   {
     absl::MutexLock lock(&mu_);
     if (!held_.contains(item.lease_id)) return false;  // never ours: a caller error
@@ -251,23 +326,23 @@ bool WorkQueue::LeaseLostByCoordinator(const WorkItem& item) {
   return Forget(item.lease_id);
 }
 
-bool WorkQueue::Forget(uint64_t lease_id) {
+bool WorkQueue::Impl::Forget(uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
   progress_.erase(lease_id);
   return held_.erase(lease_id) > 0;
 }
 
-int64_t WorkQueue::lost_leases() const {
+int64_t WorkQueue::Impl::lost_leases() const {
   absl::MutexLock lock(&mu_);
   return lost_leases_;
 }
 
-void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
+void WorkQueue::Impl::NoteProgress(const WorkItem& item, int64_t offset) {
   absl::MutexLock lock(&mu_);
   if (held_.contains(item.lease_id)) progress_[item.lease_id] = offset;
 }
 
-absl::Status WorkQueue::ReportProgress() {
+absl::Status WorkQueue::Impl::ReportProgress() {
   std::vector<std::pair<uint64_t, int64_t>> progress;
   {
     absl::MutexLock lock(&mu_);
@@ -277,7 +352,7 @@ absl::Status WorkQueue::ReportProgress() {
   return backend_->ReportProgress(name_, worker_id_, progress);
 }
 
-absl::Status WorkQueue::SaveCheckpoint(const std::string& path) {
+absl::Status WorkQueue::Impl::SaveCheckpoint(const std::string& path) {
   if (absl::Status s = ReportProgress(); !s.ok()) return s;
   absl::StatusOr<journal::Checkpoint> checkpoint = backend_->ExportCheckpoint(name_);
   if (!checkpoint.ok()) return checkpoint.status();
@@ -294,29 +369,29 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
   if (!connected.ok()) return connected.status();
   absl::StatusOr<QueueInfo> info = connected->backend->RestoreCheckpoint(*checkpoint, name);
   if (!info.ok()) return info.status();
-  return FromInfo(std::move(connected->backend), connected->worker_id, *info);
+  return std::unique_ptr<WorkQueue>(
+      new WorkQueue(ImplFromInfo(std::move(connected->backend), connected->worker_id, *info)));
 }
 
-absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
+absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::RestoreCheckpoint(
     std::shared_ptr<QueueBackend> backend, const std::string& path, const std::string& name,
     const std::string& worker_id) {
   absl::StatusOr<journal::Checkpoint> checkpoint = ReadCheckpointFile(path);
   if (!checkpoint.ok()) return checkpoint.status();
   absl::StatusOr<QueueInfo> info = backend->RestoreCheckpoint(*checkpoint, name);
   if (!info.ok()) return info.status();
-  return FromInfo(std::move(backend), worker_id, *info);
+  return std::unique_ptr<WorkQueue>(
+      new WorkQueue(ImplFromInfo(std::move(backend), worker_id, *info)));
 }
 
-absl::StatusOr<QueueStats> WorkQueue::Stats() { return backend_->Stats(name_); }
-
-void WorkQueue::StartHeartbeatsIfNeeded() {
+void WorkQueue::Impl::StartHeartbeatsIfNeeded() {
   absl::MutexLock lock(&mu_);
   if (heartbeat_started_ || stopping_) return;
   heartbeat_started_ = true;
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
-void WorkQueue::HeartbeatLoop() {
+void WorkQueue::Impl::HeartbeatLoop() {
   // At least three renewals per lease period: one lost heartbeat never
   // expires a lease of a live worker.
   const absl::Duration interval = std::min(lease_timeout_ / 3, heartbeat_interval_);
@@ -351,7 +426,7 @@ void WorkQueue::HeartbeatLoop() {
   }
 }
 
-void WorkQueue::AnswerSplits(const std::vector<SplitProposal>& proposals) {
+void WorkQueue::Impl::AnswerSplits(const std::vector<SplitProposal>& proposals) {
   for (const SplitProposal& p : proposals) {
     std::shared_ptr<SplittableRange> range;
     {
@@ -378,12 +453,36 @@ void WorkQueue::AnswerSplits(const std::vector<SplitProposal>& proposals) {
   }
 }
 
+// The public face: each call forwards to the worker's state.
+absl::StatusOr<WorkItem> WorkQueue::Take(absl::Duration timeout) { return impl_->Take(timeout); }
+absl::Status WorkQueue::Complete(const WorkItem& item) { return impl_->Complete(item); }
+absl::Status WorkQueue::Release(const WorkItem& item) { return impl_->Release(item); }
+absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view reason) {
+  return impl_->Fail(item, reason);
+}
+int64_t WorkQueue::lost_leases() const { return impl_->lost_leases(); }
+absl::StatusOr<QueueStats> WorkQueue::Stats() { return impl_->Stats(); }
+void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
+  impl_->NoteProgress(item, offset);
+}
+absl::Status WorkQueue::ReportProgress() { return impl_->ReportProgress(); }
+absl::Status WorkQueue::SaveCheckpoint(const std::string& path) {
+  return impl_->SaveCheckpoint(path);
+}
+const std::string& WorkQueue::name() const { return impl_->name_; }
+const std::string& WorkQueue::worker_id() const { return impl_->worker_id_; }
+uint64_t WorkQueue::seed() const { return impl_->seed_; }
+int64_t WorkQueue::num_items() const { return impl_->num_items_; }
+int64_t WorkQueue::num_epochs() const { return impl_->num_epochs_; }
+int64_t WorkQueue::num_clients() const { return impl_->num_clients_; }
+int64_t WorkQueue::held() const { return impl_->held(); }
+
 std::unique_ptr<ItemStream> WorkQueue::InputDataset() {
   return std::make_unique<ItemStream>(this);
 }
 
 std::unique_ptr<InputProducer> WorkQueue::MakeInputProducer(int64_t capacity) {
-  return std::make_unique<InputProducer>(this, capacity > 0 ? capacity : num_clients_);
+  return std::make_unique<InputProducer>(this, capacity > 0 ? capacity : num_clients());
 }
 
 ItemStream::~ItemStream() {

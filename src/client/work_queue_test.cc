@@ -11,7 +11,8 @@
 #include "gtest/gtest.h"
 #include "shardq/input_producer.h"
 #include "shardq/text_line_reader.h"
-#include "src/client/backend.h"
+#include "src/client/embedded_backend.h"
+#include "src/client/work_queue_backend.h"
 #include "src/server/coordinator_impl.h"
 
 namespace shardq {
@@ -288,7 +289,7 @@ TEST(WorkQueue, LeaseLostInACoordinatorCrashIsCountedNotAnError) {
   backend->PointAt(before.get());
   WorkQueueOptions o = Options("lost", MakeFiles("lost", 4, 3));
   o.num_clients = 2;
-  auto worker = WorkQueue::Create(o, backend);
+  auto worker = WorkQueueFactory::Create(o, backend);
   ASSERT_TRUE(worker.ok()) << worker.status();
   ASSERT_TRUE(before->Flush().ok());
   const std::string crashed = CrashCopy(dir);

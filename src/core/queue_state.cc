@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "src/core/rng.h"
+#include "shardq/internal/rng.h"
 #include "src/core/validate.h"
 
 namespace shardq {

@@ -67,31 +67,9 @@
 #include "absl/time/time.h"
 #include "proto/shardq/journal.pb.h"
 #include "shardq/work_item.h"
+#include "src/types/queue_types.h"
 
 namespace shardq {
-
-// Everything that defines a queue. Two clients naming the same queue must
-// agree on it (see ConfigDifferences).
-struct QueueConfig {
-  std::string name;
-  std::vector<std::string> items;  // the slice plan, one epoch
-  int64_t num_epochs = 1;
-  bool shuffle = true;
-  std::optional<uint64_t> seed;    // unset only in requests; resolved state always has one
-  int64_t num_clients = 1;
-  absl::Duration lease_timeout = absl::Seconds(30);
-  // Tail rebalancing (see the top of this file). Clients attaching to a
-  // queue must agree on it like on every other field (ConfigDifferences).
-  bool split = true;
-  // Smallest range split off, in item units (bytes, or rows for tables).
-  int64_t split_min_residual = kDefaultSplitMinResidual;
-  // Failed attempts (QueueState::Fail) after which an item is set aside as
-  // failed. Not part of a queue's identity: the creator's setting holds.
-  int64_t max_attempts = kDefaultMaxAttempts;
-
-  static constexpr int64_t kDefaultSplitMinResidual = 1;
-  static constexpr int64_t kDefaultMaxAttempts = 3;
-};
 
 // Limits on what a queue may be (ValidateConfig enforces them, naming the
 // field and the limit; docs/cli.md "Limits" lists them).
@@ -138,21 +116,6 @@ struct TakeResult {
   WorkItem item;  // set when outcome == kItem
   // kWait only: the lease a split was just proposed for (0: none).
   uint64_t proposed_lease = 0;
-};
-
-enum class CompleteOutcome { kCompleted, kDuplicate };
-
-// "Stop reading lease `lease_id` at `split_point`", for the lease's holder.
-struct SplitProposal {
-  uint64_t lease_id = 0;
-  int64_t split_point = 0;
-  int64_t min_residual = 1;  // refuse if less than this would be split off
-};
-
-// What a heartbeat tells the worker.
-struct HeartbeatReply {
-  std::vector<uint64_t> lost;          // leases the worker no longer holds
-  std::vector<SplitProposal> splits;   // proposals awaiting its answer
 };
 
 // Called with every update applied to a QueueState, in order.

@@ -1,4 +1,4 @@
-#include "src/core/rng.h"
+#include "shardq/internal/rng.h"
 
 #include <cstddef>
 #include <numeric>

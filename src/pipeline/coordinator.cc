@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "src/pipeline/queue_internal.h"
+#include "shardq/pipeline/internal/queue_internal.h"
 
 namespace shardq::pipeline {
 

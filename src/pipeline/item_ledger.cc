@@ -1,4 +1,4 @@
-#include "src/pipeline/item_ledger.h"
+#include "shardq/pipeline/internal/item_ledger.h"
 
 #include <cstdint>
 #include <memory>

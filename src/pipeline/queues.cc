@@ -7,7 +7,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "src/pipeline/queue_internal.h"
+#include "shardq/pipeline/internal/queue_internal.h"
 
 namespace shardq::pipeline::internal {
 

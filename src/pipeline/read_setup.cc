@@ -1,4 +1,4 @@
-#include "src/pipeline/read_setup.h"
+#include "shardq/pipeline/internal/read_setup.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "shardq/input_producer.h"
 #include "shardq/work_queue.h"
-#include "src/pipeline/item_ledger.h"
+#include "shardq/pipeline/internal/item_ledger.h"
 
 namespace shardq::pipeline::internal {
 namespace {

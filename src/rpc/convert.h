@@ -9,7 +9,7 @@
 #include "grpcpp/support/status.h"
 #include "proto/shardq/coordinator.pb.h"
 #include "src/core/queue_state.h"
-#include "src/server/coordinator_impl.h"
+#include "src/types/queue_types.h"
 #include "shardq/work_item.h"
 
 namespace shardq {

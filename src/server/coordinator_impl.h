@@ -58,19 +58,9 @@
 #include "src/core/clock.h"
 #include "src/core/queue_state.h"
 #include "src/store/journal.h"
+#include "src/types/queue_types.h"
 
 namespace shardq {
-
-// What a client learns when it creates or attaches to a queue.
-struct QueueInfo {
-  std::string name;
-  uint64_t seed = 0;
-  int64_t num_items = 0;
-  int64_t num_epochs = 0;
-  int64_t num_clients = 1;
-  absl::Duration lease_timeout;
-  bool created = false;  // false: attached to an existing queue
-};
 
 struct CoordinatorOptions {
   // Must outlive the coordinator; nullptr means the real clock.

@@ -183,6 +183,6 @@ class QueueRunner {
 }  // namespace shardq::pipeline
 
 // Template definitions.
-#include "src/pipeline/queue_runner_impl.h"  // IWYU pragma: export
+#include "shardq/pipeline/internal/queue_runner_impl.h"  // IWYU pragma: export
 
 #endif  // SHARDQ_PIPELINE_COORDINATOR_H_

@@ -233,6 +233,6 @@ Dataset<T> FromVector(std::vector<T> elements);
 }  // namespace shardq::pipeline
 
 // Template definitions.
-#include "src/pipeline/dataset_impl.h"  // IWYU pragma: export
+#include "shardq/pipeline/internal/dataset_impl.h"  // IWYU pragma: export
 
 #endif  // SHARDQ_PIPELINE_DATASET_H_

@@ -45,7 +45,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "src/pipeline/queue_internal.h"
+#include "shardq/pipeline/internal/queue_internal.h"
 
 namespace shardq::pipeline {
 
@@ -67,7 +67,7 @@ struct RandomShuffleQueueOptions {
   // memory. 0 <= min_after_dequeue < capacity.
   int64_t min_after_dequeue = 0;
   // Seeds the choice of the dequeued element (SplitMix64, see
-  // src/core/rng.h). The same seed and the same sequence of calls give the
+  // shardq/internal/rng.h). The same seed and the same sequence of calls give the
   // same order on every machine; with several producer or consumer threads
   // the sequence of calls itself is what varies.
   uint64_t seed = 0;
@@ -240,6 +240,6 @@ class PriorityQueue final : public Queue<Prioritized<T>> {
 }  // namespace shardq::pipeline
 
 // Template definitions.
-#include "src/pipeline/queues_impl.h"  // IWYU pragma: export
+#include "shardq/pipeline/internal/queues_impl.h"  // IWYU pragma: export
 
 #endif  // SHARDQ_PIPELINE_QUEUES_H_

@@ -111,7 +111,7 @@ struct ShuffleOptions {
   // Larger mixes better, costs memory, and delays the first element.
   int64_t buffer_size = 1024;
 
-  // Seeds the choices (SplitMix64, see src/core/rng.h): the same seed and
+  // Seeds the choices (SplitMix64, see shardq/internal/rng.h): the same seed and
   // the same input order give the same output order on every machine.
   uint64_t seed = 0;
 };

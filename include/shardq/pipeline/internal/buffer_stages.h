@@ -23,9 +23,9 @@
 #include "absl/strings/str_cat.h"
 #include "shardq/pipeline/element.h"
 #include "shardq/pipeline/stage_options.h"
-#include "src/core/rng.h"
-#include "src/pipeline/item_ledger.h"
-#include "src/pipeline/stage.h"
+#include "shardq/internal/rng.h"
+#include "shardq/pipeline/internal/item_ledger.h"
+#include "shardq/pipeline/internal/stage.h"
 
 namespace shardq::pipeline::internal {
 

@@ -33,8 +33,8 @@
 #include "shardq/pipeline/queues.h"
 #include "shardq/pipeline/record_reader.h"
 #include "shardq/pipeline/stage_options.h"
-#include "src/pipeline/item_ledger.h"
-#include "src/pipeline/stage.h"
+#include "shardq/pipeline/internal/item_ledger.h"
+#include "shardq/pipeline/internal/stage.h"
 
 namespace shardq::pipeline::internal {
 

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "shardq/pipeline/queues.h"
-#include "src/pipeline/stage.h"
+#include "shardq/pipeline/internal/stage.h"
 
 namespace shardq::pipeline::internal {
 

@@ -24,12 +24,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "shardq/pipeline/dataset.h"
-#include "src/pipeline/buffer_stages.h"
-#include "src/pipeline/map_stage.h"
-#include "src/pipeline/prefetch_stage.h"
-#include "src/pipeline/read_setup.h"
-#include "src/pipeline/read_stage.h"
-#include "src/pipeline/stage.h"
+#include "shardq/pipeline/internal/buffer_stages.h"
+#include "shardq/pipeline/internal/map_stage.h"
+#include "shardq/pipeline/internal/prefetch_stage.h"
+#include "shardq/pipeline/internal/read_setup.h"
+#include "shardq/pipeline/internal/read_stage.h"
+#include "shardq/pipeline/internal/stage.h"
 
 namespace shardq::pipeline {
 namespace internal {

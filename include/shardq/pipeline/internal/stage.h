@@ -27,7 +27,7 @@
 #include "absl/time/time.h"
 #include "shardq/pipeline/coordinator.h"
 #include "shardq/pipeline/queues.h"
-#include "src/pipeline/item_ledger.h"
+#include "shardq/pipeline/internal/item_ledger.h"
 
 namespace shardq::pipeline::internal {
 

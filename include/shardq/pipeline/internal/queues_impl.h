@@ -18,8 +18,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardq/pipeline/queues.h"
-#include "src/core/rng.h"
-#include "src/pipeline/queue_internal.h"
+#include "shardq/internal/rng.h"
+#include "shardq/pipeline/internal/queue_internal.h"
 
 namespace shardq::pipeline {
 namespace internal {

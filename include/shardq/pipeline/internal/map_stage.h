@@ -29,7 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "shardq/pipeline/stage_options.h"
-#include "src/pipeline/stage.h"
+#include "shardq/pipeline/internal/stage.h"
 
 namespace shardq::pipeline::internal {
 

@@ -5,7 +5,7 @@
 #include "absl/status/statusor.h"
 #include "shardq/item_source.h"
 #include "shardq/pipeline/stage_options.h"
-#include "src/pipeline/stage.h"
+#include "shardq/pipeline/internal/stage.h"
 
 namespace shardq::pipeline::internal {
 
