@@ -1,21 +1,50 @@
 # One helper per target kind (STYLE.md rule 9). Every target gets the same
-# warning flags, treated as errors, and sees include/ and src/.
+# warning flags, treated as errors.
+#
+# Include rule (issue 16): a library exposes include/ only
+# ($<BUILD_INTERFACE:include/> here, <prefix>/include once installed); the
+# repo root (src/...) and the build tree (proto/...) are PRIVATE to each
+# target. Code inside the project (libraries, binaries, tests) sees them;
+# anything that merely links a shardq library, such as an outside project
+# after find_package(shardq), sees the public headers and nothing else.
 set(SHARDQ_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
 
-# shardq_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...])
+# Gives a target of this project the repo root and the build tree, privately.
+function(shardq_private_includes target)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+endfunction()
+
+# shardq_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...] [ALIAS short])
+# Also defines the alias shardq::<short> (default: the name without
+# "shardq_"), its name once installed (see cmake/shardq_install.cmake).
 function(shardq_cc_library)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;HDRS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;ALIAS" "SRCS;HDRS;DEPS" ${ARGN})
   add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
   target_include_directories(${ARG_NAME} PUBLIC
-    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:include>)
+  shardq_private_includes(${ARG_NAME})
   target_compile_options(${ARG_NAME} PRIVATE ${SHARDQ_WARNINGS})
   target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
+  shardq_alias(${ARG_NAME} ${ARG_ALIAS})
+endfunction()
+
+# shardq_alias(target [short]): shardq::<short> for `target`, and <short> as
+# its export name; short defaults to the target's name without "shardq_".
+function(shardq_alias target)
+  string(REGEX REPLACE "^shardq_" "" short ${target})
+  if(ARGC GREATER 1)
+    set(short ${ARGV1})
+  endif()
+  add_library(shardq::${short} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${short})
 endfunction()
 
 # shardq_cc_binary(NAME name SRCS ... [DEPS ...])
 function(shardq_cc_binary)
   cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
+  shardq_private_includes(${ARG_NAME})
   target_compile_options(${ARG_NAME} PRIVATE ${SHARDQ_WARNINGS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
 endfunction()
@@ -28,6 +57,7 @@ function(shardq_cc_test)
   endif()
   cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
+  shardq_private_includes(${ARG_NAME})
   target_compile_options(${ARG_NAME} PRIVATE ${SHARDQ_WARNINGS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
