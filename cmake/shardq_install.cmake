@@ -19,3 +19,41 @@ add_library(shardq_client_api INTERFACE)
 target_link_libraries(shardq_client_api INTERFACE
   shardq_client shardq_io shardq_io_formats shardq_pipeline shardq_dataset)
 shardq_alias(shardq_client_api client)
+
+include(CMakePackageConfigHelpers)
+set(SHARDQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/shardq)
+
+# shardq::client and every shardq library it links (static libraries: a
+# consumer links them all). The generated protobuf headers and src/ stay
+# private: no installed header includes them.
+set(SHARDQ_EXPORTED_TARGETS
+  shardq_client_api shardq_client shardq_embedded shardq_rpc shardq_grpc_proto
+  shardq_coordinator shardq_store shardq_core shardq_types shardq_proto
+  shardq_io shardq_io_formats shardq_pipeline shardq_dataset)
+install(TARGETS ${SHARDQ_EXPORTED_TARGETS} EXPORT shardqTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/shardq
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.h")
+if(TARGET shardq)
+  install(TARGETS shardq RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
+
+install(EXPORT shardqTargets
+  NAMESPACE shardq::
+  FILE shardqTargets.cmake
+  DESTINATION ${SHARDQ_CMAKE_DIR})
+configure_package_config_file(
+  ${PROJECT_SOURCE_DIR}/cmake/shardqConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/shardqConfig.cmake
+  INSTALL_DESTINATION ${SHARDQ_CMAKE_DIR})
+# 0.x: a minor version may change the API.
+write_basic_package_version_file(
+  ${PROJECT_BINARY_DIR}/shardqConfigVersion.cmake
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMinorVersion)
+install(FILES
+  ${PROJECT_BINARY_DIR}/shardqConfig.cmake
+  ${PROJECT_BINARY_DIR}/shardqConfigVersion.cmake
+  DESTINATION ${SHARDQ_CMAKE_DIR})
