@@ -20,6 +20,12 @@ target_link_libraries(shardq_client_api INTERFACE
   shardq_client shardq_io shardq_io_formats shardq_pipeline shardq_dataset)
 shardq_alias(shardq_client_api client)
 
+# A wheel build (scikit-build, python/CMakeLists.txt) installs the Python
+# package only, not the C++ SDK.
+if(SKBUILD)
+  return()
+endif()
+
 include(CMakePackageConfigHelpers)
 set(SHARDQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/shardq)
 

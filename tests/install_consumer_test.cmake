@@ -4,6 +4,7 @@
 #   -DBUILD_DIR=<shardq build tree> -DSOURCE_DIR=<shardq source tree>
 #   -DWORK_DIR=<scratch dir> -DGENERATOR=<generator> -DCXX=<compiler>
 #   [-DLAUNCHER=<compiler launcher>] [-DBUILD_TYPE=<type>] [-DLINK_FLAGS=<flags>]
+#   [-DWITH_COMMAND=1 when the build has the shardq command]
 #
 # 1. cmake --install BUILD_DIR --prefix WORK_DIR/prefix;
 # 2. extracts README.md's C++ example (tests/readme_example_test.cmake);
@@ -31,8 +32,12 @@ endfunction()
 file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 step("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(installed include/shardq/work_queue.h lib/cmake/shardq/shardqConfig.cmake
-                  lib/cmake/shardq/shardqConfigVersion.cmake bin/shardq)
+set(expected include/shardq/work_queue.h include/shardq/pipeline/dataset.h
+    lib/cmake/shardq/shardqConfig.cmake lib/cmake/shardq/shardqConfigVersion.cmake)
+if(WITH_COMMAND)
+  list(APPEND expected bin/shardq)
+endif()
+foreach(installed ${expected})
   if(NOT EXISTS "${prefix}/${installed}")
     message(FATAL_ERROR "cmake --install did not install ${installed}")
   endif()
