@@ -10,7 +10,8 @@
 # 2. extracts README.md's C++ example (tests/readme_example_test.cmake);
 # 3. configures tests/install_consumer with CMAKE_PREFIX_PATH=the prefix
 #    (find_package(shardq), shardq::client), builds it;
-# 4. runs it as readme_example_test does (expects "read 200 lines").
+# 4. runs it as readme_example_test does (expects "read 200 lines"), and
+#    the consumer's pipeline example (tests/install_consumer/) likewise.
 # Any step failing fails the test, with that step's output.
 foreach(var BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR CXX)
   if(NOT DEFINED ${var})
@@ -64,8 +65,11 @@ endif()
 step("configuring the consumer" ${CMAKE_COMMAND} ${configure_args})
 step("building the consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 
-step("running the consumer" ${CMAKE_COMMAND} -DMODE=run
-     -DEXAMPLE=${WORK_DIR}/build/readme_example -DWORK_DIR=${WORK_DIR}/run
-     -P ${SOURCE_DIR}/tests/readme_example_test.cmake)
+# Both print "read 200 lines" over the README's data set.
+foreach(example readme_example pipeline_example)
+  step("running the consumer's ${example}" ${CMAKE_COMMAND} -DMODE=run
+       -DEXAMPLE=${WORK_DIR}/build/${example} -DWORK_DIR=${WORK_DIR}/run
+       -P ${SOURCE_DIR}/tests/readme_example_test.cmake)
+endforeach()
 message("an outside project built and ran README.md's example against ${prefix}")
 file(REMOVE_RECURSE "${WORK_DIR}")
