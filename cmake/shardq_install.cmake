@@ -34,7 +34,7 @@ set(SHARDQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/shardq)
 # private: no installed header includes them.
 set(SHARDQ_EXPORTED_TARGETS
   shardq_client_api shardq_client shardq_embedded shardq_rpc shardq_grpc_proto
-  shardq_coordinator shardq_store shardq_core shardq_types shardq_proto
+  shardq_coordinator shardq_store shardq_core shardq_types shardq_proto shardq_log
   shardq_io shardq_io_formats shardq_pipeline shardq_dataset)
 install(TARGETS ${SHARDQ_EXPORTED_TARGETS} EXPORT shardqTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "src/log/log.h"
 #include "src/observe/status_server.h"
 #include "src/server/grpc_service.h"
 #include "src/server/listen_address.h"
@@ -59,6 +61,10 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int RunServe(const ServeOptions& o) {
+  // The library logs warnings only; a coordinator also says what it does
+  // (queues created, leases expired, recovery, shutdown). SHARDQ_LOG_LEVEL
+  // overrides.
+  logging::SetDefaultLevel(spdlog::level::info);
   // Both addresses are checked before anything starts: a bad --http or a
   // port someone holds stops serve before it opens the state dir.
   if (!o.http.empty()) {
@@ -117,10 +123,10 @@ int RunServe(const ServeOptions& o) {
   }
   if (!options.state_dir.empty()) {
     const CoordinatorImpl::Recovery& r = (*server)->coordinator()->recovery();
-    std::printf("state dir %s: recovered %lld queue(s) in %.2f s (%lld update(s) replayed "
-                "after their snapshots)\n",
-                options.state_dir.c_str(), static_cast<long long>(r.queues),
-                absl::ToDoubleSeconds(r.took), static_cast<long long>(r.updates_replayed));
+    SHARDQ_LOG_INFO("state dir {}: recovered {} queue(s) in {:.2f} s ({} update(s) replayed "
+                    "after their snapshots)",
+                    options.state_dir, r.queues, absl::ToDoubleSeconds(r.took),
+                    r.updates_replayed);
   }
   const std::string host = o.listen.substr(0, o.listen.rfind(':'));
   std::printf("shardq coordinator listening on %s:%d%s%s%s%s\n", host.c_str(),
@@ -143,12 +149,12 @@ int RunServe(const ServeOptions& o) {
     const timespec one_second{1, 0};
     const int signal_number = sigtimedwait(&stop_signals, nullptr, &one_second);
     if (signal_number > 0) {
-      std::fprintf(stderr, "shardq serve: signal %d, shutting down\n", signal_number);
+      SHARDQ_LOG_INFO("signal {} ({}), shutting down", signal_number, strsignal(signal_number));
       break;
     }
     if (absl::Status s = (*server)->coordinator()->Writable(); !s.ok()) {
-      std::fprintf(stderr, "shardq serve: %s; stopping (a restart recovers every acknowledged "
-                   "change)\n", std::string(s.message()).c_str());
+      SHARDQ_LOG_ERROR("{}; stopping (a restart recovers every acknowledged change)",
+                       std::string(s.message()));
       exit_code = 1;
       break;
     }

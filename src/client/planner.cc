@@ -10,6 +10,7 @@
 #include "src/io/compression.h"
 #include "src/io/file.h"
 #include "src/io/sqlite_table.h"
+#include "src/log/log.h"
 
 namespace shardq {
 namespace {
@@ -38,11 +39,8 @@ absl::StatusOr<SizedWork> MeasureWork(std::string name) {
   if (!compression.ok()) return compression.status();
   if (*compression == FileCompression::kNone) return work;
   work.splittable = false;
-  std::fprintf(stderr,
-               "shardq: note: '%s' is %s-compressed and cannot be cut: it is "
-               "planned as one whole item\n",
-               work.name.c_str(),
-               std::string(CompressionName(*compression)).c_str());
+  SHARDQ_LOG_WARN("'{}' is {}-compressed and cannot be cut: it is planned as one whole item",
+                  work.name, std::string(CompressionName(*compression)));
   return work;
 }
 

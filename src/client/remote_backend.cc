@@ -16,6 +16,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
+#include "src/log/log.h"
 #include "src/rpc/convert.h"
 
 namespace shardq {
@@ -387,7 +388,7 @@ class RemoteBackend final : public QueueBackend {
     return "";
   }
 
-  // Prints "shardq: WHAT ADDR (REASON), THEN" to stderr, at most once per
+  // Logs "WHAT ADDR (REASON), THEN" as a warning, at most once per
   // kNoteInterval for this backend (many threads may be waiting).
   void Note(absl::string_view what, absl::string_view reason, absl::string_view then) {
     const absl::Time now = absl::Now();
@@ -396,10 +397,8 @@ class RemoteBackend final : public QueueBackend {
       if (now < next_note_) return;
       next_note_ = now + kNoteInterval;
     }
-    std::fprintf(stderr, "shardq: %s%s (%s), %s\n", std::string(what).c_str(),
-                 options_.address.c_str(), std::string(reason).c_str(),
-                 std::string(then).c_str());
-    std::fflush(stderr);
+    SHARDQ_LOG_WARN("{}{} ({}), {}", std::string(what), options_.address, std::string(reason),
+                    std::string(then));
   }
 
   absl::Status Interrupted(absl::string_view method) const {

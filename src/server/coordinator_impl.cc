@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/core/validate.h"
+#include "src/log/log.h"
 
 namespace shardq {
 namespace {
@@ -150,6 +151,16 @@ uint64_t CoordinatorImpl::AfterChange(Entry& e) {
   return e.last_seq;
 }
 
+void CoordinatorImpl::ExpireLeases(Entry& e, absl::Time now) {
+  const int64_t expired = e.state->ExpireLeases(now);
+  if (expired == 0) return;
+  e.changed.SignalAll();
+  SHARDQ_LOG_INFO("queue '{}': {} lease(s) expired (no heartbeat for {}); their items go back "
+                  "to the queue",
+                  e.state->config().name, expired,
+                  absl::FormatDuration(e.state->config().lease_timeout));
+}
+
 bool CoordinatorImpl::TooManyGrantsBehind(Entry& e) {
   const uint64_t durable = journal_->durable_seq();
   while (!e.grants_behind.empty() && e.grants_behind.front() <= durable) {
@@ -229,6 +240,8 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::CreateQueue(QueueConfig config) {
         info = Describe((*added)->state->config(), true);
       }
       if (absl::Status s = Durable(seq); !s.ok()) return s;
+      SHARDQ_LOG_INFO("queue '{}' created: {} item(s) per epoch, {} epoch(s), seed {}",
+                      info.name, info.num_items, resolved.num_epochs, info.seed);
       return info;
     }
     if (!absl::IsFailedPrecondition(added.status())) return added.status();
@@ -305,7 +318,7 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
     absl::MutexLock lock(&e.mu);
     while (true) {
       const absl::Time now = clock_->Now();
-      if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
+      ExpireLeases(e, now);
       bool wait = false;
       while (static_cast<int64_t>(items.size()) < max_items) {
         // Only the first item may fail on the num_clients limit; once we
@@ -443,7 +456,7 @@ absl::StatusOr<HeartbeatReply> CoordinatorImpl::Heartbeat(
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS
                            -> absl::StatusOr<HeartbeatReply> {
     const absl::Time now = clock_->Now();
-    if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();
+    ExpireLeases(e, now);
     HeartbeatReply reply = e.state->Heartbeat(worker, lease_ids, now);
     const absl::Time until = absl::Now() + std::min(wait, kMaxWaitSlice);
     while (reply.splits.empty() && e.state->SplitsPossible() && !shutting_down_.load() &&
@@ -512,6 +525,8 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::RestoreCheckpoint(
     info = Describe((*added)->state->config(), true);
   }
   if (absl::Status s = Durable(seq); !s.ok()) return s;
+  SHARDQ_LOG_INFO("queue '{}' restored from a checkpoint: {} item(s) per epoch", info.name,
+                  info.num_items);
   return info;
 }
 
@@ -539,7 +554,7 @@ absl::StatusOr<QueueStats> CoordinatorImpl::Stats(absl::string_view queue) {
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS
                            -> absl::StatusOr<QueueStats> {
     const absl::Time now = clock_->Now();
-    if (e.state->ExpireLeases(now) > 0) e.changed.SignalAll();  // expiries are journaled
+    ExpireLeases(e, now);  // expiries are journaled
     return e.state->Stats(now);
   });
 }

@@ -217,6 +217,9 @@ class CoordinatorImpl {
   // with. True when too many are still behind for a Take to answer without
   // waiting for the disk.
   bool TooManyGrantsBehind(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // Ends the leases of `e` past their deadline (journaled by QueueState),
+  // wakes its waiters and logs how many, at info.
+  void ExpireLeases(Entry& e, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   absl::StatusOr<CompleteOutcome> CompleteLocked(Entry& e, absl::string_view worker,
                                                  uint64_t lease_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "src/log/log.h"
 #include "src/store/state_db.h"
 
 namespace shardq {
@@ -186,10 +187,10 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   if (!identity->has_schema) {
     if (absl::Status s = state_db::CreateSchema(db, dir, dir_id); !s.ok()) return fail(s);
   } else if (identity->format < state_db::kFormatVersion) {
-    std::fprintf(stderr,
-                 "shardq: state dir '%s': upgrading format %d to %d (checksums and %s); "
-                 "damage done to it before now cannot be detected\n",
-                 dir.c_str(), identity->format, state_db::kFormatVersion, CommitMark::kFileName);
+    SHARDQ_LOG_WARN(
+        "state dir '{}': upgrading format {} to {} (checksums and {}); damage done to it "
+        "before now cannot be detected",
+        dir, identity->format, state_db::kFormatVersion, CommitMark::kFileName);
     if (absl::Status s = state_db::UpgradeFromFormat1(db, dir, dir_id); !s.ok()) return fail(s);
   }
   RecoveredState state;

@@ -203,7 +203,7 @@ def test_create_gives_a_compressed_file_one_slice_and_says_so(coordinator, tmp_p
     name = f"q{slices}"
     created = run("create", "--address", coordinator.address, "--name", name,
                   "--slices", str(slices), "--no-shuffle", gz, plain)
-    assert re.search(rf"note: '{re.escape(gz)}' is gzip-compressed and cannot be cut",
+    assert re.search(rf"\[warning\] '{re.escape(gz)}' is gzip-compressed and cannot be cut",
                      created.stderr)
     taken = take_all(coordinator.address, name, items_of(created))
     assert len(taken) == max(slices, 2)
