@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "src/log/log.h"
 #include "src/observe/status_server.h"
+#include "src/server/coordinator_impl.h"
 #include "src/server/grpc_service.h"
 #include "src/server/listen_address.h"
 #include "tools/verbs.h"
@@ -56,6 +57,23 @@ namespace {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "shardq serve: %s\n", status.ToString().c_str());
   return absl::IsInvalidArgument(status) ? 2 : 1;
+}
+
+// What the status page and /metrics read from the coordinator.
+CoordinatorView ViewOf(CoordinatorImpl* coordinator) {
+  CoordinatorView view;
+  view.all_stats = [coordinator] { return coordinator->AllStats(); };
+  view.journal_totals = [coordinator]() -> std::optional<JournalMetrics> {
+    std::optional<Journal::Totals> totals = coordinator->journal_totals();
+    if (!totals.has_value()) return std::nullopt;
+    JournalMetrics m;
+    m.commits = totals->commits;
+    m.entries = totals->entries;
+    m.bytes = totals->bytes;
+    m.snapshots = totals->snapshots;
+    return m;
+  };
+  return view;
 }
 
 }  // namespace
@@ -105,7 +123,8 @@ int RunServe(const ServeOptions& o) {
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
   if (!server.ok()) return Fail(server.status());
   absl::StatusOr<std::unique_ptr<MetricsSampler>> sampler = MetricsSampler::Start(
-      (*server)->coordinator(), o.summary_dir, absl::Seconds(o.summary_interval_seconds));
+      ViewOf((*server)->coordinator()), o.summary_dir,
+      absl::Seconds(o.summary_interval_seconds));
   if (!sampler.ok()) return Fail(sampler.status());
   std::unique_ptr<StatusHttpServer> http;
   if (!o.http.empty()) {

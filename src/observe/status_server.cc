@@ -47,7 +47,10 @@ std::string UrlEncode(absl::string_view text) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsSampler>> MetricsSampler::Start(
-    CoordinatorImpl* coordinator, const std::string& summary_dir, absl::Duration interval) {
+    CoordinatorView view, const std::string& summary_dir, absl::Duration interval) {
+  if (!view.all_stats) {
+    return absl::InvalidArgumentError("MetricsSampler needs CoordinatorView::all_stats");
+  }
   std::unique_ptr<EventFileWriter> writer;
   if (!summary_dir.empty()) {
     absl::StatusOr<std::unique_ptr<EventFileWriter>> w = EventFileWriter::Create(summary_dir);
@@ -55,12 +58,12 @@ absl::StatusOr<std::unique_ptr<MetricsSampler>> MetricsSampler::Start(
     writer = *std::move(w);
   }
   return std::unique_ptr<MetricsSampler>(
-      new MetricsSampler(coordinator, std::move(writer), interval));
+      new MetricsSampler(std::move(view), std::move(writer), interval));
 }
 
-MetricsSampler::MetricsSampler(CoordinatorImpl* coordinator,
-                               std::unique_ptr<EventFileWriter> writer, absl::Duration interval)
-    : coordinator_(coordinator), interval_(interval), writer_(std::move(writer)) {
+MetricsSampler::MetricsSampler(CoordinatorView view, std::unique_ptr<EventFileWriter> writer,
+                               absl::Duration interval)
+    : view_(std::move(view)), interval_(interval), writer_(std::move(writer)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -89,7 +92,7 @@ void MetricsSampler::Loop() {
 
 void MetricsSampler::SampleOnce() {
   const absl::Time now = absl::Now();
-  std::vector<QueueStats> all = coordinator_->AllStats();
+  std::vector<QueueStats> all = view_.all_stats();
   std::map<std::string, double> scalars;
   int64_t step;
   {
@@ -112,7 +115,7 @@ void MetricsSampler::SampleOnce() {
 
 std::vector<QueueMetrics> MetricsSampler::Current() {
   const absl::Time now = absl::Now();
-  std::vector<QueueStats> all = coordinator_->AllStats();
+  std::vector<QueueStats> all = view_.all_stats();
   std::vector<QueueMetrics> out;
   absl::MutexLock lock(&mu_);
   for (const QueueStats& s : all) {
@@ -124,14 +127,8 @@ std::vector<QueueMetrics> MetricsSampler::Current() {
 }
 
 std::optional<JournalMetrics> MetricsSampler::JournalTotals() {
-  std::optional<Journal::Totals> totals = coordinator_->journal_totals();
-  if (!totals.has_value()) return std::nullopt;
-  JournalMetrics m;
-  m.commits = totals->commits;
-  m.entries = totals->entries;
-  m.bytes = totals->bytes;
-  m.snapshots = totals->snapshots;
-  return m;
+  if (!view_.journal_totals) return std::nullopt;
+  return view_.journal_totals();
 }
 
 std::string StatusPage(const std::vector<QueueMetrics>& queues,

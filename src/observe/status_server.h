@@ -4,6 +4,7 @@
 #ifndef SHARDQ_OBSERVE_STATUS_SERVER_H_
 #define SHARDQ_OBSERVE_STATUS_SERVER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "src/observe/summary_writer.h"
-#include "src/server/coordinator_impl.h"
+#include "shardq/work_item.h"
 
 namespace httplib {
 class Server;
@@ -24,12 +25,22 @@ class Server;
 
 namespace shardq {
 
+// What observe reads from a coordinator, as functions: observe includes no
+// server code (`shardq serve` wires these to its CoordinatorImpl).
+struct CoordinatorView {
+  // Every queue's stats now. Required.
+  std::function<std::vector<QueueStats>()> all_stats;
+  // The journal's totals; nullopt (or no function) for a coordinator in memory.
+  std::function<std::optional<JournalMetrics>()> journal_totals;
+};
+
 // Samples every queue of a coordinator every `interval`. Thread-safe.
 class MetricsSampler {
  public:
-  // `coordinator` must outlive the sampler. With a non-empty summary_dir,
-  // each sample is also written as TensorBoard scalars there.
-  static absl::StatusOr<std::unique_ptr<MetricsSampler>> Start(CoordinatorImpl* coordinator,
+  // What `view` calls must stay valid while the sampler lives. With a
+  // non-empty summary_dir, each sample is also written as TensorBoard
+  // scalars there. INVALID_ARGUMENT without view.all_stats.
+  static absl::StatusOr<std::unique_ptr<MetricsSampler>> Start(CoordinatorView view,
                                                                const std::string& summary_dir,
                                                                absl::Duration interval);
   ~MetricsSampler();
@@ -40,12 +51,12 @@ class MetricsSampler {
   std::optional<JournalMetrics> JournalTotals();
 
  private:
-  MetricsSampler(CoordinatorImpl* coordinator, std::unique_ptr<EventFileWriter> writer,
+  MetricsSampler(CoordinatorView view, std::unique_ptr<EventFileWriter> writer,
                  absl::Duration interval);
   void Loop();
   void SampleOnce();
 
-  CoordinatorImpl* const coordinator_;
+  const CoordinatorView view_;
   const absl::Duration interval_;
   std::unique_ptr<EventFileWriter> writer_;  // used by the sampling thread only
   absl::Mutex mu_;

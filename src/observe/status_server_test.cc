@@ -51,17 +51,21 @@ TEST(HttpRequestAllowed, ATokenIsRequiredUnlessThePageIsPublic) {
 class StatusHttpServerTest : public testing::Test {
  protected:
   void SetUp() override {
-    coordinator_ = std::make_unique<CoordinatorImpl>();
+    // A coordinator with one queue, seen through the functions serve wires.
+    CoordinatorView view;
+    view.all_stats = [] {
+      QueueStats s;
+      s.name = "seen";
+      return std::vector<QueueStats>{s};
+    };
     absl::StatusOr<std::unique_ptr<MetricsSampler>> s =
-        MetricsSampler::Start(coordinator_.get(), "", absl::Seconds(10));
+        MetricsSampler::Start(std::move(view), "", absl::Seconds(10));
     ASSERT_TRUE(s.ok()) << s.status();
     sampler_ = *std::move(s);
   }
   void TearDown() override {
     sampler_.reset();
-    coordinator_->Shutdown();
   }
-  std::unique_ptr<CoordinatorImpl> coordinator_;
   std::unique_ptr<MetricsSampler> sampler_;
 };
 
@@ -91,6 +95,48 @@ TEST_F(StatusHttpServerTest, APortAbove65535IsRefusedNotWrapped) {
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(server.status().message().find("--http '127.0.0.1:70000'"), absl::string_view::npos)
       << server.status();
+}
+
+
+TEST(MetricsSampler, ReadsTheCoordinatorOnlyThroughItsView) {
+  CoordinatorView view;
+  int calls = 0;
+  view.all_stats = [&calls] {
+    ++calls;
+    QueueStats s;
+    s.name = "q";
+    s.completed = 7;
+    return std::vector<QueueStats>{s};
+  };
+  absl::StatusOr<std::unique_ptr<MetricsSampler>> sampler =
+      MetricsSampler::Start(view, "", absl::Hours(1));
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  std::vector<QueueMetrics> now = (*sampler)->Current();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].stats.name, "q");
+  EXPECT_EQ(now[0].stats.completed, 7);
+  EXPECT_GE(calls, 1);
+  // In memory: no journal function, no journal metrics.
+  EXPECT_FALSE((*sampler)->JournalTotals().has_value());
+
+  view.journal_totals = [] {
+    JournalMetrics m;
+    m.commits = 3;
+    m.entries = 12;
+    return std::optional<JournalMetrics>(m);
+  };
+  sampler = MetricsSampler::Start(view, "", absl::Hours(1));
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  std::optional<JournalMetrics> totals = (*sampler)->JournalTotals();
+  ASSERT_TRUE(totals.has_value());
+  EXPECT_EQ(totals->commits, 3);
+  EXPECT_EQ(totals->entries, 12);
+}
+
+TEST(MetricsSampler, NeedsTheStatsFunction) {
+  absl::StatusOr<std::unique_ptr<MetricsSampler>> sampler =
+      MetricsSampler::Start(CoordinatorView{}, "", absl::Hours(1));
+  EXPECT_TRUE(absl::IsInvalidArgument(sampler.status())) << sampler.status();
 }
 
 }  // namespace
