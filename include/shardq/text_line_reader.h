@@ -58,9 +58,9 @@ class TextLineReader {
   int64_t items_done_ = 0;
 };
 
-// Opens the lines of one item string (a path, or path?start=S&end=E).
+// Opens the lines of one item (a path, or path?start=S&end=E).
 absl::StatusOr<std::unique_ptr<TextSliceReader>> OpenTextItem(
-    const std::string& item);
+    const WorkItem& item);
 
 }  // namespace shardq
 

@@ -5,8 +5,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "shardq/slice.h"
 
 namespace shardq {
 
@@ -22,7 +26,23 @@ struct WorkItem {
   // is read (shardq/splittable_range.h): readers claim each record's start
   // offset and stop where a split ended the range. Null: read to the end.
   std::shared_ptr<SplittableRange> range;
+  // `item` parsed (work, start/end, parameters; shardq/slice.h). Filled
+  // once, by ParseWorkItem, where the item enters the client (WorkQueue,
+  // ListItemSource); readers use it and never parse `item` again. Unset for
+  // an item whose string does not parse (its reader reports the error) and
+  // for items from an ItemSource that does not call ParseWorkItem.
+  std::optional<SliceSpec> spec;
 };
+
+// Sets item->spec from item->item (the one place a client parses an item
+// string). Returns ParseItem's INVALID_ARGUMENT, naming the item and the
+// field, and leaves spec unset when the string does not parse.
+absl::Status ParseWorkItem(WorkItem* item);
+
+// The parsed item: item.spec, or, for an item made without ParseWorkItem
+// (a custom ItemSource), item.item parsed now. INVALID_ARGUMENT as
+// ParseItem.
+absl::StatusOr<SliceSpec> SpecOf(const WorkItem& item);
 
 // True when the record starting at `offset` belongs to `item` (always, for
 // an item that cannot be split). Readers call it before handing a record out.

@@ -229,11 +229,14 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
     if (!items.ok()) return items.status();
     if (!items->empty()) {
       WorkItem item = std::move(items->front());
-      // Items with a range can be split while they are read.
-      if (absl::StatusOr<SliceSpec> spec = ParseItem(item.item);
-          spec.ok() && spec->start.has_value() && spec->end.has_value() &&
-          *spec->end > *spec->start) {
-        item.range = std::make_shared<SplittableRange>(*spec->start, *spec->end);
+      // Parsed here, once; a string that does not parse is reported by
+      // the reader of the item (which then stays held).
+      if (ParseWorkItem(&item).ok()) {
+        const SliceSpec& spec = *item.spec;
+        // Items with a range can be split while they are read.
+        if (spec.start.has_value() && spec.end.has_value() && *spec.end > *spec.start) {
+          item.range = std::make_shared<SplittableRange>(*spec.start, *spec.end);
+        }
       }
       {
         absl::MutexLock lock(&mu_);

@@ -12,6 +12,8 @@ absl::StatusOr<WorkItem> ListItemSource::NextItem() {
   item.item = std::move(items_.front());
   item.index = next_index_++;
   items_.pop_front();
+  // A string that does not parse is reported by the item's reader.
+  ParseWorkItem(&item).IgnoreError();
   return item;
 }
 

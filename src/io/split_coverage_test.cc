@@ -345,7 +345,7 @@ class SplittingSource final : public ItemSource {
                        generation == generation_.end() ? 0 : generation->second};
     ++handed_out_;
     return WorkItem{item, 0, handed_out_ - 1, static_cast<uint64_t>(handed_out_),
-                    range};
+                    range, std::nullopt};
   }
 
   absl::Status ItemDone(const WorkItem& item) override {
@@ -796,7 +796,7 @@ class OneItemSource final : public ItemSource {
   absl::StatusOr<WorkItem> NextItem() override {
     if (given_) return absl::OutOfRangeError("no more items");
     given_ = true;
-    return WorkItem{item_, 0, 0, 1, range_};
+    return WorkItem{item_, 0, 0, 1, range_, std::nullopt};
   }
   absl::Status ItemDone(const WorkItem&) override {
     ++done_;

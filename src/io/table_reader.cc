@@ -62,7 +62,7 @@ absl::StatusOr<std::vector<Row>> TableReader::ReadUpTo(ItemSource& source,
         return fail(next.status());
       }
       // On any error below the item stays held (not done).
-      absl::StatusOr<SliceSpec> spec = ParseItem(next->item);
+      absl::StatusOr<SliceSpec> spec = SpecOf(*next);
       if (!spec.ok()) return fail(spec.status());
       absl::StatusOr<TableRef> ref = ParseTableRef(*spec);
       if (!ref.ok()) return fail(ref.status());

@@ -8,8 +8,8 @@
 namespace shardq {
 
 absl::StatusOr<std::unique_ptr<TextSliceReader>> OpenTextItem(
-    const std::string& item) {
-  absl::StatusOr<SliceSpec> spec = ParseItem(item);
+    const WorkItem& item) {
+  absl::StatusOr<SliceSpec> spec = SpecOf(item);
   if (!spec.ok()) return spec.status();
   return TextSliceReader::Open(spec->work, spec->start.value_or(0),
                                spec->end.value_or(-1));
@@ -46,7 +46,7 @@ absl::StatusOr<std::vector<Record>> TextLineReader::ReadUpTo(ItemSource& source,
         if (absl::IsOutOfRange(next.status()) && !out.empty()) return out;
         return fail(next.status());
       }
-      absl::StatusOr<std::unique_ptr<TextSliceReader>> slice = OpenTextItem(next->item);
+      absl::StatusOr<std::unique_ptr<TextSliceReader>> slice = OpenTextItem(*next);
       // The item stays held (not done): nothing is skipped silently.
       if (!slice.ok()) return fail(slice.status());
       item_ = *std::move(next);

@@ -122,7 +122,7 @@ TEST(TextLineReader, CompletesAnItemOnlyAfterItsLastLine) {
     absl::StatusOr<WorkItem> NextItem() override {
       if (given_) return absl::OutOfRangeError("end");
       given_ = true;
-      return WorkItem{item_, 0, 0, 1, nullptr};
+      return WorkItem{item_, 0, 0, 1, nullptr, std::nullopt};
     }
     absl::Status ItemDone(const WorkItem&) override {
       ++done;

@@ -63,8 +63,8 @@ absl::Status CheckWholeCompressedFile(const SliceSpec& spec,
 class ItemRecords {
  public:
   static absl::StatusOr<std::unique_ptr<ItemRecords>> Open(
-      const std::string& item, const TFRecordReaderOptions& options) {
-    absl::StatusOr<SliceSpec> spec = ParseItem(item);
+      const WorkItem& item, const TFRecordReaderOptions& options) {
+    absl::StatusOr<SliceSpec> spec = SpecOf(item);
     if (!spec.ok()) return spec.status();
     absl::StatusOr<FileCompression> compression =
         ResolveCompression(spec->work, options.compression);
@@ -165,7 +165,7 @@ absl::StatusOr<std::vector<Record>> TFRecordReader::ReadUpTo(ItemSource& source,
         return fail(next.status());
       }
       absl::StatusOr<std::unique_ptr<tfrecord_internal::ItemRecords>> opened =
-          tfrecord_internal::ItemRecords::Open(next->item, options_);
+          tfrecord_internal::ItemRecords::Open(*next, options_);
       // The item stays held (not done): nothing is skipped silently.
       if (!opened.ok()) return fail(opened.status());
       item_ = *std::move(next);

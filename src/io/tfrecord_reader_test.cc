@@ -54,7 +54,7 @@ class OneItemSource : public ItemSource {
   absl::StatusOr<WorkItem> NextItem() override {
     if (given_) return absl::OutOfRangeError("end");
     given_ = true;
-    return WorkItem{item_, 0, 0, 1, nullptr};
+    return WorkItem{item_, 0, 0, 1, nullptr, std::nullopt};
   }
   absl::Status ItemDone(const WorkItem&) override {
     ++done;
@@ -208,9 +208,10 @@ class RangedSource : public ItemSource {
   absl::StatusOr<WorkItem> NextItem() override {
     if (given_) return absl::OutOfRangeError("end");
     given_ = true;
-    WorkItem item{item_, 0, 0, 1, nullptr};
-    absl::StatusOr<SliceSpec> spec = ParseItem(item_);
-    if (spec.ok() && spec->start && spec->end) {
+    WorkItem item{item_, 0, 0, 1, nullptr, std::nullopt};
+    const absl::Status parsed = ParseWorkItem(&item);  // as WorkQueue::Take
+    const std::optional<SliceSpec>& spec = item.spec;
+    if (parsed.ok() && spec->start && spec->end) {
       item.range = std::make_shared<SplittableRange>(*spec->start, *spec->end);
     }
     range = item.range;

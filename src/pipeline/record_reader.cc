@@ -23,8 +23,8 @@ namespace {
 
 class TextItemReader final : public RecordReader {
  public:
-  TextItemReader(std::string item, std::unique_ptr<TextSliceReader> slice)
-      : item_(std::move(item)), slice_(std::move(slice)) {}
+  TextItemReader(const WorkItem& item, std::unique_ptr<TextSliceReader> slice)
+      : item_(item.item), range_(item.range), slice_(std::move(slice)) {}
 
   absl::StatusOr<bool> Next(Record* record) override {
     int64_t offset = 0;
@@ -36,14 +36,12 @@ class TextItemReader final : public RecordReader {
     return true;
   }
 
-  void SetRange(std::shared_ptr<SplittableRange> range) override { range_ = std::move(range); }
-
   int64_t resume_offset() const override { return slice_->position(); }
 
  private:
   const std::string item_;
+  const std::shared_ptr<SplittableRange> range_;
   const std::unique_ptr<TextSliceReader> slice_;
-  std::shared_ptr<SplittableRange> range_;
 };
 
 // Hands out one item, once: lets the public TFRecordReader, which reads
@@ -51,7 +49,7 @@ class TextItemReader final : public RecordReader {
 // compression, corruption policies and slice boundaries in one place).
 class OneItemSource final : public ItemSource {
  public:
-  explicit OneItemSource(std::string item) { item_.item = std::move(item); }
+  explicit OneItemSource(const WorkItem& item) : item_(item) {}
 
   absl::StatusOr<WorkItem> NextItem() override {
     if (handed_out_) {
@@ -62,8 +60,6 @@ class OneItemSource final : public ItemSource {
     return item_;
   }
   absl::Status ItemDone(const WorkItem&) override { return absl::OkStatus(); }
-  // The wrapped public reader claims records through it.
-  void set_range(std::shared_ptr<SplittableRange> range) { item_.range = std::move(range); }
 
  private:
   WorkItem item_;
@@ -110,17 +106,14 @@ class TFRecordItemReader final : public RecordReader {
   // its per-call work, few enough that large records stay cheap to hold.
   static constexpr int64_t kChunk = 32;
 
-  TFRecordItemReader(std::string item, const TFRecordReaderOptions& options)
-      : reader_(options), source_(std::move(item)) {}
+  TFRecordItemReader(const WorkItem& item, const TFRecordReaderOptions& options)
+      : reader_(options), source_(item) {}
 
   absl::StatusOr<bool> Next(Record* record) override {
     return chunks_.Next(record, [this] { return reader_.ReadUpTo(source_, kChunk); });
   }
 
   int64_t resume_offset() const override { return -1; }
-  void SetRange(std::shared_ptr<SplittableRange> range) override {
-    source_.set_range(std::move(range));
-  }
 
  private:
   TFRecordReader reader_;
@@ -163,8 +156,8 @@ class TableItemReader final : public ItemReader<Row> {
   // anyway (TableReaderOptions::batch_rows); this bounds what is held here.
   static constexpr int64_t kChunk = 256;
 
-  TableItemReader(std::string item, std::shared_ptr<TableReaderPool> pool)
-      : pool_(std::move(pool)), reader_(pool_->Borrow()), source_(std::move(item)) {}
+  TableItemReader(const WorkItem& item, std::shared_ptr<TableReaderPool> pool)
+      : pool_(std::move(pool)), reader_(pool_->Borrow()), source_(item) {}
 
   // A reader that stopped mid-item still holds that item: dropped, not
   // lent again.
@@ -177,9 +170,6 @@ class TableItemReader final : public ItemReader<Row> {
   }
 
   int64_t resume_offset() const override { return -1; }
-  void SetRange(std::shared_ptr<SplittableRange> range) override {
-    source_.set_range(std::move(range));
-  }
 
  private:
   const std::shared_ptr<TableReaderPool> pool_;
@@ -192,14 +182,14 @@ class TableItemReader final : public ItemReader<Row> {
 
 ItemReaderFactory<Row> TableReaderFactory(TableReaderOptions options) {
   auto pool = std::make_shared<TableReaderPool>(options);
-  return [pool](const std::string& item)
+  return [pool](const WorkItem& item)
              -> absl::StatusOr<std::unique_ptr<ItemReader<Row>>> {
     return std::make_unique<TableItemReader>(item, pool);
   };
 }
 
 RecordReaderFactory TextReaderFactory() {
-  return [](const std::string& item)
+  return [](const WorkItem& item)
              -> absl::StatusOr<std::unique_ptr<RecordReader>> {
     absl::StatusOr<std::unique_ptr<TextSliceReader>> slice =
         OpenTextItem(item);
@@ -209,7 +199,7 @@ RecordReaderFactory TextReaderFactory() {
 }
 
 RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options) {
-  return [options](const std::string& item)
+  return [options](const WorkItem& item)
              -> absl::StatusOr<std::unique_ptr<RecordReader>> {
     return std::make_unique<TFRecordItemReader>(item, options);
   };

@@ -28,13 +28,23 @@ std::string TempPath(const std::string& name) {
   return absl::StrCat(::testing::TempDir(), "/record_reader_test-", name);
 }
 
+// An item as a WorkQueue hands it out: its string parsed once.
+WorkItem Item(const std::string& item,
+              std::shared_ptr<SplittableRange> range = nullptr) {
+  WorkItem work_item;
+  work_item.item = item;
+  work_item.range = std::move(range);
+  EXPECT_TRUE(ParseWorkItem(&work_item).ok()) << item;
+  return work_item;
+}
+
 struct Read {
   std::vector<Record> records;
   std::vector<int64_t> resume_offsets;
 };
 
 Read ReadAll(const RecordReaderFactory& factory, const std::string& item) {
-  std::unique_ptr<RecordReader> reader = ValueOrDie(factory(item));
+  std::unique_ptr<RecordReader> reader = ValueOrDie(factory(Item(item)));
   Read read;
   Record record;
   while (true) {
@@ -87,7 +97,7 @@ TEST(TextReaderFactory, ReadsOnlyTheLinesStartingInTheSlice) {
 TEST(TextReaderFactory, MissingFileIsNotFoundNamingThePath) {
   const std::string path = TempPath("no-such-file.txt");
   absl::StatusOr<std::unique_ptr<RecordReader>> reader =
-      TextReaderFactory()(path);
+      TextReaderFactory()(Item(path));
   ASSERT_FALSE(reader.ok());
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(reader.status().message(), HasSubstr(path));
@@ -124,7 +134,7 @@ TEST(TFRecordReaderFactory, SlicesTogetherYieldEveryRecordOnce) {
 TEST(TFRecordReaderFactory, MissingFileIsNotFoundNamingThePath) {
   const std::string path = TempPath("no-such-file.tfrecord");
   std::unique_ptr<RecordReader> reader =
-      ValueOrDie(TFRecordReaderFactory()(path));  // opens lazily
+      ValueOrDie(TFRecordReaderFactory()(Item(path)));  // opens lazily
   Record record;
   absl::StatusOr<bool> more = reader->Next(&record);
   ASSERT_FALSE(more.ok());
@@ -155,8 +165,8 @@ TEST(TFRecordReaderFactory, CompressedItemWithALiveRangeIsReadWhole) {
   }
   ASSERT_TRUE(writer->Close().ok());
   const std::string item = path + "?start=0&end=1";  // the item older plans made
-  std::unique_ptr<RecordReader> reader = ValueOrDie(TFRecordReaderFactory()(item));
-  reader->SetRange(std::make_shared<SplittableRange>(0, 1));
+  std::unique_ptr<RecordReader> reader = ValueOrDie(
+      TFRecordReaderFactory()(Item(item, std::make_shared<SplittableRange>(0, 1))));
   int64_t records = 0;
   Record record;
   while (true) {
@@ -171,14 +181,14 @@ TEST(TFRecordReaderFactory, CompressedItemWithALiveRangeIsReadWhole) {
 // Issue 15 items 4 and 5 through the pipeline's readers.
 TEST(TextReaderFactory, RefusesATFRecordFileAndAFileShorterThanTheItem) {
   const std::string tfrecord = WriteTFRecords("as-text.tfrecord", 20, nullptr);
-  absl::StatusOr<std::unique_ptr<RecordReader>> reader = TextReaderFactory()(tfrecord);
+  absl::StatusOr<std::unique_ptr<RecordReader>> reader = TextReaderFactory()(Item(tfrecord));
   ASSERT_FALSE(reader.ok());
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(reader.status().message(), HasSubstr("looks like a TFRecord file"));
 
   const std::string text = TempPath("short.txt");
   std::ofstream(text, std::ios::binary) << "x\ny\n";
-  reader = TextReaderFactory()(text + "?start=0&end=100");
+  reader = TextReaderFactory()(Item(text + "?start=0&end=100"));
   ASSERT_FALSE(reader.ok());
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(reader.status().message(),
@@ -219,13 +229,13 @@ TEST(TableReaderFactory, ReadsEachSliceOnceAndLendsReadersOnlyWhenDone) {
   ItemReaderFactory<Row> factory = TableReaderFactory();
   {
     // Stopped mid-item: its reader must not carry the rest into the next.
-    std::unique_ptr<ItemReader<Row>> abandoned = ValueOrDie(factory(first));
+    std::unique_ptr<ItemReader<Row>> abandoned = ValueOrDie(factory(Item(first)));
     EXPECT_EQ(ReadValues(*abandoned, 5), (std::vector<int64_t>{1, 2, 3, 4, 5}));
     EXPECT_EQ(abandoned->resume_offset(), -1);
   }
   std::vector<int64_t> all;
   for (const std::string& item : {first, second}) {
-    std::unique_ptr<ItemReader<Row>> reader = ValueOrDie(factory(item));
+    std::unique_ptr<ItemReader<Row>> reader = ValueOrDie(factory(Item(item)));
     Row row;
     ASSERT_TRUE(*reader->Next(&row));
     EXPECT_EQ(row.key, absl::StrCat(item, ":", row.rowid));
@@ -240,7 +250,7 @@ TEST(TableReaderFactory, ReadsEachSliceOnceAndLendsReadersOnlyWhenDone) {
 TEST(TableReaderFactory, MissingDatabaseIsNamed) {
   ItemReaderFactory<Row> factory = TableReaderFactory();
   std::unique_ptr<ItemReader<Row>> reader =
-      ValueOrDie(factory("sqlite:/nonexistent/shardq.db?table=t"));
+      ValueOrDie(factory(Item("sqlite:/nonexistent/shardq.db?table=t")));
   Row row;
   absl::StatusOr<bool> more = reader->Next(&row);
   EXPECT_TRUE(absl::IsNotFound(more.status())) << more.status();

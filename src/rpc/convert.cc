@@ -1,5 +1,6 @@
 #include "src/rpc/convert.h"
 
+#include <optional>
 #include <string>
 
 namespace shardq {
@@ -52,7 +53,8 @@ void ToProto(const WorkItem& item, v1::WorkItem* out) {
 }
 
 WorkItem FromProto(const v1::WorkItem& item) {
-  return WorkItem{item.item(), item.epoch(), item.index(), item.lease_id(), nullptr};
+  return WorkItem{item.item(), item.epoch(), item.index(), item.lease_id(), nullptr,
+                  std::nullopt};  // parsed by WorkQueue::Take
 }
 
 void ToProto(const QueueStats& stats, v1::QueueStatus* out) {

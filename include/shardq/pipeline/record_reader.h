@@ -1,15 +1,17 @@
 // How the reading stage of a pipeline (ReadItems in dataset.h) turns one
-// work item into records: a factory opens an ItemReader for an item string,
-// and the reader returns the item's records one by one.
+// work item into records: a factory opens an ItemReader for a WorkItem
+// (its string parsed once, where it entered the client), and the reader
+// returns the item's records one by one.
 //
 //   RecordReaderFactory factory = TextReaderFactory();
-//   absl::StatusOr<std::unique_ptr<RecordReader>> reader =
-//       factory("data/part-3.txt?start=0&end=4096");
+//   WorkItem item{"data/part-3.txt?start=0&end=4096"};
+//   ParseWorkItem(&item).IgnoreError();  // a WorkQueue does this on Take
+//   absl::StatusOr<std::unique_ptr<RecordReader>> reader = factory(item);
 //   Record record;
 //   while (*(*reader)->Next(&record)) ...   // (check the StatusOr first)
 //
 // A new record format is one more factory: anything that can open an item
-// string and return its records in order. The element type is a template
+// and return its records in order. The element type is a template
 // parameter so that a format whose records are not (key, bytes) pairs (the
 // typed rows of a table) gets its own ItemReader<Row> without squeezing its
 // values into strings.
@@ -26,6 +28,7 @@
 #include "shardq/table_reader.h"      // Row, TableReaderOptions
 #include "shardq/text_line_reader.h"  // Record
 #include "shardq/tfrecord_reader.h"   // TFRecordReaderOptions
+#include "shardq/work_item.h"
 
 namespace shardq::pipeline {
 
@@ -47,24 +50,22 @@ class ItemReader {
   // -1 when the format cannot resume an item in the middle (a compressed
   // file); the pipeline then reports no progress for the item.
   virtual int64_t resume_offset() const = 0;
-
-  // Called once, before the first Next, with the item's live range (null
-  // when the item cannot be split). A reader that honours splits claims
-  // every record's start offset through it and stops where a split ended
-  // the item (shardq/splittable_range.h). The default ignores it; an item
-  // whose reader never claims a record is never split.
-  virtual void SetRange(std::shared_ptr<SplittableRange> range) {}
 };
 
-// Opens the reader of an item string (a work name, optionally with a
-// range, see shardq/slice.h). Errors name the item or its file. May return
+// Opens the reader of an item (a work name, optionally with a range, see
+// shardq/slice.h; item.spec holds it parsed, see shardq/work_item.h). A
+// reader that honours splits claims every record's start offset through
+// the item's live range (item.range, null when the item cannot be split;
+// ClaimRecord in shardq/work_item.h) and stops where a split ended the
+// item; an item whose reader never claims a record is never split. Errors
+// name the item or its file. May return
 // a reader that opens its file lazily, reporting a missing file from the
 // first Next(). Must be thread-safe: parallel reading threads call it
 // concurrently.
 template <typename R>
 using ItemReaderFactory =
     std::function<absl::StatusOr<std::unique_ptr<ItemReader<R>>>(
-        const std::string& item)>;
+        const WorkItem& item)>;
 
 using RecordReader = ItemReader<Record>;
 using RecordReaderFactory = ItemReaderFactory<Record>;

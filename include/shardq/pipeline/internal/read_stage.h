@@ -113,16 +113,15 @@ class ReadStage final : public Stage<R> {
 
   // Reads up to `n` records of `slot`, opening its reader first if needed.
   // Called with no lock held, by the one thread reading the slot.
-  Block ReadBlock(Slot& slot, const std::string& item, int64_t n) {
+  Block ReadBlock(Slot& slot, const WorkItem& item, int64_t n) {
     Block block;
     if (slot.reader == nullptr) {
       absl::StatusOr<std::unique_ptr<ItemReader<R>>> reader = factory_(item);
       if (!reader.ok()) {
-        block.error = ItemError(item, reader.status());
+        block.error = ItemError(item.item, reader.status());
         return block;
       }
       slot.reader = *std::move(reader);
-      slot.reader->SetRange(slot.ticket->item().range);
     }
     block.records.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
     block.offsets.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
@@ -130,7 +129,7 @@ class ReadStage final : public Stage<R> {
     while (static_cast<int64_t>(block.records.size()) < n) {
       absl::StatusOr<bool> more = slot.reader->Next(&record);
       if (!more.ok()) {
-        block.error = ItemError(item, more.status());
+        block.error = ItemError(item.item, more.status());
         break;
       }
       if (!*more) {
@@ -153,7 +152,7 @@ class ReadStage final : public Stage<R> {
     size_t next = static_cast<size_t>(t);
     while (true) {
       Slot* slot = nullptr;
-      std::string item;
+      std::shared_ptr<ItemTicket> ticket;
       int64_t room = 0;
       {
         absl::MutexLock lock(&mu_);
@@ -162,10 +161,10 @@ class ReadStage final : public Stage<R> {
         }
         if (stopping_) return absl::OkStatus();
         slot->reading = true;
-        item = slot->ticket->item().item;
+        ticket = slot->ticket;
         room = options_.read_ahead - static_cast<int64_t>(slot->records.size());
       }
-      Block block = ReadBlock(*slot, item, room);
+      Block block = ReadBlock(*slot, ticket->item(), room);
       absl::MutexLock lock(&mu_);
       slot->reading = false;
       AppendLocked(*slot, block);
@@ -200,7 +199,7 @@ class ReadStage final : public Stage<R> {
         missing = want - static_cast<int64_t>(slot.records.size());
         if (missing <= 0 || slot.finished || !slot.error.ok()) return;
       }
-      Block read = ReadBlock(slot, slot.ticket->item().item, missing);
+      Block read = ReadBlock(slot, slot.ticket->item(), missing);
       absl::MutexLock lock(&mu_);
       AppendLocked(slot, read);
     }
