@@ -6,32 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/io/crc32c.h"
+#include "src/io/little_endian.h"
 
 namespace shardq {
-namespace {
-
-uint32_t LoadLittleEndian32(const char* p) {
-  uint32_t value = 0;
-  for (int i = 0; i < 4; ++i) {
-    value |= uint32_t{static_cast<unsigned char>(p[i])} << (8 * i);
-  }
-  return value;
-}
-
-uint64_t LoadLittleEndian64(const char* p) {
-  uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) {
-    value |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
-  }
-  return value;
-}
-
-bool LengthCrcMatches(const char* header) {
-  return Crc32c(absl::string_view(header, 8)) ==
-         UnmaskCrc(LoadLittleEndian32(header + 8));
-}
-
-}  // namespace
 
 enum class CompressedTFRecordReader::Check {
   kValid,
@@ -55,8 +32,18 @@ absl::StatusOr<std::unique_ptr<CompressedTFRecordReader>>
 CompressedTFRecordReader::Open(const std::string& path,
                                FileCompression compression,
                                TFRecordReadOptions options) {
-  absl::StatusOr<std::unique_ptr<InflateStream>> stream =
-      InflateStream::Open(path, compression, options.buffer_bytes);
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      OrDefault(options.file_system)->Open(path);
+  if (!file.ok()) return file.status();
+  return Open(*std::move(file), compression, options);
+}
+
+absl::StatusOr<std::unique_ptr<CompressedTFRecordReader>>
+CompressedTFRecordReader::Open(std::unique_ptr<RandomAccessFile> file,
+                               FileCompression compression,
+                               TFRecordReadOptions options) {
+  absl::StatusOr<std::unique_ptr<InflateStream>> stream = InflateStream::Open(
+      std::move(file), compression, options.buffer_bytes);
   if (!stream.ok()) return stream.status();
   return std::unique_ptr<CompressedTFRecordReader>(
       new CompressedTFRecordReader(*std::move(stream), options));
@@ -112,8 +99,8 @@ CompressedTFRecordReader::ProbeAt(int64_t offset, std::string* data) {
     probe.available = static_cast<int64_t>(header->size());
     return probe;
   }
-  probe.length = LoadLittleEndian64(header->data());
-  probe.stored_crc = UnmaskCrc(LoadLittleEndian32(header->data() + 8));
+  probe.length = DecodeLittleEndian64(header->data());
+  probe.stored_crc = UnmaskCrc(DecodeLittleEndian32(header->data() + 8));
   probe.computed_crc = Crc32c(header->substr(0, 8));
   if (probe.stored_crc != probe.computed_crc) {
     probe.check = Check::kBadLengthCrc;
@@ -153,7 +140,7 @@ CompressedTFRecordReader::ProbeAt(int64_t offset, std::string* data) {
     return probe;
   }
   probe.computed_crc = crc;
-  probe.stored_crc = UnmaskCrc(LoadLittleEndian32(footer->data()));
+  probe.stored_crc = UnmaskCrc(DecodeLittleEndian32(footer->data()));
   probe.check = probe.stored_crc == probe.computed_crc ? Check::kValid
                                                        : Check::kBadDataCrc;
   return probe;
@@ -171,7 +158,7 @@ absl::StatusOr<int64_t> CompressedTFRecordReader::Scan(int64_t from) {
     const int64_t positions = size - kTFRecordHeaderBytes + 1;
     int64_t candidate = -1;
     for (int64_t i = 0; i < positions; ++i) {
-      if (LengthCrcMatches(chunk->data() + i)) {
+      if (TFRecordLengthCrcMatches(chunk->data() + i)) {
         candidate = p + i;
         break;
       }

@@ -35,6 +35,10 @@ class CompressedTFRecordReader {
   static absl::StatusOr<std::unique_ptr<CompressedTFRecordReader>> Open(
       const std::string& path, FileCompression compression,
       TFRecordReadOptions options = {});
+  // As above, reading `file`, already open.
+  static absl::StatusOr<std::unique_ptr<CompressedTFRecordReader>> Open(
+      std::unique_ptr<RandomAccessFile> file, FileCompression compression,
+      TFRecordReadOptions options = {});
 
   // As TFRecordSliceReader::Next: false after the last record; *offset is
   // the record's offset in the decompressed stream. After an error every

@@ -39,7 +39,14 @@ absl::string_view CompressionName(FileCompression compression) {
 }
 
 absl::StatusOr<FileCompression> DetectCompression(const std::string& path) {
-  absl::StatusOr<SniffedFormat> format = SniffFile(path);
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      FileSystem::Default()->Open(path);
+  if (!file.ok()) return file.status();
+  return DetectCompression(**file);
+}
+
+absl::StatusOr<FileCompression> DetectCompression(RandomAccessFile& file) {
+  absl::StatusOr<SniffedFormat> format = SniffOpenFile(file);
   if (!format.ok()) return format.status();
   switch (*format) {
     case SniffedFormat::kGzip:
@@ -69,10 +76,22 @@ absl::StatusOr<std::unique_ptr<InflateStream>> InflateStream::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "': InflateStream needs gzip or zlib"));
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open", path);
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      FileSystem::Default()->Open(path);
+  if (!file.ok()) return file.status();
+  return Open(*std::move(file), compression, window_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<InflateStream>> InflateStream::Open(
+    std::unique_ptr<RandomAccessFile> file, FileCompression compression,
+    size_t window_bytes) {
+  const std::string path = file->path();
+  if (compression == FileCompression::kNone) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "': InflateStream needs gzip or zlib"));
+  }
   std::unique_ptr<InflateStream> stream(new InflateStream(
-      path, fd, compression, std::max<size_t>(window_bytes, 64)));
+      std::move(file), compression, std::max<size_t>(window_bytes, 64)));
   if (inflateInit2(&stream->zlib_->stream, WindowBits(compression)) != Z_OK) {
     return absl::ResourceExhaustedError(
         absl::StrCat("'", path, "': cannot initialise zlib"));
@@ -81,17 +100,17 @@ absl::StatusOr<std::unique_ptr<InflateStream>> InflateStream::Open(
   return stream;
 }
 
-InflateStream::InflateStream(std::string path, int fd,
+InflateStream::InflateStream(std::unique_ptr<RandomAccessFile> file,
                              FileCompression compression, size_t window_bytes)
-    : path_(std::move(path)),
-      fd_(fd),
+    : file_(std::move(file)),
+      path_(file_->path()),
       compression_(compression),
       window_bytes_(window_bytes),
       zlib_(std::make_unique<Zlib>()),
       input_(new char[kInputBytes]),
       window_(new char[window_bytes]) {}
 
-InflateStream::~InflateStream() { ::close(fd_); }
+InflateStream::~InflateStream() = default;
 
 absl::Status InflateStream::CorruptError(absl::string_view what) const {
   const int64_t compressed_offset =
@@ -142,15 +161,13 @@ absl::StatusOr<absl::string_view> InflateStream::Peek(int64_t offset,
 
 absl::Status InflateStream::FillInput() {
   z_stream& zs = zlib_->stream;
-  ssize_t got;
-  do {
-    got = ::pread(fd_, input_.get(), kInputBytes, input_offset_);
-  } while (got < 0 && errno == EINTR);
-  if (got < 0) return ErrnoToStatus(errno, "read", path_);
-  if (got == 0) input_eof_ = true;
-  input_offset_ += got;
+  absl::StatusOr<size_t> got =
+      file_->ReadSome(input_offset_, kInputBytes, input_.get());
+  if (!got.ok()) return got.status();
+  if (*got == 0) input_eof_ = true;
+  input_offset_ += static_cast<int64_t>(*got);
   zs.next_in = reinterpret_cast<Bytef*>(input_.get());
-  zs.avail_in = static_cast<uInt>(got);
+  zs.avail_in = static_cast<uInt>(*got);
   return absl::OkStatus();
 }
 

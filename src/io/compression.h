@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "src/io/file.h"
 
 namespace shardq {
 
@@ -37,6 +38,8 @@ absl::string_view CompressionName(FileCompression compression);
 //  - anything else (text, an empty file) is kNone.
 // NOT_FOUND / PERMISSION_DENIED name the path. Thread-safe.
 absl::StatusOr<FileCompression> DetectCompression(const std::string& path);
+// Same, for an open file (one read at offset 0).
+absl::StatusOr<FileCompression> DetectCompression(RandomAccessFile& file);
 
 // The decompressed bytes of a GZIP or ZLIB file, read through a window of
 // `window_bytes`. Concatenated members (as `cat a.gz b.gz` makes) are read
@@ -50,6 +53,10 @@ class InflateStream {
   // NOT_FOUND names a missing file. compression must not be kNone.
   static absl::StatusOr<std::unique_ptr<InflateStream>> Open(
       const std::string& path, FileCompression compression,
+      size_t window_bytes);
+  // As above, reading `file`, already open.
+  static absl::StatusOr<std::unique_ptr<InflateStream>> Open(
+      std::unique_ptr<RandomAccessFile> file, FileCompression compression,
       size_t window_bytes);
   ~InflateStream();
   InflateStream(const InflateStream&) = delete;
@@ -71,8 +78,8 @@ class InflateStream {
 
  private:
   struct Zlib;
-  InflateStream(std::string path, int fd, FileCompression compression,
-                size_t window_bytes);
+  InflateStream(std::unique_ptr<RandomAccessFile> file,
+                FileCompression compression, size_t window_bytes);
   absl::Status Restart();
   // Reads the next piece of the file into input_.
   absl::Status FillInput();
@@ -80,8 +87,8 @@ class InflateStream {
   absl::Status InflateMore();
   absl::Status CorruptError(absl::string_view what) const;
 
+  const std::unique_ptr<RandomAccessFile> file_;
   const std::string path_;
-  const int fd_;
   const FileCompression compression_;
   const size_t window_bytes_;
   std::unique_ptr<Zlib> zlib_;

@@ -1,4 +1,5 @@
 #include "src/io/crc32c.h"
+#include "src/io/little_endian.h"
 
 #include <cstring>
 
@@ -47,19 +48,11 @@ inline uint32_t StepByte(uint32_t reg, char byte) {
          kByteTables.t[0][(reg ^ static_cast<uint8_t>(byte)) & 0xffu];
 }
 
-inline uint64_t LoadLittleEndian64(const char* p) {
-  uint64_t value;
-  std::memcpy(&value, p, sizeof(value));
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  value = __builtin_bswap64(value);
-#endif
-  return value;
-}
 
 uint32_t ExtendPortableRegister(uint32_t reg, const char* p, size_t n) {
   const auto& t = kByteTables.t;
   while (n >= 8) {
-    const uint64_t v = LoadLittleEndian64(p) ^ reg;
+    const uint64_t v = DecodeLittleEndian64(p) ^ reg;
     reg = t[7][v & 0xffu] ^ t[6][(v >> 8) & 0xffu] ^ t[5][(v >> 16) & 0xffu] ^
           t[4][(v >> 24) & 0xffu] ^ t[3][(v >> 32) & 0xffu] ^
           t[2][(v >> 40) & 0xffu] ^ t[1][(v >> 48) & 0xffu] ^ t[0][v >> 56];
@@ -132,9 +125,9 @@ ExtendThreeStreams(const ShiftTables<kStride>& tables, uint64_t reg0,
     uint64_t reg1 = 0;
     uint64_t reg2 = 0;
     for (size_t i = 0; i < kStride; i += 8) {
-      reg0 = _mm_crc32_u64(reg0, LoadLittleEndian64(p + i));
-      reg1 = _mm_crc32_u64(reg1, LoadLittleEndian64(p + kStride + i));
-      reg2 = _mm_crc32_u64(reg2, LoadLittleEndian64(p + 2 * kStride + i));
+      reg0 = _mm_crc32_u64(reg0, DecodeLittleEndian64(p + i));
+      reg1 = _mm_crc32_u64(reg1, DecodeLittleEndian64(p + kStride + i));
+      reg2 = _mm_crc32_u64(reg2, DecodeLittleEndian64(p + 2 * kStride + i));
     }
     reg0 = Shift(tables, Shift(tables, static_cast<uint32_t>(reg0)) ^
                              static_cast<uint32_t>(reg1)) ^
@@ -160,7 +153,7 @@ __attribute__((target("sse4.2"))) uint32_t ExtendHardwareRegister(
   reg0 = ExtendThreeStreams(kLongShiftTables, reg0, p, n);
   reg0 = ExtendThreeStreams(kShortShiftTables, reg0, p, n);
   while (n >= 8) {
-    reg0 = _mm_crc32_u64(reg0, LoadLittleEndian64(p));
+    reg0 = _mm_crc32_u64(reg0, DecodeLittleEndian64(p));
     p += 8;
     n -= 8;
   }

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
+#include "src/io/little_endian.h"
 
 namespace shardq {
 
@@ -47,6 +48,13 @@ inline uint32_t MaskCrc(uint32_t crc) {
 inline uint32_t UnmaskCrc(uint32_t masked) {
   const uint32_t rotated = masked - 0xa282ead8u;
   return (rotated >> 17) | (rotated << 15);
+}
+
+// True when the 12 bytes at `header` start a TFRecord: the masked CRC32C
+// of the 8 length bytes matches the 4 that follow (little endian).
+inline bool TFRecordLengthCrcMatches(const char* header) {
+  return Crc32c(absl::string_view(header, 8)) ==
+         UnmaskCrc(DecodeLittleEndian32(header + 8));
 }
 
 }  // namespace shardq

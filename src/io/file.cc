@@ -1,10 +1,12 @@
 #include "src/io/file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,96 @@ absl::Status CheckRangeInFile(const std::string& path, int64_t size,
                      size, ", item starts at ", start));
   }
   return absl::OkStatus();
+}
+
+absl::Status ReadError(int error, const std::string& path, int64_t offset) {
+  // EIO on a read: the device could not return the bytes (absl says UNKNOWN).
+  const absl::StatusCode code =
+      error == EIO ? absl::StatusCode::kDataLoss : absl::ErrnoToStatusCode(error);
+  return absl::Status(code,
+                      absl::StrCat("read '", path, "' at byte offset ", offset,
+                                   ": ", std::strerror(error)));
+}
+
+absl::Status ReadFully(RandomAccessFile& file, int64_t offset, size_t n,
+                       char* dst) {
+  while (n > 0) {
+    absl::StatusOr<size_t> got = file.ReadSome(offset, n, dst);
+    if (!got.ok()) return got.status();
+    if (*got == 0) {
+      // Shorter than when it was opened: the rest of the item is gone.
+      return absl::DataLossError(absl::StrCat(
+          "'", file.path(), "' ends at byte offset ", offset, " but had ",
+          file.size(), " bytes when opened (truncated while being read?)"));
+    }
+    dst += *got;
+    n -= *got;
+    offset += static_cast<int64_t>(*got);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> ReadUpTo(RandomAccessFile& file, int64_t offset,
+                                size_t n, char* dst) {
+  size_t done = 0;
+  while (done < n) {
+    absl::StatusOr<size_t> got =
+        file.ReadSome(offset + static_cast<int64_t>(done), n - done, dst + done);
+    if (!got.ok()) return got.status();
+    if (*got == 0) break;
+    done += *got;
+  }
+  return done;
+}
+
+namespace {
+
+class PosixFile final : public RandomAccessFile {
+ public:
+  PosixFile(std::string path, int64_t size, int fd)
+      : RandomAccessFile(std::move(path), size), fd_(fd) {}
+  ~PosixFile() override { ::close(fd_); }
+
+  absl::StatusOr<size_t> ReadSome(int64_t offset, size_t n,
+                                  char* dst) override {
+    while (true) {
+      const ssize_t got = ::pread(fd_, dst, n, static_cast<off_t>(offset));
+      if (got >= 0) return static_cast<size_t>(got);
+      if (errno != EINTR) return ReadError(errno, path(), offset);
+    }
+  }
+
+ private:
+  const int fd_;
+};
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
+      const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoToStatus(errno, "open", path);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int error = errno;
+      ::close(fd);
+      return ErrnoToStatus(error, "stat", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' is not a regular file"));
+    }
+    return std::make_unique<PosixFile>(path, static_cast<int64_t>(st.st_size),
+                                       fd);
+  }
+};
+
+}  // namespace
+
+FileSystem* FileSystem::Default() {
+  static PosixFileSystem* const file_system = new PosixFileSystem();
+  return file_system;
 }
 
 absl::StatusOr<int64_t> FileSize(const std::string& path) {

@@ -1,13 +1,81 @@
-// Small filesystem helpers. All errors name the path. Thread-safe.
+// File access for every reader: one small interface (open, size, pread),
+// so that tests can inject I/O faults (src/io/faulty_file.h), and small
+// filesystem helpers. All errors name the path (and the byte offset of a
+// failed read).
 #ifndef SHARDQ_IO_FILE_H_
 #define SHARDQ_IO_FILE_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace shardq {
+
+// A regular file opened for reading at any offset. Thread-safe: reads at
+// different offsets may run at once.
+class RandomAccessFile {
+ public:
+  RandomAccessFile(std::string path, int64_t size)
+      : path_(std::move(path)), size_(size) {}
+  virtual ~RandomAccessFile() = default;
+  RandomAccessFile(const RandomAccessFile&) = delete;
+  RandomAccessFile& operator=(const RandomAccessFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Size in bytes when the file was opened.
+  int64_t size() const { return size_; }
+
+  // Reads up to `n` bytes at `offset` into `dst`, as pread does: returns how
+  // many, 0 at the end of the file, possibly fewer than n anywhere.
+  // Errors: ReadError (the code errno implies, naming file and offset).
+  virtual absl::StatusOr<size_t> ReadSome(int64_t offset, size_t n,
+                                          char* dst) = 0;
+
+ private:
+  const std::string path_;
+  const int64_t size_;
+};
+
+// Reads exactly `n` bytes at `offset` (all inside the file as opened),
+// over as many short reads as it takes. A file that ends before them was
+// cut shorter while it was read: DATA_LOSS "'PATH' ends at byte offset O
+// but had S bytes when opened (truncated while being read?)". Other
+// errors as ReadSome.
+absl::Status ReadFully(RandomAccessFile& file, int64_t offset, size_t n,
+                       char* dst);
+
+// Reads up to `n` bytes at `offset`, fewer only where the file ends (short
+// reads are retried). Returns how many.
+absl::StatusOr<size_t> ReadUpTo(RandomAccessFile& file, int64_t offset,
+                                size_t n, char* dst);
+
+// Opens files. Thread-safe.
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  // NOT_FOUND when `path` does not exist, PERMISSION_DENIED when it may not
+  // be read, INVALID_ARGUMENT when it is not a regular file.
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
+      const std::string& path) = 0;
+
+  // The operating system's files (open, fstat, pread). Never null.
+  static FileSystem* Default();
+};
+
+// `file_system`, or FileSystem::Default() when it is null.
+inline FileSystem* OrDefault(FileSystem* file_system) {
+  return file_system != nullptr ? file_system : FileSystem::Default();
+}
+
+// "read 'PATH' at byte offset N: strerror(error)", with the code that
+// errno implies: DATA_LOSS for EIO (the device cannot return the bytes),
+// else absl::ErrnoToStatusCode (ENOSPC RESOURCE_EXHAUSTED, ...).
+absl::Status ReadError(int error, const std::string& path, int64_t offset);
 
 // Size in bytes of a regular file. NOT_FOUND when it does not exist,
 // INVALID_ARGUMENT when it is not a regular file, PERMISSION_DENIED when it

@@ -16,12 +16,7 @@ namespace shardq {
 namespace {
 
 bool HasValidTFRecordHeader(absl::string_view head) {
-  if (head.size() < kSniffBytes) return false;
-  uint32_t stored = 0;
-  for (int i = 0; i < 4; ++i) {
-    stored |= uint32_t{static_cast<unsigned char>(head[8 + i])} << (8 * i);
-  }
-  return UnmaskCrc(stored) == Crc32c(head.substr(0, 8));
+  return head.size() >= kSniffBytes && TFRecordLengthCrcMatches(head.data());
 }
 
 bool IsZlibHeader(absl::string_view head) {
@@ -81,26 +76,18 @@ SniffedFormat SniffBytes(absl::string_view head, absl::string_view path) {
   return SniffedFormat::kOther;
 }
 
-absl::StatusOr<SniffedFormat> SniffOpenFile(int fd, const std::string& path) {
+absl::StatusOr<SniffedFormat> SniffOpenFile(RandomAccessFile& file) {
   char head[kSniffBytes];
-  size_t n = 0;
-  while (n < sizeof(head)) {
-    const ssize_t got =
-        ::pread(fd, head + n, sizeof(head) - n, static_cast<off_t>(n));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return ErrnoToStatus(errno, "read", path);
-    if (got == 0) break;
-    n += static_cast<size_t>(got);
-  }
-  return SniffBytes(absl::string_view(head, n), path);
+  absl::StatusOr<size_t> n = ReadUpTo(file, 0, sizeof(head), head);
+  if (!n.ok()) return n.status();
+  return SniffBytes(absl::string_view(head, *n), file.path());
 }
 
 absl::StatusOr<SniffedFormat> SniffFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open", path);
-  absl::StatusOr<SniffedFormat> format = SniffOpenFile(fd, path);
-  ::close(fd);
-  return format;
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      FileSystem::Default()->Open(path);
+  if (!file.ok()) return file.status();
+  return SniffOpenFile(**file);
 }
 
 bool HasTFRecordName(absl::string_view path) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "src/io/file.h"
 
 namespace shardq {
 
@@ -47,9 +48,8 @@ SniffedFormat SniffBytes(absl::string_view head, absl::string_view path);
 // name the path.
 absl::StatusOr<SniffedFormat> SniffFile(const std::string& path);
 
-// Same, reading the head through the open descriptor `fd` of `path` (a
-// pread at offset 0: the descriptor's file offset does not move).
-absl::StatusOr<SniffedFormat> SniffOpenFile(int fd, const std::string& path);
+// Same, reading the head of an open file (one read at offset 0).
+absl::StatusOr<SniffedFormat> SniffOpenFile(RandomAccessFile& file);
 
 // True for names that say "TFRecord": *.tfrecord, *.tfrecords, those
 // followed by .gz, .zz or .zlib, and the sharded names TensorFlow Datasets

@@ -36,3 +36,9 @@ shardq_cc_test(NAME split_coverage_test
   SRCS split_coverage_test.cc splittable_range_test.cc
   DEPS shardq_io_formats SQLite::SQLite3 absl::synchronization
   LABELS concurrency)
+
+# The file interface under injected faults (short reads, EIO, ENOSPC, a file
+# cut shorter while read), through every reader of files.
+shardq_cc_test(NAME file_fault_test
+  SRCS file_test.cc
+  DEPS shardq_io_formats ZLIB::ZLIB)

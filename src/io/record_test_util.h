@@ -33,6 +33,10 @@ class TempPath {
     path_ = absl::StrCat(dir, "shardq_", info->test_suite_name(), "_",
                          info->name(), "_", ::getpid(), "_", counter_++,
                          suffix);
+    // Parameterized tests have '/' in their names.
+    for (size_t i = dir.size(); i < path_.size(); ++i) {
+      if (path_[i] == '/') path_[i] = '_';
+    }
   }
   ~TempPath() { ::unlink(path_.c_str()); }
   TempPath(const TempPath&) = delete;

@@ -1,9 +1,5 @@
 #include "src/io/text_slice_reader.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -20,8 +16,9 @@ constexpr size_t kBufferBytes = 256 << 10;
 
 // A TFRecord or compressed file read as text yields binary "lines": refuse
 // it, judging from the file's first bytes (one read per open).
-absl::Status RefuseNonText(int fd, const std::string& path) {
-  absl::StatusOr<SniffedFormat> format = SniffOpenFile(fd, path);
+absl::Status RefuseNonText(RandomAccessFile& file) {
+  const std::string& path = file.path();
+  absl::StatusOr<SniffedFormat> format = SniffOpenFile(file);
   if (!format.ok()) return format.status();
   switch (*format) {
     case SniffedFormat::kTFRecord:
@@ -45,31 +42,29 @@ absl::Status RefuseNonText(int fd, const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TextSliceReader>> TextSliceReader::Open(
-    const std::string& path, int64_t start, int64_t end) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return ErrnoToStatus(error, "stat", path);
-  }
-  const int64_t size = static_cast<int64_t>(st.st_size);
+    const std::string& path, int64_t start, int64_t end,
+    FileSystem* file_system) {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      OrDefault(file_system)->Open(path);
+  if (!file.ok()) return file.status();
+  return Open(*std::move(file), start, end);
+}
+
+absl::StatusOr<std::unique_ptr<TextSliceReader>> TextSliceReader::Open(
+    std::unique_ptr<RandomAccessFile> file, int64_t start, int64_t end) {
+  const std::string& path = file->path();
+  const int64_t size = file->size();
   if (start < 0 || (end >= 0 && start > end)) {
-    ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
         "'", path, "': bad byte range [", start, ", ", end, ")"));
   }
   if (absl::Status s = CheckRangeInFile(path, size, start, end); !s.ok()) {
-    ::close(fd);
     return s;
   }
-  if (absl::Status s = RefuseNonText(fd, path); !s.ok()) {
-    ::close(fd);
-    return s;
-  }
+  if (absl::Status s = RefuseNonText(*file); !s.ok()) return s;
   if (end < 0) end = size;
-  std::unique_ptr<TextSliceReader> reader(new TextSliceReader(path, fd, size, end));
+  std::unique_ptr<TextSliceReader> reader(
+      new TextSliceReader(std::move(file), end));
   reader->position_ = std::min(start, size);
   if (start > 0 && start < size) {
     // The line at `start` belongs here only if a line starts exactly there,
@@ -84,34 +79,29 @@ absl::StatusOr<std::unique_ptr<TextSliceReader>> TextSliceReader::Open(
   return reader;
 }
 
-TextSliceReader::TextSliceReader(std::string path, int fd, int64_t file_size,
+TextSliceReader::TextSliceReader(std::unique_ptr<RandomAccessFile> file,
                                  int64_t end)
-    : path_(std::move(path)),
-      fd_(fd),
-      file_size_(file_size),
+    : file_(std::move(file)),
+      file_size_(file_->size()),
       end_(end),
       buffer_(kBufferBytes) {}
 
-TextSliceReader::~TextSliceReader() { ::close(fd_); }
+TextSliceReader::~TextSliceReader() = default;
 
 absl::StatusOr<bool> TextSliceReader::Fill(int64_t offset) {
   if (offset >= buffer_offset_ && offset < buffer_offset_ + buffer_size_) return true;
   if (offset >= file_size_) return false;
   buffer_offset_ = offset;
   buffer_size_ = 0;
-  while (true) {
-    const ssize_t n = ::pread(fd_, buffer_.data(), buffer_.size(), offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoToStatus(errno, absl::StrCat("read at byte ", offset, " of"), path_);
-    if (n == 0) {
-      // Shorter than when it was opened: the rest of the item is gone.
-      return absl::DataLossError(absl::StrCat(
-          "'", path_, "' ends at byte offset ", offset, " but had ", file_size_,
-          " bytes when opened (truncated while being read?)"));
-    }
-    buffer_size_ = n;
-    return true;
+  // A whole buffer, or the rest of the file as it was opened; a file cut
+  // shorter meanwhile is DATA_LOSS (ReadFully), never a short item.
+  const size_t want = static_cast<size_t>(
+      std::min<int64_t>(static_cast<int64_t>(buffer_.size()), file_size_ - offset));
+  if (absl::Status s = ReadFully(*file_, offset, want, buffer_.data()); !s.ok()) {
+    return s;
   }
+  buffer_size_ = static_cast<int64_t>(want);
+  return true;
 }
 
 absl::Status TextSliceReader::SkipPastNewline() {

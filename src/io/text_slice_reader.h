@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "src/io/file.h"
 
 namespace shardq {
 
@@ -25,8 +26,13 @@ class TextSliceReader {
   // TFRecord file or a GZIP/ZLIB stream with INVALID_ARGUMENT (see
   // format_sniff.h; one 12-byte read per open). A file cut shorter while it
   // is read is DATA_LOSS from Next().
+  // Files are opened through `file_system` (null: the operating system's).
   static absl::StatusOr<std::unique_ptr<TextSliceReader>> Open(
-      const std::string& path, int64_t start, int64_t end);
+      const std::string& path, int64_t start, int64_t end,
+      FileSystem* file_system = nullptr);
+  // As above, reading `file`, already open.
+  static absl::StatusOr<std::unique_ptr<TextSliceReader>> Open(
+      std::unique_ptr<RandomAccessFile> file, int64_t start, int64_t end);
   ~TextSliceReader();
 
   // Reads the next line into *line and its starting byte offset into
@@ -37,14 +43,13 @@ class TextSliceReader {
   int64_t position() const { return position_; }
 
  private:
-  TextSliceReader(std::string path, int fd, int64_t file_size, int64_t end);
+  TextSliceReader(std::unique_ptr<RandomAccessFile> file, int64_t end);
   // Makes buffer hold the byte at `offset`; false at end of file.
   absl::StatusOr<bool> Fill(int64_t offset);
   // Advances position_ past the next '\n' (or to the end of the file).
   absl::Status SkipPastNewline();
 
-  const std::string path_;
-  const int fd_;
+  const std::unique_ptr<RandomAccessFile> file_;
   const int64_t file_size_;
   const int64_t end_;
   int64_t position_ = 0;

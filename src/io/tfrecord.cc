@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/io/crc32c.h"
 #include "src/io/file.h"
+#include "src/io/little_endian.h"
 
 namespace shardq {
 namespace {
@@ -20,33 +21,9 @@ constexpr size_t kWriteBufferBytes = 256 << 10;
 constexpr size_t kMinReadBufferBytes = 64;
 constexpr int64_t kFramingBytes = kTFRecordHeaderBytes + kTFRecordFooterBytes;
 
-void AppendLittleEndian32(uint32_t value, std::string* out) {
-  char bytes[4];
-  for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(value >> (8 * i));
-  out->append(bytes, sizeof(bytes));
-}
-
-uint32_t DecodeLittleEndian32(const char* p) {
-  uint32_t value;
-  std::memcpy(&value, p, sizeof(value));
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  value = __builtin_bswap32(value);
-#endif
-  return value;
-}
-
-uint64_t DecodeLittleEndian64(const char* p) {
-  uint64_t value;
-  std::memcpy(&value, p, sizeof(value));
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  value = __builtin_bswap64(value);
-#endif
-  return value;
-}
-
 void AppendHeader(uint64_t length, std::string* out) {
   char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(length >> (8 * i));
+  EncodeLittleEndian64(length, bytes);
   out->append(bytes, sizeof(bytes));
   AppendLittleEndian32(MaskCrc(Crc32c(absl::string_view(bytes, sizeof(bytes)))),
                        out);
@@ -160,10 +137,9 @@ namespace tfrecord_internal {
 
 class ReadBuffer {
  public:
-  ReadBuffer(int fd, std::string path, int64_t file_size, size_t capacity)
-      : fd_(fd),
-        path_(std::move(path)),
-        file_size_(file_size),
+  ReadBuffer(RandomAccessFile* file, size_t capacity)
+      : file_(file),
+        file_size_(file->size()),
         capacity_(capacity),
         data_(new char[capacity]) {}
 
@@ -277,26 +253,10 @@ class ReadBuffer {
   }
 
   absl::Status ReadFromFile(int64_t offset, size_t n, char* dst) {
-    while (n > 0) {
-      const ssize_t got = ::pread(fd_, dst, n, offset);
-      if (got < 0) {
-        if (errno == EINTR) continue;
-        return IoError(errno, "read", path_, offset);
-      }
-      if (got == 0) {
-        return absl::DataLossError(absl::StrCat(
-            "'", path_, "' ends at byte offset ", offset, " but had ",
-            file_size_, " bytes when opened (truncated while being read?)"));
-      }
-      dst += got;
-      n -= static_cast<size_t>(got);
-      offset += got;
-    }
-    return absl::OkStatus();
+    return ReadFully(*file_, offset, n, dst);
   }
 
-  const int fd_;
-  const std::string path_;
+  RandomAccessFile* const file_;
   const int64_t file_size_;
   const size_t capacity_;
   std::unique_ptr<char[]> data_;
@@ -332,45 +292,44 @@ absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> TFRecordSliceReader::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "'", path, "': bad byte range [", start, ", ", end, ")"));
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return OpenError(errno, "open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return OpenError(error, "stat", path);
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      OrDefault(options.file_system)->Open(path);
+  if (!file.ok()) return file.status();
+  return Open(*std::move(file), start, end, options);
+}
+
+absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> TFRecordSliceReader::Open(
+    std::unique_ptr<RandomAccessFile> file, int64_t start, int64_t end,
+    TFRecordReadOptions options) {
+  if (start < 0 || end < -1 || (end >= 0 && start > end)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", file->path(), "': bad byte range [", start, ", ", end, ")"));
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is not a regular file"));
-  }
-  const int64_t size = static_cast<int64_t>(st.st_size);
-  if (absl::Status s = CheckRangeInFile(path, size, start, end); !s.ok()) {
-    ::close(fd);
+  const int64_t size = file->size();
+  if (absl::Status s = CheckRangeInFile(file->path(), size, start, end);
+      !s.ok()) {
     return s;
   }
   if (end < 0) end = size;
   start = std::min(start, size);
   options.buffer_bytes = std::max(options.buffer_bytes, kMinReadBufferBytes);
   return std::unique_ptr<TFRecordSliceReader>(
-      new TFRecordSliceReader(path, fd, size, start, end, options));
+      new TFRecordSliceReader(std::move(file), start, end, options));
 }
 
-TFRecordSliceReader::TFRecordSliceReader(std::string path, int fd,
-                                         int64_t file_size, int64_t start,
-                                         int64_t end,
-                                         TFRecordReadOptions options)
-    : path_(std::move(path)),
-      fd_(fd),
-      file_size_(file_size),
+TFRecordSliceReader::TFRecordSliceReader(
+    std::unique_ptr<RandomAccessFile> file, int64_t start, int64_t end,
+    TFRecordReadOptions options)
+    : file_(std::move(file)),
+      path_(file_->path()),
+      file_size_(file_->size()),
       start_(start),
       end_(end),
       options_(options),
       buffer_(std::make_unique<tfrecord_internal::ReadBuffer>(
-          fd, path_, file_size, options.buffer_bytes)) {}
+          file_.get(), options.buffer_bytes)) {}
 
-TFRecordSliceReader::~TFRecordSliceReader() { ::close(fd_); }
+TFRecordSliceReader::~TFRecordSliceReader() = default;
 
 absl::StatusOr<bool> TFRecordSliceReader::Next(std::string* record,
                                                int64_t* offset) {
@@ -559,10 +518,7 @@ absl::StatusOr<int64_t> TFRecordSliceReader::Scan(int64_t from,
       if (length > static_cast<uint64_t>(file_size_ - (p + i) - kFramingBytes)) {
         continue;
       }
-      if (Crc32c(absl::string_view(header, 8)) !=
-          UnmaskCrc(DecodeLittleEndian32(header + 8))) {
-        continue;
-      }
+      if (!TFRecordLengthCrcMatches(header)) continue;
       candidate = p + i;
       break;
     }

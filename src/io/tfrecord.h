@@ -53,6 +53,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "src/io/file.h"
 
 namespace shardq {
 
@@ -124,6 +125,10 @@ struct TFRecordReadOptions {
   // read straight into the caller's string. Memory use is about
   // buffer_bytes plus the largest record. Values below 64 are raised to 64.
   size_t buffer_bytes = 256 << 10;
+
+  // Where files are opened; null: the operating system's
+  // (FileSystem::Default()). Tests inject faults through it.
+  FileSystem* file_system = nullptr;
 };
 
 // What a TFRecordSliceReader has read so far.
@@ -156,6 +161,11 @@ class TFRecordSliceReader {
       const std::string& path, int64_t start, int64_t end,
       TFRecordReadOptions options = {});
 
+  // As above, reading `file`, already open (its size is the size at open).
+  static absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> Open(
+      std::unique_ptr<RandomAccessFile> file, int64_t start, int64_t end,
+      TFRecordReadOptions options = {});
+
   ~TFRecordSliceReader();
   TFRecordSliceReader(const TFRecordSliceReader&) = delete;
   TFRecordSliceReader& operator=(const TFRecordSliceReader&) = delete;
@@ -177,8 +187,8 @@ class TFRecordSliceReader {
   struct Probe;
   enum class State { kUnpositioned, kWalking, kDone };
 
-  TFRecordSliceReader(std::string path, int fd, int64_t file_size,
-                      int64_t start, int64_t end, TFRecordReadOptions options);
+  TFRecordSliceReader(std::unique_ptr<RandomAccessFile> file, int64_t start,
+                      int64_t end, TFRecordReadOptions options);
 
   // Validates the record at `offset`; reads its data into *data, or only
   // checksums it when data is null. Errors are I/O errors only.
@@ -193,8 +203,8 @@ class TFRecordSliceReader {
   absl::Status CheckRecordAfterSlice();
   absl::StatusOr<bool> NextImpl(std::string* record, int64_t* offset);
 
+  const std::unique_ptr<RandomAccessFile> file_;
   const std::string path_;
-  const int fd_;
   const int64_t file_size_;
   const int64_t start_;
   const int64_t end_;

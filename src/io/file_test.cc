@@ -1,0 +1,184 @@
+// The file interface and its faults: every reader's I/O goes through
+// RandomAccessFile, and an I/O fault is a clear error naming the file and
+// byte offset (the code errno implies), or, for short reads, no change at
+// all: never silently fewer records.
+#include "src/io/file.h"
+
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/io/compressed_tfrecord.h"
+#include "src/io/faulty_file.h"
+#include "src/io/record_test_util.h"
+#include "src/io/text_slice_reader.h"
+#include "src/io/tfrecord.h"
+
+namespace shardq {
+namespace {
+
+using ::shardq::testing_util::TempPath;
+using ::testing::HasSubstr;
+
+constexpr int kRecords = 300;
+
+std::string Payload(int i) { return absl::StrCat("record number ", i, "!"); }
+
+void WriteTFRecordFile(const std::string& path) {
+  auto writer = TFRecordWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (int i = 0; i < kRecords; ++i) ASSERT_TRUE((*writer)->Write(Payload(i)).ok());
+  ASSERT_TRUE((*writer)->Close().ok());
+}
+
+void WriteTextFile(const std::string& path) {
+  std::string text;
+  for (int i = 0; i < kRecords; ++i) absl::StrAppend(&text, Payload(i), "\n");
+  testing_util::WriteBytes(path, text);
+}
+
+// Reads every record of `path` through `fs` with the reader of `format`
+// ("text", "tfrecord", "gzip"); small buffers, so that there are many reads.
+absl::Status ReadAll(const std::string& format, const std::string& path,
+                     FileSystem* fs, std::vector<std::string>* out) {
+  std::string record;
+  int64_t offset = 0;
+  TFRecordReadOptions options;
+  options.buffer_bytes = 100;
+  options.file_system = fs;
+  if (format == "text") {
+    auto reader = TextSliceReader::Open(path, 0, -1, fs);
+    if (!reader.ok()) return reader.status();
+    while (true) {
+      absl::StatusOr<bool> more = (*reader)->Next(&record, &offset);
+      if (!more.ok()) return more.status();
+      if (!*more) return absl::OkStatus();
+      out->push_back(record);
+    }
+  }
+  if (format == "gzip") {
+    auto reader = CompressedTFRecordReader::Open(path, FileCompression::kGzip, options);
+    if (!reader.ok()) return reader.status();
+    while (true) {
+      absl::StatusOr<bool> more = (*reader)->Next(&record, &offset);
+      if (!more.ok()) return more.status();
+      if (!*more) return absl::OkStatus();
+      out->push_back(record);
+    }
+  }
+  auto reader = TFRecordSliceReader::Open(path, 0, -1, options);
+  if (!reader.ok()) return reader.status();
+  while (true) {
+    absl::StatusOr<bool> more = (*reader)->Next(&record, &offset);
+    if (!more.ok()) return more.status();
+    if (!*more) return absl::OkStatus();
+    out->push_back(record);
+  }
+}
+
+class FileFaultTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "text") {
+      WriteTextFile(path_.path());
+    } else if (GetParam() == "tfrecord") {
+      WriteTFRecordFile(path_.path());
+    } else {
+      auto writer = CompressedTFRecordWriter::Create(path_.path(), FileCompression::kGzip);
+      ASSERT_TRUE(writer.ok()) << writer.status();
+      for (int i = 0; i < kRecords; ++i) {
+        ASSERT_TRUE((*writer)->Write(Payload(i)).ok());
+      }
+      ASSERT_TRUE((*writer)->Close().ok());
+    }
+    size_ = *FileSize(path_.path());
+  }
+
+  TempPath path_{".data"};
+  int64_t size_ = 0;
+};
+
+TEST_P(FileFaultTest, ShortReadsYieldEveryRecord) {
+  FaultyFileSystem fs;
+  FileFaults faults;
+  faults.max_read_bytes = 7;
+  fs.SetFaults(path_.path(), faults);
+  std::vector<std::string> records;
+  ASSERT_TRUE(ReadAll(GetParam(), path_.path(), &fs, &records).ok());
+  ASSERT_EQ(records.size(), static_cast<size_t>(kRecords));
+  for (int i = 0; i < kRecords; ++i) EXPECT_EQ(records[static_cast<size_t>(i)], Payload(i));
+  EXPECT_GT(faults.reads->load(), size_ / 7);
+}
+
+TEST_P(FileFaultTest, EioIsDataLossNamingTheFileAndOffset) {
+  FaultyFileSystem fs;
+  FileFaults faults;
+  faults.error_at = size_ / 2;
+  faults.read_errno = EIO;
+  fs.SetFaults(path_.path(), faults);
+  std::vector<std::string> records;
+  absl::Status s = ReadAll(GetParam(), path_.path(), &fs, &records);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("read '", path_.path(), "' at byte offset ",
+                                                  size_ / 2)));
+  EXPECT_THAT(s.message(), HasSubstr("Input/output error"));
+  EXPECT_LT(records.size(), static_cast<size_t>(kRecords));
+}
+
+TEST_P(FileFaultTest, EnospcIsResourceExhaustedNamingTheFile) {
+  FaultyFileSystem fs;
+  FileFaults faults;
+  faults.error_at = 0;
+  faults.read_errno = ENOSPC;
+  fs.SetFaults(path_.path(), faults);
+  std::vector<std::string> records;
+  absl::Status s = ReadAll(GetParam(), path_.path(), &fs, &records);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("'", path_.path(), "' at byte offset 0")));
+  EXPECT_TRUE(records.empty());
+}
+
+TEST_P(FileFaultTest, FileTruncatedWhileReadIsDataLoss) {
+  FaultyFileSystem fs;
+  FileFaults faults;
+  faults.truncate_at = size_ / 3;
+  fs.SetFaults(path_.path(), faults);
+  std::vector<std::string> records;
+  absl::Status s = ReadAll(GetParam(), path_.path(), &fs, &records);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr(path_.path()));
+  EXPECT_LT(records.size(), static_cast<size_t>(kRecords));
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, FileFaultTest,
+                         ::testing::Values("text", "tfrecord", "gzip"));
+
+TEST(FileSystem, MissingFileIsNotFoundAndADirectoryIsInvalid) {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      FileSystem::Default()->Open("/nonexistent/shardq-file");
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(file.status().message(), HasSubstr("/nonexistent/shardq-file"));
+  file = FileSystem::Default()->Open(::testing::TempDir());
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ReadFully, FileEndingEarlyNamesTheOffsetAndTheSizeAtOpen) {
+  TempPath path(".bin");
+  testing_util::WriteBytes(path.path(), std::string(100, 'x'));
+  FaultyFileSystem fs;
+  FileFaults faults;
+  faults.truncate_at = 40;
+  fs.SetFaults(path.path(), faults);
+  std::unique_ptr<RandomAccessFile> file = *fs.Open(path.path());
+  char buffer[100];
+  absl::Status s = ReadFully(*file, 10, 90, buffer);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("ends at byte offset 40 but had 100 bytes when opened"));
+}
+
+}  // namespace
+}  // namespace shardq
