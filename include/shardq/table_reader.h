@@ -68,10 +68,9 @@ struct TableReaderOptions {
   int64_t max_open_tables = 8;
 };
 
-namespace table_internal {
-class SqliteTable;
-class TableSliceReader;
-}  // namespace table_internal
+class TableCache;
+template <typename R>
+class ReadLoop;
 
 // Not thread-safe: one reader per consuming thread.
 class TableReader {
@@ -93,25 +92,12 @@ class TableReader {
   // has fewer rows than the item's range.
   absl::StatusOr<std::vector<Row>> ReadUpTo(ItemSource& source, int64_t n);
 
-  int64_t rows_read() const { return rows_read_; }
-  int64_t items_done() const { return items_done_; }
+  int64_t rows_read() const;
+  int64_t items_done() const;
 
  private:
-  absl::StatusOr<table_internal::SqliteTable*> OpenTable(
-      const std::string& db_path, const std::string& table);
-
-  const TableReaderOptions options_;
-  // Open tables by (db path, table name), oldest first in open_order_.
-  std::map<std::pair<std::string, std::string>,
-           std::unique_ptr<table_internal::SqliteTable>>
-      tables_;
-  std::vector<std::pair<std::string, std::string>> open_order_;
-  std::optional<WorkItem> item_;
-  std::unique_ptr<table_internal::TableSliceReader> slice_;
-  absl::Status deferred_error_;
-  int64_t rows_read_ = 0;
-  int64_t items_done_ = 0;
-  int64_t next_rank_ = 0;  // rank of the next row of item_ in its table
+  std::unique_ptr<TableCache> tables_;
+  std::unique_ptr<ReadLoop<Row>> loop_;
 };
 
 }  // namespace shardq

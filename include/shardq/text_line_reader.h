@@ -16,7 +16,8 @@
 
 namespace shardq {
 
-class TextSliceReader;
+template <typename R>
+class ReadLoop;
 
 // One record: key "<item>:<byte offset of the line>", value the line
 // without its "\n" or "\r\n".
@@ -47,20 +48,12 @@ class TextLineReader {
   // held, not done.
   absl::StatusOr<std::vector<Record>> ReadUpTo(ItemSource& source, int64_t n);
 
-  int64_t records_read() const { return records_read_; }
-  int64_t items_done() const { return items_done_; }
+  int64_t records_read() const;
+  int64_t items_done() const;
 
  private:
-  std::optional<WorkItem> item_;
-  std::unique_ptr<TextSliceReader> slice_;
-  absl::Status deferred_error_;
-  int64_t records_read_ = 0;
-  int64_t items_done_ = 0;
+  std::unique_ptr<ReadLoop<Record>> loop_;
 };
-
-// Opens the lines of one item (a path, or path?start=S&end=E).
-absl::StatusOr<std::unique_ptr<TextSliceReader>> OpenTextItem(
-    const WorkItem& item);
 
 }  // namespace shardq
 

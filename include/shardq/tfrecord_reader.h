@@ -83,9 +83,8 @@ struct TFRecordReaderStats {
   int64_t items_done = 0;       // items whose every record was returned
 };
 
-namespace tfrecord_internal {
-class ItemRecords;
-}  // namespace tfrecord_internal
+template <typename R>
+class ReadLoop;
 
 // Not thread-safe: one reader per consuming thread.
 class TFRecordReader {
@@ -111,13 +110,10 @@ class TFRecordReader {
   const TFRecordReaderStats& stats() const { return stats_; }
 
  private:
-  absl::Status FinishItem(ItemSource& source);
-
   const TFRecordReaderOptions options_;
-  std::optional<WorkItem> item_;
-  std::unique_ptr<tfrecord_internal::ItemRecords> records_;
-  absl::Status deferred_error_;
+  std::unique_ptr<ReadLoop<Record>> loop_;
   TFRecordReaderStats stats_;
+  TFRecordReaderStats finished_;  // skips in the items already done
 };
 
 }  // namespace shardq

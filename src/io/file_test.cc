@@ -41,43 +41,36 @@ void WriteTextFile(const std::string& path) {
   testing_util::WriteBytes(path, text);
 }
 
+// Appends every record `reader` returns to *out.
+template <typename Reader>
+absl::Status Drain(Reader& reader, std::vector<std::string>* out) {
+  std::string record;
+  int64_t offset = 0;
+  while (true) {
+    absl::StatusOr<bool> more = reader.Next(&record, &offset);
+    if (!more.ok()) return more.status();
+    if (!*more) return absl::OkStatus();
+    out->push_back(record);
+  }
+}
+
 // Reads every record of `path` through `fs` with the reader of `format`
 // ("text", "tfrecord", "gzip"); small buffers, so that there are many reads.
 absl::Status ReadAll(const std::string& format, const std::string& path,
                      FileSystem* fs, std::vector<std::string>* out) {
-  std::string record;
-  int64_t offset = 0;
   TFRecordReadOptions options;
   options.buffer_bytes = 100;
   options.file_system = fs;
   if (format == "text") {
     auto reader = TextSliceReader::Open(path, 0, -1, fs);
-    if (!reader.ok()) return reader.status();
-    while (true) {
-      absl::StatusOr<bool> more = (*reader)->Next(&record, &offset);
-      if (!more.ok()) return more.status();
-      if (!*more) return absl::OkStatus();
-      out->push_back(record);
-    }
+    return reader.ok() ? Drain(**reader, out) : reader.status();
   }
   if (format == "gzip") {
     auto reader = CompressedTFRecordReader::Open(path, FileCompression::kGzip, options);
-    if (!reader.ok()) return reader.status();
-    while (true) {
-      absl::StatusOr<bool> more = (*reader)->Next(&record, &offset);
-      if (!more.ok()) return more.status();
-      if (!*more) return absl::OkStatus();
-      out->push_back(record);
-    }
+    return reader.ok() ? Drain(**reader, out) : reader.status();
   }
   auto reader = TFRecordSliceReader::Open(path, 0, -1, options);
-  if (!reader.ok()) return reader.status();
-  while (true) {
-    absl::StatusOr<bool> more = (*reader)->Next(&record, &offset);
-    if (!more.ok()) return more.status();
-    if (!*more) return absl::OkStatus();
-    out->push_back(record);
-  }
+  return reader.ok() ? Drain(**reader, out) : reader.status();
 }
 
 class FileFaultTest : public ::testing::TestWithParam<std::string> {

@@ -10,22 +10,27 @@
 
 namespace shardq {
 
-inline uint32_t DecodeLittleEndian32(const char* p) {
-  uint32_t value;
+// T is uint32_t or uint64_t.
+template <typename T>
+inline T DecodeLittleEndian(const char* p) {
+  T value;
   std::memcpy(&value, p, sizeof(value));
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  value = __builtin_bswap32(value);
+  if constexpr (sizeof(T) == 8) {
+    value = __builtin_bswap64(value);
+  } else {
+    value = __builtin_bswap32(value);
+  }
 #endif
   return value;
 }
 
+inline uint32_t DecodeLittleEndian32(const char* p) {
+  return DecodeLittleEndian<uint32_t>(p);
+}
+
 inline uint64_t DecodeLittleEndian64(const char* p) {
-  uint64_t value;
-  std::memcpy(&value, p, sizeof(value));
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  value = __builtin_bswap64(value);
-#endif
-  return value;
+  return DecodeLittleEndian<uint64_t>(p);
 }
 
 inline void EncodeLittleEndian64(uint64_t value, char* out) {

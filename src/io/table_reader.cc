@@ -6,26 +6,58 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "shardq/slice.h"
+#include "src/io/item_readers.h"
+#include "src/io/read_loop.h"
 #include "src/io/sqlite_table.h"
 
 namespace shardq {
+namespace {
 
-TableReader::TableReader(TableReaderOptions options) : options_(options) {}
-TableReader::~TableReader() {
-  slice_.reset();  // before the tables it reads
-}
+class TableItemReader final : public ItemReader<Row> {
+ public:
+  TableItemReader(const WorkItem& item, int64_t start,
+                  std::unique_ptr<table_internal::TableSliceReader> slice)
+      : key_prefix_(absl::StrCat(item.item, ":")),
+        range_(item.range),
+        next_rank_(start),
+        slice_(std::move(slice)) {}
 
-absl::StatusOr<table_internal::SqliteTable*> TableReader::OpenTable(
+  absl::StatusOr<bool> Next(Row* row) override {
+    absl::StatusOr<bool> more = slice_->Next(row);
+    if (!more.ok() || !*more) return more;
+    // A split (tail rebalancing) may have ended the item before this row;
+    // rows are counted by their rank in the table, like start/end.
+    if (range_ != nullptr && !range_->Claim(next_rank_)) return false;
+    ++next_rank_;
+    SetRecordKey(key_prefix_, row->rowid, &row->key);
+    return true;
+  }
+
+  int64_t resume_offset() const override { return next_rank_; }
+
+ private:
+  const std::string key_prefix_;
+  const std::shared_ptr<SplittableRange> range_;
+  int64_t next_rank_;  // rank of the next row of the item in its table
+  const std::unique_ptr<table_internal::TableSliceReader> slice_;
+};
+
+}  // namespace
+
+TableCache::TableCache(int64_t max_open_tables)
+    : max_open_tables_(std::max<int64_t>(max_open_tables, 1)) {}
+TableCache::~TableCache() = default;
+
+absl::StatusOr<table_internal::SqliteTable*> TableCache::Get(
     const std::string& db_path, const std::string& table) {
   auto key = std::make_pair(db_path, table);
   if (auto it = tables_.find(key); it != tables_.end()) return it->second.get();
   absl::StatusOr<std::unique_ptr<table_internal::SqliteTable>> opened =
       table_internal::SqliteTable::Open(TableRef{db_path, table});
   if (!opened.ok()) return opened.status();
-  // No slice is open here (this runs between items), so any table may go.
+  // No reader of this cache is open here (between items): any table may go.
   while (!open_order_.empty() &&
-         static_cast<int64_t>(tables_.size()) >=
-             std::max<int64_t>(options_.max_open_tables, 1)) {
+         static_cast<int64_t>(tables_.size()) >= max_open_tables_) {
     tables_.erase(open_order_.front());
     open_order_.erase(open_order_.begin());
   }
@@ -35,76 +67,44 @@ absl::StatusOr<table_internal::SqliteTable*> TableReader::OpenTable(
   return raw;
 }
 
+absl::StatusOr<std::unique_ptr<ItemReader<Row>>> OpenTableItem(
+    const WorkItem& item, TableCache* tables, int64_t batch_rows) {
+  absl::StatusOr<SliceSpec> spec = SpecOf(item);
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<TableRef> ref = ParseTableRef(*spec);
+  if (!ref.ok()) return ref.status();
+  absl::StatusOr<table_internal::SqliteTable*> table =
+      tables->Get(ref->db_path, ref->table);
+  if (!table.ok()) return table.status();
+  absl::StatusOr<std::unique_ptr<table_internal::TableSliceReader>> slice =
+      table_internal::TableSliceReader::Open(*table, spec->start, spec->end,
+                                             batch_rows);
+  if (!slice.ok()) {
+    return absl::Status(
+        slice.status().code(),
+        absl::StrCat("item '", item.item, "': ", slice.status().message()));
+  }
+  return std::make_unique<TableItemReader>(item, spec->start.value_or(0),
+                                           *std::move(slice));
+}
+
+TableReader::TableReader(TableReaderOptions options)
+    : tables_(std::make_unique<TableCache>(options.max_open_tables)),
+      loop_(std::make_unique<ReadLoop<Row>>(
+          [this, batch_rows = options.batch_rows](const WorkItem& item) {
+            return OpenTableItem(item, tables_.get(), batch_rows);
+          })) {}
+
+TableReader::~TableReader() {
+  loop_.reset();  // its reader, before the tables it reads
+}
+
 absl::StatusOr<std::vector<Row>> TableReader::ReadUpTo(ItemSource& source,
                                                        int64_t n) {
-  if (n < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ReadUpTo: num_records must be >= 1, got ", n));
-  }
-  if (!deferred_error_.ok()) {
-    absl::Status error = std::move(deferred_error_);
-    deferred_error_ = absl::OkStatus();
-    return error;
-  }
-  std::vector<Row> out;
-  // Rows already in `out` are returned first, the error on the next call.
-  auto fail = [&](absl::Status error) -> absl::StatusOr<std::vector<Row>> {
-    if (out.empty()) return error;
-    deferred_error_ = std::move(error);
-    return out;
-  };
-  Row row;
-  while (static_cast<int64_t>(out.size()) < n) {
-    if (!item_.has_value()) {
-      absl::StatusOr<WorkItem> next = source.NextItem();
-      if (!next.ok()) {
-        if (absl::IsOutOfRange(next.status()) && !out.empty()) return out;
-        return fail(next.status());
-      }
-      // On any error below the item stays held (not done).
-      absl::StatusOr<SliceSpec> spec = SpecOf(*next);
-      if (!spec.ok()) return fail(spec.status());
-      absl::StatusOr<TableRef> ref = ParseTableRef(*spec);
-      if (!ref.ok()) return fail(ref.status());
-      absl::StatusOr<table_internal::SqliteTable*> table =
-          OpenTable(ref->db_path, ref->table);
-      if (!table.ok()) return fail(table.status());
-      absl::StatusOr<std::unique_ptr<table_internal::TableSliceReader>> slice =
-          table_internal::TableSliceReader::Open(*table, spec->start,
-                                                 spec->end,
-                                                 options_.batch_rows);
-      if (!slice.ok()) {
-        return fail(absl::Status(
-            slice.status().code(),
-            absl::StrCat("item '", next->item, "': ", slice.status().message())));
-      }
-      item_ = *std::move(next);
-      slice_ = *std::move(slice);
-      next_rank_ = spec->start.value_or(0);
-    }
-    absl::StatusOr<bool> more = slice_->Next(&row);
-    if (!more.ok()) return fail(more.status());
-    // A split (tail rebalancing) may have ended the item before this row;
-    // rows are counted by their rank in the table, like start/end.
-    if (*more && !ClaimRecord(*item_, next_rank_)) more = false;
-    if (*more) {
-      ++next_rank_;
-      row.key = absl::StrCat(item_->item, ":", row.rowid);
-      out.push_back(std::move(row));
-      row = Row();
-      ++rows_read_;
-      continue;
-    }
-    // Every row of the item has been returned: it is done.
-    WorkItem finished = *std::move(item_);
-    item_.reset();
-    slice_.reset();
-    ++items_done_;
-    if (absl::Status s = source.ItemDone(finished); !s.ok()) return fail(s);
-  }
-  // Every row before the next rank has been returned to the caller.
-  if (item_.has_value()) source.NoteProgress(*item_, next_rank_);
-  return out;
+  return loop_->ReadUpTo(source, n);
 }
+
+int64_t TableReader::rows_read() const { return loop_->records(); }
+int64_t TableReader::items_done() const { return loop_->items_done(); }
 
 }  // namespace shardq

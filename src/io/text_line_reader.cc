@@ -1,76 +1,63 @@
 #include "shardq/text_line_reader.h"
 
-#include "absl/status/status.h"
+#include <utility>
+
 #include "absl/strings/str_cat.h"
-#include "shardq/slice.h"
+#include "src/io/item_readers.h"
+#include "src/io/read_loop.h"
 #include "src/io/text_slice_reader.h"
 
 namespace shardq {
+namespace {
 
-absl::StatusOr<std::unique_ptr<TextSliceReader>> OpenTextItem(
-    const WorkItem& item) {
+class TextItemReader final : public ItemReader<Record> {
+ public:
+  TextItemReader(const WorkItem& item, std::unique_ptr<TextSliceReader> slice)
+      : key_prefix_(absl::StrCat(item.item, ":")),
+        range_(item.range),
+        slice_(std::move(slice)) {}
+
+  absl::StatusOr<bool> Next(Record* record) override {
+    int64_t offset = 0;
+    absl::StatusOr<bool> more = slice_->Next(&record->value, &offset);
+    if (!more.ok() || !*more) return more;
+    // A split (tail rebalancing) may have ended the item before this line.
+    if (range_ != nullptr && !range_->Claim(offset)) return false;
+    SetRecordKey(key_prefix_, offset, &record->key);
+    return true;
+  }
+
+  int64_t resume_offset() const override { return slice_->position(); }
+
+ private:
+  const std::string key_prefix_;
+  const std::shared_ptr<SplittableRange> range_;
+  const std::unique_ptr<TextSliceReader> slice_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
+    const WorkItem& item, FileSystem* file_system) {
   absl::StatusOr<SliceSpec> spec = SpecOf(item);
   if (!spec.ok()) return spec.status();
-  return TextSliceReader::Open(spec->work, spec->start.value_or(0),
-                               spec->end.value_or(-1));
+  absl::StatusOr<std::unique_ptr<TextSliceReader>> slice = TextSliceReader::Open(
+      spec->work, spec->start.value_or(0), spec->end.value_or(-1), file_system);
+  if (!slice.ok()) return slice.status();
+  return std::make_unique<TextItemReader>(item, *std::move(slice));
 }
 
-TextLineReader::TextLineReader() = default;
+TextLineReader::TextLineReader()
+    : loop_(std::make_unique<ReadLoop<Record>>(
+          [](const WorkItem& item) { return OpenTextItem(item); })) {}
 TextLineReader::~TextLineReader() = default;
 
 absl::StatusOr<std::vector<Record>> TextLineReader::ReadUpTo(ItemSource& source,
                                                              int64_t n) {
-  if (n < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ReadUpTo: num_records must be >= 1, got ", n));
-  }
-  if (!deferred_error_.ok()) {
-    absl::Status error = std::move(deferred_error_);
-    deferred_error_ = absl::OkStatus();
-    return error;
-  }
-  std::vector<Record> out;
-  // Records already in `out` may belong to an item just completed: on an
-  // error they are returned first and the error on the next call.
-  auto fail = [&](absl::Status error) -> absl::StatusOr<std::vector<Record>> {
-    if (out.empty()) return error;
-    deferred_error_ = std::move(error);
-    return out;
-  };
-  std::string line;
-  int64_t offset = 0;
-  while (static_cast<int64_t>(out.size()) < n) {
-    if (!item_.has_value()) {
-      absl::StatusOr<WorkItem> next = source.NextItem();
-      if (!next.ok()) {
-        if (absl::IsOutOfRange(next.status()) && !out.empty()) return out;
-        return fail(next.status());
-      }
-      absl::StatusOr<std::unique_ptr<TextSliceReader>> slice = OpenTextItem(*next);
-      // The item stays held (not done): nothing is skipped silently.
-      if (!slice.ok()) return fail(slice.status());
-      item_ = *std::move(next);
-      slice_ = *std::move(slice);
-    }
-    absl::StatusOr<bool> more = slice_->Next(&line, &offset);
-    if (!more.ok()) return fail(more.status());
-    // A split (tail rebalancing) may have ended the item before this line.
-    if (*more && !ClaimRecord(*item_, offset)) more = false;
-    if (*more) {
-      out.push_back(Record{absl::StrCat(item_->item, ":", offset), line});
-      ++records_read_;
-      continue;
-    }
-    // Every line of the item has been returned: it is done.
-    WorkItem finished = *std::move(item_);
-    item_.reset();
-    slice_.reset();
-    ++items_done_;
-    if (absl::Status s = source.ItemDone(finished); !s.ok()) return fail(s);
-  }
-  // Everything before the next line has been returned to the caller.
-  if (item_.has_value()) source.NoteProgress(*item_, slice_->position());
-  return out;
+  return loop_->ReadUpTo(source, n);
 }
+
+int64_t TextLineReader::records_read() const { return loop_->records(); }
+int64_t TextLineReader::items_done() const { return loop_->items_done(); }
 
 }  // namespace shardq

@@ -103,15 +103,20 @@ TEST(TextReaderFactory, MissingFileIsNotFoundNamingThePath) {
   EXPECT_THAT(reader.status().message(), HasSubstr(path));
 }
 
-TEST(TFRecordReaderFactory, ReadsRecordsKeyedByOffset) {
+// Issue 16: the pipeline reads TFRecord items through the same per-item
+// reader as TFRecordReader, so it reports the same progress: the offset
+// after each record returned (before, -1: not resumable).
+TEST(TFRecordReaderFactory, ReadsRecordsKeyedByOffsetWithResumeOffsets) {
   std::vector<int64_t> offsets;
   const std::string path = WriteTFRecords("plain.tfrecord", 5, &offsets);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  offsets.push_back(static_cast<int64_t>(in.tellg()));
   Read read = ReadAll(TFRecordReaderFactory(), path);
   ASSERT_EQ(read.records.size(), 5u);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(read.records[i].value, absl::StrCat("record ", i));
     EXPECT_EQ(read.records[i].key, absl::StrCat(path, ":", offsets[i]));
-    EXPECT_EQ(read.resume_offsets[i], -1);  // not resumable
+    EXPECT_EQ(read.resume_offsets[i], offsets[i + 1]);
   }
 }
 
@@ -133,13 +138,18 @@ TEST(TFRecordReaderFactory, SlicesTogetherYieldEveryRecordOnce) {
 
 TEST(TFRecordReaderFactory, MissingFileIsNotFoundNamingThePath) {
   const std::string path = TempPath("no-such-file.tfrecord");
-  std::unique_ptr<RecordReader> reader =
-      ValueOrDie(TFRecordReaderFactory()(Item(path)));  // opens lazily
-  Record record;
-  absl::StatusOr<bool> more = reader->Next(&record);
-  ASSERT_FALSE(more.ok());
-  EXPECT_EQ(more.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(more.status().message(), HasSubstr(path));
+  // The file is opened once, by the factory (the contract allows the
+  // first Next too).
+  absl::StatusOr<std::unique_ptr<RecordReader>> reader =
+      TFRecordReaderFactory()(Item(path));
+  absl::Status status = reader.status();
+  if (reader.ok()) {
+    Record record;
+    status = (*reader)->Next(&record).status();
+  }
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(path));
 }
 
 TEST(ReaderFactoryFor, ChoosesTheFormat) {
@@ -231,7 +241,7 @@ TEST(TableReaderFactory, ReadsEachSliceOnceAndLendsReadersOnlyWhenDone) {
     // Stopped mid-item: its reader must not carry the rest into the next.
     std::unique_ptr<ItemReader<Row>> abandoned = ValueOrDie(factory(Item(first)));
     EXPECT_EQ(ReadValues(*abandoned, 5), (std::vector<int64_t>{1, 2, 3, 4, 5}));
-    EXPECT_EQ(abandoned->resume_offset(), -1);
+    EXPECT_EQ(abandoned->resume_offset(), 5);  // the rank of the next row
   }
   std::vector<int64_t> all;
   for (const std::string& item : {first, second}) {

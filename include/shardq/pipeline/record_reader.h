@@ -24,6 +24,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "shardq/item_reader.h"
 #include "shardq/splittable_range.h"
 #include "shardq/table_reader.h"      // Row, TableReaderOptions
 #include "shardq/text_line_reader.h"  // Record
@@ -32,25 +33,10 @@
 
 namespace shardq::pipeline {
 
-// Reads the records of one work item, in order. Not thread-safe: the
-// pipeline uses one reader from one thread at a time.
+// Reads the records of one work item (shardq/item_reader.h). The pipeline
+// uses one reader from one thread at a time.
 template <typename R>
-class ItemReader {
- public:
-  virtual ~ItemReader() = default;
-
-  // Reads the next record into *record (not null). Returns false after the
-  // item's last record. Errors name the file (and the byte offset where the
-  // format has one); after an error the reader is not called again.
-  virtual absl::StatusOr<bool> Next(R* record) = 0;
-
-  // Where the unread rest of the item starts, after the records returned so
-  // far, in the item's units and absolute like the item's start/end (bytes
-  // of a file, rows of a table): the offset ItemSource::NoteProgress takes.
-  // -1 when the format cannot resume an item in the middle (a compressed
-  // file); the pipeline then reports no progress for the item.
-  virtual int64_t resume_offset() const = 0;
-};
+using ItemReader = ::shardq::ItemReader<R>;
 
 // Opens the reader of an item (a work name, optionally with a range, see
 // shardq/slice.h; item.spec holds it parsed, see shardq/work_item.h). A
@@ -80,17 +66,19 @@ RecordReaderFactory TextReaderFactory();
 // the slice rules and `options`). key "<item>:<byte offset of the record>",
 // value the record's data. Errors name the file: NOT_FOUND, DATA_LOSS with
 // the byte offset of a corrupt record, INVALID_ARGUMENT for a cut
-// compressed file. Reads a few records ahead of Next(). resume_offset() is
-// -1: TFRecord items are re-read whole after a failure.
+// compressed file. The file is opened once (compression is judged from
+// the open file). resume_offset() is the byte offset after the last record
+// returned (as for TFRecordReader's progress), -1 for a compressed file,
+// which is re-read whole after a failure.
 RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options = {});
 
 // Rows of SQLite table items ("sqlite:PATH?table=NAME[&start=S&end=E]",
 // see shardq/table_reader.h), in rowid order: key "<item>:<rowid>". Errors
 // as TableReader::ReadUpTo, naming the database and table. The factory
-// keeps the TableReaders of finished items and lends them to later items,
-// so that each slice costs its own rows rather than a new rank index
-// (readers kept: at most the items read at once). resume_offset() is -1:
-// table items are re-read whole after a failure.
+// keeps the open tables (with their rank indexes) of finished items and
+// lends them to later items, so that each slice costs its own rows rather
+// than a new rank index (sets kept: at most the items read at once).
+// resume_offset() is the rank of the next row (as for TableReader).
 ItemReaderFactory<Row> TableReaderFactory(TableReaderOptions options = {});
 
 // The formats whose records are Records, for choosing one by name (a

@@ -1,0 +1,41 @@
+// Reading one work item: the per-item reader every record format provides
+// (text lines, TFRecord records, table rows). The public readers
+// (TextLineReader, TFRecordReader, TableReader) are a loop over it that
+// takes items from an ItemSource, and the pipeline's reading stage
+// (shardq/pipeline/dataset.h) uses it directly.
+#ifndef SHARDQ_ITEM_READER_H_
+#define SHARDQ_ITEM_READER_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace shardq {
+
+// Reads the records of one work item, in order, until its range ends. A
+// reader of an item that can be split (WorkItem::range set) claims each
+// record's start offset before returning it and stops where a split ended
+// the item (shardq/splittable_range.h). Not thread-safe: one thread at a
+// time.
+template <typename R>
+class ItemReader {
+ public:
+  virtual ~ItemReader() = default;
+
+  // Reads the next record into *record (not null). Returns false after the
+  // item's last record. Errors name the file (and the byte offset where the
+  // format has one); after an error the reader is not called again.
+  virtual absl::StatusOr<bool> Next(R* record) = 0;
+
+  // Where the unread rest of the item starts, after the records returned so
+  // far, in the item's units and absolute like the item's start/end (bytes
+  // of a file, rows of a table): the offset ItemSource::NoteProgress takes.
+  // -1 when it is not known (nothing returned yet, or a format that cannot
+  // resume an item in the middle: a compressed file); no progress is then
+  // reported.
+  virtual int64_t resume_offset() const = 0;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_ITEM_READER_H_

@@ -1,0 +1,109 @@
+// The per-item readers of each record format (shardq/item_reader.h): open
+// one item, return its records until its range ends, claiming each record
+// for splits. TextLineReader, TFRecordReader and TableReader are one loop
+// over them (src/io/read_loop.h); the pipeline's reading stage uses them
+// directly (src/pipeline/record_reader.cc). Items come parsed (WorkItem::
+// spec, see SpecOf); files are opened once, through a FileSystem (null: the
+// operating system's; tests inject faults through it).
+#ifndef SHARDQ_IO_ITEM_READERS_H_
+#define SHARDQ_IO_ITEM_READERS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "shardq/item_reader.h"
+#include "shardq/splittable_range.h"
+#include "shardq/table_reader.h"
+#include "shardq/text_line_reader.h"
+#include "shardq/tfrecord_reader.h"
+#include "shardq/work_item.h"
+#include "src/io/file.h"
+#include "src/io/tfrecord.h"
+
+namespace shardq {
+
+// Sets *key to "<item>:<offset>" given prefix "<item>:", reusing the key's
+// capacity when the caller reuses the record.
+inline void SetRecordKey(const std::string& prefix, int64_t offset,
+                         std::string* key) {
+  key->assign(prefix);
+  absl::StrAppend(key, offset);
+}
+
+// Text lines of an item (see TextLineReader for keys and errors).
+// resume_offset() is the byte offset of the next line.
+absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
+    const WorkItem& item, FileSystem* file_system = nullptr);
+
+// TFRecord records of an item (see TFRecordReader for the slice rules,
+// compression and errors). Under kSkip with log_skips, the item's skipped
+// regions are reported by one stderr line when it ends.
+class TFRecordItemReader final : public ItemReader<Record> {
+ public:
+  static absl::StatusOr<std::unique_ptr<TFRecordItemReader>> Open(
+      const WorkItem& item, const TFRecordReaderOptions& options,
+      FileSystem* file_system = nullptr);
+  ~TFRecordItemReader() override;
+
+  absl::StatusOr<bool> Next(Record* record) override;
+  // The byte offset after the last record returned; -1 before the first
+  // and for a compressed file (offsets in its decompressed stream).
+  int64_t resume_offset() const override { return consumed_; }
+
+  // Skipped bytes and corrupt regions of the item so far (kSkip).
+  const TFRecordReadStats& stats() const;
+
+ private:
+  class Records;
+  TFRecordItemReader(const WorkItem& item, bool log_skips,
+                     std::unique_ptr<Records> records);
+  void EndItem();
+
+  const WorkItem item_;
+  const std::string key_prefix_;  // "<item>:"
+  const bool log_skips_;
+  std::unique_ptr<Records> records_;
+  int64_t consumed_ = -1;
+  bool ended_ = false;
+};
+
+namespace table_internal {
+class SqliteTable;
+}  // namespace table_internal
+
+// The SQLite tables a reader has open, with their rank indexes, by
+// (database path, table name); the oldest is closed when more than
+// max_open_tables would be open. Not thread-safe.
+class TableCache {
+ public:
+  explicit TableCache(int64_t max_open_tables);
+  ~TableCache();
+  // The open table; opens it (closing the oldest first if needed) when it
+  // is not. Must not be called while a reader of another table of this
+  // cache is open. Errors as SqliteTable::Open.
+  absl::StatusOr<table_internal::SqliteTable*> Get(const std::string& db_path,
+                                                   const std::string& table);
+
+ private:
+  const int64_t max_open_tables_;
+  std::map<std::pair<std::string, std::string>,
+           std::unique_ptr<table_internal::SqliteTable>>
+      tables_;
+  std::vector<std::pair<std::string, std::string>> open_order_;
+};
+
+// Rows of a table item (see TableReader for keys and errors), read
+// through a table of `tables`, which must outlive the reader.
+// resume_offset() is the rank of the next row in the table.
+absl::StatusOr<std::unique_ptr<ItemReader<Row>>> OpenTableItem(
+    const WorkItem& item, TableCache* tables, int64_t batch_rows);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_IO_ITEM_READERS_H_

@@ -1,0 +1,118 @@
+// The one ReadUpTo loop of the public readers (TextLineReader,
+// TFRecordReader, TableReader): take items from an ItemSource, read each
+// through its per-item reader (src/io/item_readers.h), complete it once
+// every record has been returned, report progress. Not thread-safe.
+#ifndef SHARDQ_IO_READ_LOOP_H_
+#define SHARDQ_IO_READ_LOOP_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "shardq/item_reader.h"
+#include "shardq/item_source.h"
+#include "shardq/work_item.h"
+
+namespace shardq {
+
+template <typename R>
+class ReadLoop {
+ public:
+  using Opener =
+      std::function<absl::StatusOr<std::unique_ptr<ItemReader<R>>>(
+          const WorkItem&)>;
+  // Called with an item's reader when its last record has been returned,
+  // before the reader is dropped.
+  using OnItemEnd = std::function<void(ItemReader<R>&)>;
+
+  explicit ReadLoop(Opener open, OnItemEnd on_item_end = nullptr)
+      : open_(std::move(open)), on_item_end_(std::move(on_item_end)) {}
+
+  // The contract of the public readers' ReadUpTo: up to n (>= 1) records,
+  // fewer only at end of input, OUT_OF_RANGE when the source is exhausted
+  // and nothing was read. An error comes after the records read before it
+  // (by the next call) and then again on every later call while its item
+  // is held: the failing item stays held, not done.
+  absl::StatusOr<std::vector<R>> ReadUpTo(ItemSource& source, int64_t n) {
+    if (n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ReadUpTo: num_records must be >= 1, got ", n));
+    }
+    if (!deferred_error_.ok()) {
+      absl::Status error = std::move(deferred_error_);
+      deferred_error_ = absl::OkStatus();
+      return error;
+    }
+    if (!item_error_.ok()) return item_error_;
+    std::vector<R> out;
+    out.reserve(static_cast<size_t>(std::min<int64_t>(n, 1024)));
+    auto fail = [&](absl::Status error) -> absl::StatusOr<std::vector<R>> {
+      if (out.empty()) return error;
+      deferred_error_ = std::move(error);
+      return out;
+    };
+    while (static_cast<int64_t>(out.size()) < n) {
+      if (reader_ == nullptr) {
+        absl::StatusOr<WorkItem> next = source.NextItem();
+        if (!next.ok()) {
+          if (absl::IsOutOfRange(next.status()) && !out.empty()) return out;
+          return fail(next.status());
+        }
+        absl::StatusOr<std::unique_ptr<ItemReader<R>>> opened = open_(*next);
+        // The item stays held (not done): nothing is skipped silently.
+        if (!opened.ok()) return fail(opened.status());
+        item_ = *std::move(next);
+        reader_ = *std::move(opened);
+      }
+      out.emplace_back();
+      absl::StatusOr<bool> more = reader_->Next(&out.back());
+      if (!more.ok() || !*more) out.pop_back();
+      if (!more.ok()) {
+        item_error_ = more.status();
+        return fail(more.status());
+      }
+      if (*more) {
+        ++records_;
+        continue;
+      }
+      // Every record of the item has been returned: it is done.
+      if (on_item_end_) on_item_end_(*reader_);
+      reader_.reset();
+      WorkItem finished = *std::move(item_);
+      item_.reset();
+      ++items_done_;
+      if (absl::Status s = source.ItemDone(finished); !s.ok()) return fail(s);
+    }
+    // Everything before the next record has been returned to the caller.
+    if (reader_ != nullptr && reader_->resume_offset() >= 0) {
+      source.NoteProgress(*item_, reader_->resume_offset());
+    }
+    return out;
+  }
+
+  // The reader of the item being read; null between items.
+  ItemReader<R>* current() const { return reader_.get(); }
+  int64_t records() const { return records_; }
+  int64_t items_done() const { return items_done_; }
+
+ private:
+  const Opener open_;
+  const OnItemEnd on_item_end_;
+  std::optional<WorkItem> item_;
+  std::unique_ptr<ItemReader<R>> reader_;
+  absl::Status deferred_error_;
+  absl::Status item_error_;  // the held item's failure; sticky
+  int64_t records_ = 0;
+  int64_t items_done_ = 0;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_IO_READ_LOOP_H_
