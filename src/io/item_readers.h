@@ -30,8 +30,10 @@ namespace shardq {
 
 // Sets *key to "<item>:<offset>" given prefix "<item>:", reusing the key's
 // capacity when the caller reuses the record.
+// One allocation at most: room for the digits is reserved up front.
 inline void SetRecordKey(const std::string& prefix, int64_t offset,
                          std::string* key) {
+  key->reserve(prefix.size() + 20);
   key->assign(prefix);
   absl::StrAppend(key, offset);
 }
