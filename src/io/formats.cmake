@@ -40,5 +40,5 @@ shardq_cc_test(NAME split_coverage_test
 # The file interface under injected faults (short reads, EIO, ENOSPC, a file
 # cut shorter while read), through every reader of files.
 shardq_cc_test(NAME file_fault_test
-  SRCS file_test.cc
+  SRCS file_test.cc item_readers_test.cc
   DEPS shardq_io_formats ZLIB::ZLIB)

@@ -1,0 +1,150 @@
+// The per-item readers and the one ReadUpTo loop over them (issue 16).
+#include "src/io/item_readers.h"
+
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "shardq/item_source.h"
+#include "src/io/compressed_tfrecord.h"
+#include "src/io/faulty_file.h"
+#include "src/io/read_loop.h"
+#include "src/io/record_test_util.h"
+
+namespace shardq {
+namespace {
+
+using ::shardq::testing_util::TempPath;
+using ::testing::HasSubstr;
+
+WorkItem Parsed(const std::string& item) {
+  WorkItem work_item;
+  work_item.item = item;
+  EXPECT_TRUE(ParseWorkItem(&work_item).ok());
+  return work_item;
+}
+
+void WriteRecords(const std::string& path, FileCompression compression, int n) {
+  if (compression == FileCompression::kNone) {
+    auto writer = TFRecordWriter::Create(path);
+    ASSERT_TRUE(writer.ok());
+    for (int i = 0; i < n; ++i) ASSERT_TRUE((*writer)->Write(absl::StrCat("r", i)).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+    return;
+  }
+  auto writer = CompressedTFRecordWriter::Create(path, compression);
+  ASSERT_TRUE(writer.ok());
+  for (int i = 0; i < n; ++i) ASSERT_TRUE((*writer)->Write(absl::StrCat("r", i)).ok());
+  ASSERT_TRUE((*writer)->Close().ok());
+}
+
+// Auto-detected compression is judged from the same open file that is
+// then read: one open per item, plain or compressed.
+TEST(TFRecordItemReader, OpensTheFileOncePerItem) {
+  for (FileCompression compression : {FileCompression::kNone, FileCompression::kGzip}) {
+    TempPath path(".tfrecord");
+    WriteRecords(path.path(), compression, 50);
+    FaultyFileSystem fs;
+    auto reader = TFRecordItemReader::Open(Parsed(path.path()), {}, &fs);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    Record record;
+    int records = 0;
+    while (*(*reader)->Next(&record)) ++records;
+    EXPECT_EQ(records, 50);
+    EXPECT_EQ(fs.opens(), 1) << CompressionName(compression);
+  }
+}
+
+TEST(TFRecordItemReader, ResumeOffsetIsAfterTheLastRecordReturned) {
+  TempPath path(".tfrecord");
+  WriteRecords(path.path(), FileCompression::kNone, 3);
+  auto reader = TFRecordItemReader::Open(Parsed(path.path()), {});
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->resume_offset(), -1);
+  Record record;
+  ASSERT_TRUE(*(*reader)->Next(&record));
+  EXPECT_EQ(record.key, path.path() + ":0");
+  EXPECT_EQ((*reader)->resume_offset(), 16 + 2);  // framing + "r0"
+}
+
+// Hands out the given items once each; counts completions.
+class Items final : public ItemSource {
+ public:
+  explicit Items(std::vector<std::string> items) : items_(std::move(items)) {}
+  absl::StatusOr<WorkItem> NextItem() override {
+    if (next_ == items_.size()) return absl::OutOfRangeError("end");
+    return Parsed(items_[next_++]);
+  }
+  absl::Status ItemDone(const WorkItem&) override {
+    ++done;
+    return absl::OkStatus();
+  }
+  int done = 0;
+
+ private:
+  std::vector<std::string> items_;
+  size_t next_ = 0;
+};
+
+// An I/O fault inside an item: the records before it come first, then the
+// error, again on every later call; the item is never completed.
+TEST(ReadLoop, ReadErrorComesAfterTheRecordsBeforeItAndStays) {
+  TempPath path(".tfrecord");
+  WriteRecords(path.path(), FileCompression::kNone, 1000);
+  FaultyFileSystem fs;
+  FileFaults faults;
+  faults.error_at = 5000;
+  faults.read_errno = EIO;
+  fs.SetFaults(path.path(), faults);
+  TFRecordReaderOptions options;
+  options.buffer_bytes = 1024;
+  ReadLoop<Record> loop([&](const WorkItem& item)
+                            -> absl::StatusOr<std::unique_ptr<ItemReader<Record>>> {
+    auto reader = TFRecordItemReader::Open(item, options, &fs);
+    if (!reader.ok()) return reader.status();
+    return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
+  });
+  Items source({path.path()});
+  absl::StatusOr<std::vector<Record>> got = loop.ReadUpTo(source, 100000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_GT(got->size(), 0u);
+  EXPECT_LT(got->size(), 1000u);
+  for (int call = 0; call < 2; ++call) {
+    got = loop.ReadUpTo(source, 10);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(got.status().message(), HasSubstr(path.path()));
+  }
+  EXPECT_EQ(source.done, 0);
+}
+
+TEST(ReadLoop, CompletesEachItemAfterItsLastRecord) {
+  TempPath a(".tfrecord");
+  TempPath b(".tfrecord");
+  WriteRecords(a.path(), FileCompression::kNone, 3);
+  WriteRecords(b.path(), FileCompression::kGzip, 4);
+  ReadLoop<Record> loop([](const WorkItem& item)
+                            -> absl::StatusOr<std::unique_ptr<ItemReader<Record>>> {
+    auto reader = TFRecordItemReader::Open(item, {});
+    if (!reader.ok()) return reader.status();
+    return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
+  });
+  Items source({a.path(), b.path()});
+  absl::StatusOr<std::vector<Record>> got = loop.ReadUpTo(source, 3);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->size(), 3u);
+  EXPECT_EQ(source.done, 0);  // its end is seen only by the next read
+  got = loop.ReadUpTo(source, 100);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->size(), 4u);
+  EXPECT_EQ(source.done, 2);
+  EXPECT_EQ(loop.ReadUpTo(source, 1).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(loop.records(), 7);
+  EXPECT_EQ(loop.items_done(), 2);
+}
+
+}  // namespace
+}  // namespace shardq
