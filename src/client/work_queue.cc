@@ -24,6 +24,7 @@
 #include "src/client/planner.h"
 #include "src/client/work_queue_backend.h"
 #include "src/core/process.h"
+#include "src/log/log.h"
 
 namespace shardq {
 namespace {
@@ -265,23 +266,21 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
     complete = SettleSplit(item.lease_id);
   }
   if (!complete) {
-    std::fprintf(stderr,
-                 "shardq: queue '%s': the split of '%s' was not recorded (lease lost); "
-                 "releasing it so that it is read again whole\n",
-                 name_.c_str(), item.item.c_str());
+    SHARDQ_LOG_WARN(
+        "queue '{}': the split of '{}' was not recorded (lease lost); releasing it so that "
+        "it is read again whole",
+        name_, item.item);
     absl::Status s = Release(item);
     return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : s;
   }
   absl::StatusOr<CompleteOutcome> outcome =
       backend_->Complete(name_, worker_id_, item.lease_id);
   if (absl::IsNotFound(outcome.status()) && LeaseLostByCoordinator(item)) {
-    std::fprintf(stderr,
-                 "shardq: warning: queue '%s', worker '%s': the coordinator no longer "
-                 "knows lease %llu (item '%s', epoch %lld); it was lost in a coordinator "
-                 "crash and the item will be read again elsewhere\n",
-                 name_.c_str(), worker_id_.c_str(),
-                 static_cast<unsigned long long>(item.lease_id), item.item.c_str(),
-                 static_cast<long long>(item.epoch));
+    SHARDQ_LOG_WARN(
+        "queue '{}', worker '{}': the coordinator no longer knows lease {} (item '{}', "
+        "epoch {}); it was lost in a coordinator crash and the item will be read again "
+        "elsewhere",
+        name_, worker_id_, item.lease_id, item.item, item.epoch);
     absl::MutexLock lock(&mu_);
     ++lost_leases_;
     return absl::OkStatus();

@@ -9,7 +9,7 @@ shardq_cc_library(
   SRCS tfrecord.cc compression.cc compressed_tfrecord.cc
        item_readers.cc tfrecord_reader.cc sqlite_table.cc table_reader.cc
   DEPS shardq_io shardq_core absl::status absl::statusor absl::strings
-       ZLIB::ZLIB SQLite::SQLite3
+       shardq_log ZLIB::ZLIB SQLite::SQLite3
 )
 
 shardq_cc_test(NAME formats_test

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/io/compressed_tfrecord.h"
 #include "src/io/compression.h"
+#include "src/log/log.h"
 
 namespace shardq {
 namespace {
@@ -149,11 +150,8 @@ void TFRecordItemReader::EndItem() {
   ended_ = true;
   const TFRecordReadStats& item_stats = records_->stats();
   if (item_stats.corrupt_regions > 0 && log_skips_) {
-    std::fprintf(stderr,
-                 "shardq: skipped %lld corrupt region(s), %lld bytes, in '%s'\n",
-                 static_cast<long long>(item_stats.corrupt_regions),
-                 static_cast<long long>(item_stats.skipped_bytes),
-                 item_.item.c_str());
+    SHARDQ_LOG_WARN("skipped {} corrupt region(s), {} bytes, in '{}'", item_stats.corrupt_regions,
+                    item_stats.skipped_bytes, item_.item);
   }
 }
 
