@@ -116,13 +116,16 @@ class Dataset:
         every replica gets the same number of batches (synchronous training
         never hangs on uneven data).
 
-        Over a queue (C++ Distribute): the batch size must be a multiple of
-        ``replicas`` and every replica's batch has batch_size / replicas
-        rows; a short batch is dropped whole (``remainder="drop"``) or its
-        rows are spread evenly and padded (``"pad"``: each replica gets
-        (rows, mask), mask True for real rows, padding rows b"").
-        Over a Python iterable: ``"drop"`` trims a batch that does not
-        divide; ``"pad"`` repeats its last row, with the same masks."""
+        Its input must come from ``batch(batch_size)`` (optionally followed
+        by shuffle or prefetch) and ``batch_size`` must be a multiple of
+        ``replicas``; every replica's batch has batch_size / replicas rows.
+        A short batch is dropped whole (``remainder="drop"``; its records
+        count as consumed) or its rows are spread over the replicas in
+        contiguous runs that differ by at most one row and padded
+        (``"pad"``: each replica gets (rows, mask), mask True for real
+        rows; padding rows are b"" for records, None for table rows and
+        other elements). The C++ stage (over a queue) and the Python one
+        (after a Python map, or over a Python iterable) are the same."""
         if replicas < 1:
             raise shardq.InvalidArgumentError(f"replicas must be >= 1, got {replicas}")
         if remainder not in ("drop", "pad"):
@@ -138,13 +141,15 @@ class Dataset:
 
     def __iter__(self):
         if self._queue_source is None:
-            return _python_stages(iter(self._make_iter()), self._ops)
+            return _python_stages(iter(self._make_iter()), _swap_parse_split(self._ops))
         source = self._queue_source
         _begin_pass(source["queue"])
         native_ops, python_ops = _plan(self._ops)
+        _check_splits(native_ops, python_ops)
         builder = _shardq._Pipeline(source["queue"], source["reader"], source["on_corrupt"],
                                     source["cycle_length"], source["num_parallel_reads"],
-                                    source["read_size"], source["complete_when_read"])
+                                    source["read_size"], source["complete_when_read"],
+                                    source["siblings"])
         for name, *args in native_ops:
             if name == "parse_example":
                 parser, threads = args
@@ -154,7 +159,7 @@ class Dataset:
         native = builder.iterator()
         if not python_ops:
             return native  # next() / close() / stats()
-        return _python_stages(_closing(native), python_ops)
+        return _python_stages(_closing(native), python_ops, _batch_size_at_end(native_ops))
 
 
 def _begin_pass(queue):
@@ -171,15 +176,53 @@ def _begin_pass(queue):
 
 # --- Which stages run in C++ ---
 
+def _swap_parse_split(ops):
+    """parse then split == split then parse: both pipelines split batches
+    of records and parse each replica's batch."""
+    ops = list(ops)
+    for i in range(len(ops) - 1):
+        if ops[i][0] == "parse_example" and ops[i + 1][0] == "split":
+            ops[i], ops[i + 1] = ops[i + 1], ops[i]
+    return ops
+
+
+def _batch_size_at_end(ops, batch_size=None):
+    """The batch size of the elements after ``ops`` (starting from elements
+    batched by ``batch_size``): known after a batch, kept through shuffle and
+    prefetch (as the C++ Distribute requires), None otherwise."""
+    for name, *args in ops:
+        if name == "batch":
+            batch_size = args[0]
+        elif name not in ("shuffle", "prefetch"):
+            batch_size = None
+    return batch_size
+
+
+def _check_splits(*op_lists):
+    """INVALID_ARGUMENT, as the C++ Distribute, for a split whose input is
+    not batched by batch() (optionally followed by shuffle or prefetch) or
+    whose batch size is not a multiple of its replicas."""
+    batch_size = None
+    for ops in op_lists:
+        for name, *args in ops:
+            if name == "split":
+                replicas = args[0]
+                if batch_size is None:
+                    raise shardq.InvalidArgumentError(
+                        "split: its input must be batched by batch() (optionally followed "
+                        "by shuffle or prefetch), so that the global batch size is known")
+                if batch_size % replicas != 0:
+                    raise shardq.InvalidArgumentError(
+                        f"split: replicas = {replicas} must be a divisor of the batch size "
+                        f"{batch_size}")
+            batch_size = _batch_size_at_end([(name, *args)], batch_size)
+
+
 def _plan(ops):
     """Splits ``ops`` into the prefix the C++ pipeline builds and the rest,
     which runs in Python (from the first Python map, or a stage C++ cannot
     apply to the element at that point)."""
-    ops = list(ops)
-    # parse then split == split then parse (C++ splits batches of records).
-    for i in range(len(ops) - 1):
-        if ops[i][0] == "parse_example" and ops[i + 1][0] == "split":
-            ops[i], ops[i + 1] = ops[i + 1], ops[i]
+    ops = _swap_parse_split(ops)
     kind = "records"
     for i, (name, *_) in enumerate(ops):
         if name in ("shuffle", "prefetch"):
@@ -206,10 +249,19 @@ def _closing(native):
 
 
 # --- Stages in Python ---
+# The same semantics as the C++ stages they stand for (a Python map, and
+# whatever follows it, runs here).
 
-def _python_stages(it, ops):
+def _python_stages(it, ops, batch_size=None):
+    """Chains the generators of ``ops`` over ``it``, whose elements are
+    batches of ``batch_size`` rows when it is not None."""
+    _check_splits([("batch", batch_size, False)] if batch_size else [], ops)
     for name, *args in ops:
-        it = _PY_STAGES[name](it, *args)
+        if name == "split":
+            it = _py_split(it, batch_size, *args)
+        else:
+            it = _PY_STAGES[name](it, *args)
+        batch_size = _batch_size_at_end([(name, *args)], batch_size)
     return it
 
 
@@ -219,8 +271,25 @@ def _py_map(it, fn):
 
 
 def _py_parse_example(it, parser, _threads):
+    """As the C++ stage: a batch of records -> dict of arrays; after split,
+    each replica's batch, with a padding row parsed as a copy of a real row
+    of the same step and the mask as a numpy bool array."""
+    import numpy as np
     for x in it:
-        yield parser(x)
+        if not (isinstance(x, list) and x and isinstance(x[0], (list, tuple))):
+            yield parser(x)
+            continue
+        padded = isinstance(x[0], tuple)
+        filler = next((r for rep in x for r, real in zip(*rep) if real), None) if padded else None
+        out = []
+        for rep in x:
+            if not padded:
+                out.append(parser(rep))
+                continue
+            rows, mask = rep
+            rows = [r if real or filler is None else filler for r, real in zip(rows, mask)]
+            out.append((parser(rows), np.asarray(mask, dtype=np.bool_)))
+        yield out
 
 
 def _py_shuffle(it, buffer_size, seed):
@@ -248,20 +317,36 @@ def _py_batch(it, batch_size, drop_remainder):
         yield buf
 
 
-def _py_split(it, replicas, remainder):
+def _padding_row(rows):
+    """A padding row like the C++ default-constructed one: b"" for records
+    (bytes), None for table rows and anything else."""
+    return b"" if rows and isinstance(rows[0], bytes) else None
+
+
+def _py_split(it, batch_size, replicas, remainder):
+    """The C++ Distribute: every replica gets batch_size / replicas rows; a
+    short batch is dropped whole ("drop") or spread in contiguous runs that
+    differ by at most one row, padded, with masks ("pad")."""
+    per = batch_size // replicas
     for b in it:
         rows = list(b)
+        if len(rows) > batch_size:
+            raise shardq.InvalidArgumentError(
+                f"split: a batch of {len(rows)} rows, more than the batch size {batch_size}")
         if remainder == "drop":
-            per = len(rows) // replicas
-            if per == 0:
+            if len(rows) < batch_size:
                 continue
             yield [rows[r * per:(r + 1) * per] for r in range(replicas)]
-        else:
-            per = -(-len(rows) // replicas)
-            mask = [True] * len(rows) + [False] * (per * replicas - len(rows))
-            rows = rows + [rows[-1]] * (per * replicas - len(rows))
-            yield [(rows[r * per:(r + 1) * per], mask[r * per:(r + 1) * per])
-                   for r in range(replicas)]
+            continue
+        out = []
+        start = 0
+        for r in range(replicas):
+            real = len(rows) // replicas + (1 if r < len(rows) % replicas else 0)
+            mine = rows[start:start + real]
+            start += real
+            out.append((mine + [_padding_row(rows)] * (per - real),
+                        [True] * real + [False] * (per - real)))
+        yield out
 
 
 def _py_prefetch(it, buffer_size):
@@ -303,7 +388,7 @@ _PY_STAGES = {"map": _py_map, "parse_example": _py_parse_example, "shuffle": _py
 
 
 def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
-               cycle_length=None, num_parallel_reads=1, complete="auto"):
+               cycle_length=None, num_parallel_reads=1, complete="auto", _pass_siblings=""):
     """The records of a WorkQueue's items, read by the C++ pipeline: bytes
     for "text" and "tfrecord", dict rows (column -> value) for "table".
 
@@ -313,7 +398,9 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
     ``on_corrupt``: "fail" or "skip" corrupt TFRecord regions;
     ``complete``: "consumed", "read" or "auto" (see the module docstring).
     The pipeline must be the queue's only taker (no take() on it
-    meanwhile)."""
+    meanwhile). ``_pass_siblings`` (shardq.torch): the worker-id prefix of
+    the other DataLoader workers of this pass; the pipeline then ends, as
+    the queue's end, once it holds nothing and they hold the rest."""
     if reader not in _READERS:
         raise shardq.InvalidArgumentError(
             f"reader must be 'text', 'tfrecord' or 'table', got {reader!r}")
@@ -330,4 +417,5 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
     return Dataset(None, (), dict(queue=queue, reader=reader, on_corrupt=on_corrupt,
                                   read_size=int(read_size), cycle_length=int(cycle_length),
                                   num_parallel_reads=int(num_parallel_reads),
-                                  complete_when_read=complete == "read"))
+                                  complete_when_read=complete == "read",
+                                  siblings=str(_pass_siblings)))

@@ -14,12 +14,23 @@ for this process's DataLoader workers: a separate `python -m shardq.serve`
 process on a unix socket (a fresh process, so forked workers never inherit
 gRPC state).
 
+Underneath, each worker runs shardq.data.from_queue: reading, CRC checks,
+batching, parse_example and prefetch run in the C++ pipeline's threads
+without the GIL, and each batch becomes torch tensors over the parser's
+buffers (torch.from_numpy, no copy). An item is completed only once every
+one of its records has left the worker's pipeline in a batch (complete=
+"consumed"), so a worker that dies mid-item leaves the item to be read
+again (after the queue's lease_timeout), never lost. A worker therefore
+holds the items its buffered batches come from: the queue's num_clients
+is at least batch_size + 4.
+
 The DataLoader takes batches from its workers in a fixed round-robin order
 and asks a worker for more only once its earlier batches were taken, so a
-worker that has yielded a batch is parked while it holds the item it reads.
-A worker that finds nothing left but items held by its parked siblings
-therefore ends its pass instead of waiting for them (that wait would never
-end); the siblings read those items when they are asked again.
+worker that has yielded a batch is parked while it holds the items it
+reads. A worker whose pipeline holds nothing and finds nothing left but
+items held by its parked siblings therefore ends its pass instead of
+waiting for them (that wait would never end); the siblings read those
+items when they are asked again.
 
 One pass over the DataLoader reads every epoch of the queue. Another pass
 over the same dataset, once its queue is finished, raises
@@ -39,8 +50,8 @@ import torch
 import torch.utils.data
 
 import shardq
+import shardq.data
 from shardq import _shardq
-from shardq.example import ExampleParser
 
 
 def _needs_local_coordinator():
@@ -78,26 +89,35 @@ class _LocalCoordinator:
                 self._proc.kill()
 
 
+# Items a worker's pipeline reads at once (from_queue's cycle_length); the
+# queue lets a worker hold a batch's worth of items more than that.
+_CYCLE = 4
+
+
 class WorkQueueDataset(torch.utils.data.IterableDataset):
-    """Yields batches (dicts of tensors with ``features``; lists of bytes
-    otherwise) read from a shared WorkQueue. Use with
-    ``DataLoader(dataset, batch_size=None, num_workers=k)``.
+    """Yields batches (dicts of tensors with ``features``; lists of bytes,
+    or of dict rows for tables, otherwise) read from a shared WorkQueue. Use
+    with ``DataLoader(dataset, batch_size=None, num_workers=k)``.
 
     ``reader``: "text", "tfrecord" or "table". Queue parameters
     (num_epochs, shuffle, seed, prefix, num_slices, num_clients, name,
-    address, connect_timeout) are those of shardq.WorkQueue; a worker that
+    address, connect_timeout, lease_timeout) are those of shardq.WorkQueue,
+    except that num_clients is raised to at least batch_size + 4 (a worker
+    holds the items of its batches until they are consumed); a worker that
     cannot reach the coordinator raises, and the DataLoader re-raises it.
-    ``drop_remainder`` drops each worker's last short batch. One pass over
-    the DataLoader reads every epoch of the queue (epochs flow into each
-    other, so no worker idles at an epoch boundary); another pass over this
-    dataset once its queue is finished raises FailedPreconditionError: make
-    a new dataset (or queue name) for another run.
+    ``drop_remainder`` drops short batches (a worker's last one). One pass
+    over the DataLoader reads every epoch of the queue (epochs flow into
+    each other, so no worker idles at an epoch boundary); another pass over
+    this dataset once its queue is finished raises FailedPreconditionError:
+    make a new dataset (or queue name) for another run.
+    ``num_parallel_calls``: parse_example threads per worker (default: the
+    cores divided among the DataLoader workers).
     """
 
     def __init__(self, works, reader="tfrecord", features=None, batch_size=256,
                  drop_remainder=False, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, num_clients=1, name=None, address=None, on_corrupt="fail",
-                 connect_timeout=None):
+                 connect_timeout=None, *, lease_timeout=None, num_parallel_calls=None):
         super().__init__()
         if reader not in ("text", "tfrecord", "table"):
             raise shardq.InvalidArgumentError(
@@ -106,15 +126,25 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
             raise shardq.InvalidArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if features is not None and reader != "tfrecord":
             raise shardq.InvalidArgumentError("features (parse_example) need reader='tfrecord'")
+        if on_corrupt not in ("fail", "skip"):
+            raise shardq.InvalidArgumentError(
+                f"on_corrupt must be 'fail' or 'skip', got {on_corrupt!r}")
+        if num_parallel_calls is not None and num_parallel_calls < 1:
+            raise shardq.InvalidArgumentError(
+                f"num_parallel_calls must be >= 1, got {num_parallel_calls}")
         self.works = list(works)
         self.reader = reader
         self.features = features
         self.batch_size = int(batch_size)
-        self.drop_remainder = drop_remainder
+        self.drop_remainder = bool(drop_remainder)
+        self.num_parallel_calls = num_parallel_calls
         self.queue_args = dict(num_epochs=num_epochs, shuffle=shuffle,
                                seed=seed if seed is not None else int.from_bytes(os.urandom(7), "big"),
-                               prefix=prefix, num_slices=num_slices, num_clients=num_clients,
+                               prefix=prefix, num_slices=num_slices,
+                               num_clients=max(int(num_clients), self.batch_size + _CYCLE),
                                name=name or f"torch-{uuid.uuid4().hex[:12]}")
+        if lease_timeout is not None:
+            self.queue_args["lease_timeout"] = float(lease_timeout)
         self.on_corrupt = on_corrupt
         if address is None and _needs_local_coordinator():
             world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -160,12 +190,22 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
             kwargs["connect_timeout"] = self.connect_timeout
         return shardq.WorkQueue(self.works, address=self.address, worker_id=worker_id, **kwargs)
 
-    def _make_reader(self):
-        if self.reader == "text":
-            return shardq.TextLineReader()
-        if self.reader == "tfrecord":
-            return shardq.TFRecordReader(on_corrupt=self.on_corrupt)
-        return shardq.TableReader()
+    def _parse_threads(self):
+        if self.num_parallel_calls is not None:
+            return int(self.num_parallel_calls)
+        info = torch.utils.data.get_worker_info()
+        workers = info.num_workers if info is not None else 1
+        return max(1, min(4, (os.cpu_count() or 1) // workers))
+
+    def _pipeline(self, queue, siblings):
+        """The worker's C++ pipeline over ``queue``."""
+        ds = shardq.data.from_queue(queue, reader=self.reader, on_corrupt=self.on_corrupt,
+                                    cycle_length=_CYCLE, complete="consumed",
+                                    _pass_siblings=siblings)
+        ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+        if self.features:
+            ds = ds.parse_example(self.features, num_parallel_calls=self._parse_threads())
+        return iter(ds.prefetch(2))
 
     def __iter__(self):
         worker_id, dataset, siblings = self._pass_ids()
@@ -180,20 +220,16 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                         f"queue '{queue.name}' is finished: every item of every epoch was "
                         "read in an earlier pass over this dataset; make a new "
                         "WorkQueueDataset (or give another queue name) to read the data again")
-            parser = ExampleParser(self.features) if self.features else None
-            reader = self._make_reader()
-            source = _shardq._PassSource(queue, siblings)
-            while True:
-                try:
-                    _, values = reader.read_up_to(source, self.batch_size)
-                except shardq.OutOfRangeError:
-                    break
-                if len(values) < self.batch_size and self.drop_remainder:
-                    continue
-                if parser is None:
-                    yield values
+            batches = self._pipeline(queue, siblings)
+            try:
+                if not self.features:
+                    yield from batches
                 else:
-                    yield {k: torch.from_numpy(v) if v.dtype != object else list(v)
-                           for k, v in parser(values).items()}
+                    from_numpy = torch.from_numpy
+                    for batch in batches:
+                        yield {k: from_numpy(v) if v.dtype != object else list(v)
+                               for k, v in batch.items()}
+            finally:
+                batches.close()  # gives the items not consumed back to the queue
         finally:
             queue.close()

@@ -4,6 +4,11 @@
 // in the pipeline's C++ threads without the GIL; Python only receives the
 // finished elements.
 //
+// A pipeline built with `siblings` (shardq.torch: a DataLoader worker of
+// one pass) also ends, like a PassSource, when it holds no item and the
+// queue's remaining items are all held by other workers of that pass
+// (py_torch_support.cc says why waiting for them would never end).
+//
 // _Pipeline is a builder, used once by shardq.data: each call appends a
 // stage; iterator() builds the pipeline and starts its threads. The element
 // type changes along the chain (records, batches, per-replica batches,
@@ -48,6 +53,9 @@ using pipeline::PerReplicaBatches;
 
 // How often a blocked next() wakes to let Python handle Ctrl-C.
 constexpr absl::Duration kSignalCheck = absl::Milliseconds(100);
+// How often, at most, a pipeline with siblings that waits while holding no
+// item asks the coordinator who holds the rest.
+constexpr absl::Duration kPassCheck = absl::Milliseconds(200);
 
 // A batch of tf.Examples parsed into one buffer per feature. `padded` has
 // one flag per row (1: a padding row of a split) or is empty (no padding).
@@ -193,8 +201,11 @@ py::dict StatsToDict(const pipeline::PipelineStats& s) {
 class PyPipelineIterator {
  public:
   PyPipelineIterator(std::shared_ptr<PyWorkQueue> queue, Elements::Iterators iterator,
-                     bool with_mask)
-      : queue_(std::move(queue)), iterator_(std::move(iterator)), with_mask_(with_mask) {}
+                     bool with_mask, std::string siblings)
+      : queue_(std::move(queue)),
+        iterator_(std::move(iterator)),
+        with_mask_(with_mask),
+        siblings_(std::move(siblings)) {}
 
   ~PyPipelineIterator() {
     py::gil_scoped_release release;
@@ -238,7 +249,32 @@ class PyPipelineIterator {
       }
       if (next->has_value()) return ToPython(**std::move(next), with_mask_);
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (PassOver(it.stats())) {
+        {
+          py::gil_scoped_release release;
+          Reset();
+        }
+        throw py::stop_iteration();
+      }
     }
+  }
+
+  // With siblings: true when this pipeline holds no item (so none of its
+  // records is waiting anywhere) and the coordinator says the rest of the
+  // queue is held by the other workers of the pass. An item fetched after
+  // the check is released by Reset, for a sibling to read.
+  bool PassOver(const pipeline::PipelineStats& mine) {
+    if (siblings_.empty() || mine.items_held > 0) return false;
+    const absl::Time now = absl::Now();
+    if (now - last_pass_check_ < kPassCheck) return false;
+    last_pass_check_ = now;
+    WorkQueue* q = queue_->queue();
+    absl::StatusOr<QueueStats> stats;
+    {
+      py::gil_scoped_release release;
+      stats = q->Stats();
+    }
+    return OnlySiblingsHoldTheRest(ValueOrThrow(std::move(stats)), q->worker_id(), siblings_);
   }
 
   // Without the GIL: joins the pipeline's threads.
@@ -256,6 +292,8 @@ class PyPipelineIterator {
   bool closed_ = false;
   bool in_next_ = false;  // guarded by the GIL
   pipeline::PipelineStats last_stats_;
+  const std::string siblings_;  // empty: no pass to end early
+  absl::Time last_pass_check_ = absl::InfinitePast();
 };
 
 // Builds a pipeline over a WorkQueue, one stage per call.
@@ -263,7 +301,8 @@ class PyPipeline {
  public:
   PyPipeline(py::handle queue, const std::string& reader, const std::string& on_corrupt,
              int64_t cycle_length, int64_t num_parallel_reads, int64_t table_batch_rows,
-             bool complete_when_read) {
+             bool complete_when_read, std::string siblings)
+      : siblings_(std::move(siblings)) {
     py::handle native = py::hasattr(queue, "_native") ? queue.attr("_native") : queue;
     if (!py::isinstance<PyWorkQueue>(native)) {
       throw py::type_error("shardq.data.from_queue needs a shardq.WorkQueue");
@@ -411,7 +450,7 @@ class PyPipeline {
           stream);
     }
     return std::make_unique<PyPipelineIterator>(queue_, ValueOrThrow(std::move(iterator)),
-                                                with_mask_);
+                                                with_mask_, siblings_);
   }
 
   // What the elements are: "records", "batches", "replicas", "parsed",
@@ -424,6 +463,7 @@ class PyPipeline {
   }
 
  private:
+  const std::string siblings_;
   std::shared_ptr<PyWorkQueue> queue_;
   Elements::Datasets stream_{std::in_place_index<0>,
                              pipeline::FromVector(std::vector<Record>{})};
@@ -434,10 +474,11 @@ class PyPipeline {
 void BindPipeline(py::module_& m) {
   py::class_<PyPipeline>(m, "_Pipeline")
       .def(py::init<py::handle, const std::string&, const std::string&, int64_t, int64_t,
-                    int64_t, bool>(),
+                    int64_t, bool, std::string>(),
            py::arg("queue"), py::arg("reader"), py::arg("on_corrupt") = "fail",
            py::arg("cycle_length") = 0, py::arg("num_parallel_reads") = 1,
-           py::arg("table_batch_rows") = 0, py::arg("complete_when_read") = false)
+           py::arg("table_batch_rows") = 0, py::arg("complete_when_read") = false,
+           py::arg("siblings") = "")
       .def("shuffle", &PyPipeline::Shuffle, py::arg("buffer_size"), py::arg("seed"))
       .def("batch", &PyPipeline::Batch, py::arg("batch_size"), py::arg("drop_remainder"))
       .def("split", &PyPipeline::Split, py::arg("replicas"), py::arg("remainder"))

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "pybind11/pybind11.h"
 #include "shardq/input_producer.h"
 #include "shardq/table_reader.h"
@@ -77,6 +78,16 @@ class PassSource final : public ItemSource {
   std::shared_ptr<PyWorkQueue> queue_;
   const std::string siblings_;
 };
+
+// True when `stats` shows a queue that is not finished, has nothing
+// pending, and whose held items are all held by workers whose ids start
+// with `siblings`, none of them `self`: a worker of a DataLoader pass then
+// ends its pass instead of waiting (see py_torch_support.cc).
+bool OnlySiblingsHoldTheRest(const QueueStats& stats, const std::string& self,
+                             const std::string& siblings);
+
+// The OUT_OF_RANGE that ends such a worker's pass.
+absl::Status PassEnded(const WorkQueue& queue, const std::string& siblings);
 
 // The ItemSource behind a Python object that is a queue or a producer;
 // raises TypeError otherwise.

@@ -31,8 +31,8 @@ namespace {
 // How long a take waits before the worker looks at who holds the rest.
 constexpr absl::Duration kPoll = absl::Milliseconds(200);
 
-// True when nothing is pending and every held item is held by a worker
-// whose id starts with `siblings` (and is not `self`).
+}  // namespace
+
 bool OnlySiblingsHoldTheRest(const QueueStats& s, const std::string& self,
                              const std::string& siblings) {
   if (s.finished || s.pending > 0 || s.leased == 0) return false;
@@ -43,7 +43,11 @@ bool OnlySiblingsHoldTheRest(const QueueStats& s, const std::string& self,
   return true;
 }
 
-}  // namespace
+absl::Status PassEnded(const WorkQueue& queue, const std::string& siblings) {
+  return absl::OutOfRangeError(absl::StrCat(
+      "queue '", queue.name(), "': the items left are held by the other DataLoader workers "
+      "of this pass ('", siblings, "*'), which read them"));
+}
 
 PassSource::PassSource(std::shared_ptr<PyWorkQueue> queue, std::string siblings)
     : queue_(std::move(queue)), siblings_(std::move(siblings)) {}
@@ -56,9 +60,7 @@ absl::StatusOr<WorkItem> PassSource::NextItem() {
     absl::StatusOr<QueueStats> stats = q->Stats();
     if (!stats.ok()) return stats.status();
     if (OnlySiblingsHoldTheRest(*stats, q->worker_id(), siblings_)) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "queue '", q->name(), "': the items left are held by the other DataLoader workers "
-          "of this pass ('", siblings_, "*'), which read them"));
+      return PassEnded(*q, siblings_);
     }
   }
 }
