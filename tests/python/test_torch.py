@@ -267,3 +267,141 @@ def test_coordinator_discovery_is_the_cpp_one(tmp_path, monkeypatch):
     dataset = shardq.torch.WorkQueueDataset(files, reader="tfrecord", batch_size=1)
     assert dataset.address.startswith("unix:")
     assert len(list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))) == 2
+
+
+# --- Items are completed when their records are consumed ---
+# gRPC state must not be inherited by forked DataLoader workers, so the
+# steps that talk to a coordinator run in child processes, and the queue
+# is watched from processes of its own.
+
+def _run_child(script, *args, timeout=300):
+    package_dir = os.environ.get("SHARDQ_PYTHONPATH", str(REPO / "build" / "python"))
+    child = subprocess.run([sys.executable, "-c", script.format(pkg=package_dir), *args],
+                           capture_output=True, text=True, timeout=timeout)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+STATS = """
+import sys, json
+sys.path.insert(0, {pkg!r})
+import shardq
+queue = shardq.WorkQueue.attach(sys.argv[1], address=sys.argv[2])
+stats = queue.stats()
+queue.close()
+print(json.dumps({{k: v for k, v in stats.items() if k not in ("per_epoch", "workers")}}))
+"""
+
+
+def _stats(name, address):
+    return _run_child(STATS, name, address, timeout=60)
+
+
+CONSUMED = """
+import sys, json, subprocess
+sys.path.insert(0, {pkg!r})
+import shardq, shardq.torch
+path, address, name = sys.argv[1], sys.argv[2], sys.argv[3]
+dataset = shardq.torch.WorkQueueDataset([path], reader="text", batch_size=7, num_slices=1,
+                                        seed=3, name=name, address=address)
+it = iter(dataset)  # no DataLoader workers: read in this process
+lines = [int(v) for v in next(it)]
+stats = shardq.WorkQueue.attach(name, address=address).stats()
+lines += [int(v) for batch in it for v in batch]
+print(json.dumps(dict(lines=lines, completed=stats["completed"], leased=stats["leased"])))
+"""
+
+
+def test_an_item_is_completed_only_once_its_records_were_consumed(tmp_path):
+    # One item of 100 lines, batches of 7: the worker's pipeline reads the
+    # whole item ahead at once, but completes it only when the last of its
+    # lines has left in a batch.
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"{i}\n" for i in range(100)))
+    serve, address = _serve(tmp_path)
+    try:
+        name = f"consumed-{os.getpid()}"
+        r = _run_child(CONSUMED, str(path), address, name)
+        assert r["completed"] == 0 and r["leased"] == 1  # after the first batch
+        assert sorted(r["lines"]) == list(range(100))
+        stats = _stats(name, address)
+        assert stats["finished"] and stats["duplicates"] == 0 and stats["released"] == 0
+    finally:
+        os.kill(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=10)
+
+
+KILLED = """
+import sys, os, signal, json
+sys.path.insert(0, {pkg!r})
+import torch, shardq, shardq.torch
+path, address, name = sys.argv[1], sys.argv[2], sys.argv[3]
+dataset = shardq.torch.WorkQueueDataset([path], reader="text", batch_size=7, num_slices=1,
+                                        seed=9, name=name, address=address, lease_timeout=2)
+it = iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=int(sys.argv[4])))
+first = [int(v) for v in next(it)]
+if sys.argv[5] == "kill":
+    os.kill(it._workers[0].pid, signal.SIGKILL)  # mid-item: 7 of its 100 lines taken
+try:
+    rest = [int(v) for b in it for v in b]
+    died = False
+except RuntimeError:
+    rest, died = [], True
+print(json.dumps(dict(lines=first + rest, died=died)))
+"""
+
+
+def test_a_dataloader_worker_killed_mid_item_leaves_it_to_be_read_again(tmp_path):
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"{i}\n" for i in range(100)))
+    serve, address = _serve(tmp_path)
+    try:
+        name = f"killed-{os.getpid()}"
+        killed = _run_child(KILLED, str(path), address, name, "1", "kill")
+        assert killed["died"] and len(killed["lines"]) == 7
+        # Completed when read, the item would be lost with the worker; it
+        # is still held by the dead worker instead ...
+        stats = _stats(name, address)
+        assert stats["completed"] == 0 and stats["leased"] == 1
+        # ... and another run (a new dataset, as after a restart) reads it
+        # again, whole, once its lease expired.
+        again = _run_child(KILLED, str(path), address, name, "2", "no")
+        assert not again["died"] and sorted(again["lines"]) == list(range(100))
+        stats = _stats(name, address)
+        assert stats["finished"] and stats["expired"] == 1 and stats["duplicates"] == 0
+    finally:
+        os.kill(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=10)
+
+
+FULL = """
+import sys, json
+sys.path.insert(0, {pkg!r})
+import torch, shardq, shardq.torch
+files, address, name, workers = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+dataset = shardq.torch.WorkQueueDataset(
+    files, reader="tfrecord", batch_size=8, num_slices=15, num_epochs=2, seed=4,
+    name=name, address=address,
+    features={{"x": shardq.FixedLen((4,), "float32"), "y": shardq.FixedLen((), "int64")}})
+labels = []
+for batch in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers):
+    assert isinstance(batch["y"], torch.Tensor) and batch["x"].shape == (len(batch["y"]), 4)
+    labels += batch["y"].tolist()
+print(json.dumps(labels))
+"""
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_full_pass_reads_every_record_once_with_consumed_completion(tmp_path, workers):
+    files = write_files(tmp_path, 3, 40, width=4)  # 120 records
+    serve, address = _serve(tmp_path)
+    try:
+        name = f"full-{workers}-{os.getpid()}"
+        labels = _run_child(FULL, json.dumps(files), address, name, str(workers))
+        assert sorted(labels) == sorted(list(range(120)) * 2)
+        stats = _stats(name, address)
+        assert stats["finished"] and stats["duplicates"] == 0
+        assert stats["released"] == 0 and stats["expired"] == 0
+    finally:
+        os.kill(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=10)
