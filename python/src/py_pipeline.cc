@@ -53,9 +53,12 @@ using pipeline::PerReplicaBatches;
 
 // How often a blocked next() wakes to let Python handle Ctrl-C.
 constexpr absl::Duration kSignalCheck = absl::Milliseconds(100);
-// How often, at most, a pipeline with siblings that waits while holding no
-// item asks the coordinator who holds the rest.
-constexpr absl::Duration kPassCheck = absl::Milliseconds(200);
+// A pipeline with siblings waits in shorter slices and, while it holds no
+// item, asks the coordinator who holds the rest at most this often: the
+// DataLoader's loop waits for this worker's answer (a batch, or the end of
+// its pass) before it asks the next worker.
+constexpr absl::Duration kPassSlice = absl::Milliseconds(20);
+constexpr absl::Duration kPassCheck = absl::Milliseconds(50);
 
 // A batch of tf.Examples parsed into one buffer per feature. `padded` has
 // one flag per row (1: a padding row of a split) or is empty (no padding).
@@ -241,7 +244,7 @@ class PyPipelineIterator {
       absl::StatusOr<std::optional<T>> next;
       {
         py::gil_scoped_release release;
-        next = it.TryNext(kSignalCheck);
+        next = it.TryNext(siblings_.empty() ? kSignalCheck : kPassSlice);
       }
       if (!next.ok()) {
         if (absl::IsOutOfRange(next.status())) throw py::stop_iteration();
