@@ -89,6 +89,73 @@ class _LocalCoordinator:
                 self._proc.kill()
 
 
+_ALIGN = 64  # bytes: each feature of a packed batch starts at a multiple
+
+
+def _unpack(packed, layout):
+    """In the training process: the batch sent as one shared tensor, as a
+    dict of views of it (no copy)."""
+    out = {}
+    for name, dtype, shape, offset, nbytes, value in layout:
+        if dtype is None:
+            out[name] = value
+        else:
+            out[name] = packed[offset:offset + nbytes].view(dtype).view(shape)
+    return out
+
+
+class _PackedBatch(dict):
+    """A DataLoader worker's batch: its feature tensors are views of one
+    shared-memory storage, so the DataLoader sends it as one tensor (torch
+    passes each storage with a round trip to the worker; one per batch
+    instead of one per feature). The training process gets a plain dict
+    (see _unpack). The DataLoader rebuilds it from a dict of the same
+    tensors (default_convert), so it finds its storage again in them."""
+
+    def __reduce__(self):
+        tensors = [v for v in self.values() if isinstance(v, torch.Tensor)]
+        if not tensors:
+            return (dict, (dict(self),))
+        storage = tensors[0].untyped_storage() if hasattr(tensors[0], "untyped_storage") \
+            else tensors[0].storage().untyped()
+        base = storage.data_ptr()
+        layout = []
+        for name, v in self.items():
+            if not isinstance(v, torch.Tensor):
+                layout.append((name, None, None, 0, 0, v))
+                continue
+            offset = v.data_ptr() - base
+            nbytes = v.numel() * v.element_size()
+            if not v.is_contiguous() or offset < 0 or offset + nbytes > storage.nbytes():
+                return (dict, (dict(self),))  # not one storage: torch sends each
+            layout.append((name, v.dtype, tuple(v.shape), offset, nbytes, None))
+        packed = torch.empty(0, dtype=torch.uint8).set_(storage)
+        return (_unpack, (packed, layout))
+
+
+def _pack(arrays):
+    """numpy arrays (the parser's buffers) copied into one shared-memory
+    storage, as a _PackedBatch of tensor views; object arrays as lists."""
+    offsets = {}
+    total = 0
+    for name, a in arrays.items():
+        if a.dtype != object:
+            offsets[name] = total
+            total += -(-a.nbytes // _ALIGN) * _ALIGN
+    storage = torch.UntypedStorage._new_shared(max(total, 1))
+    flat = torch.empty(0, dtype=torch.uint8).set_(storage)
+    out = _PackedBatch()
+    for name, a in arrays.items():
+        if a.dtype == object:
+            out[name] = list(a)
+            continue
+        src = torch.from_numpy(a)
+        dst = flat[offsets[name]:offsets[name] + a.nbytes].view(src.dtype).view(src.shape)
+        dst.copy_(src)
+        out[name] = dst
+    return out
+
+
 # Items a worker's pipeline reads at once (from_queue's cycle_length); the
 # queue lets a worker hold a batch's worth of items more than that.
 _CYCLE = 4
@@ -224,8 +291,13 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
             try:
                 if not self.features:
                     yield from batches
+                elif torch.utils.data.get_worker_info() is not None:
+                    # Sent to the training process: one shared storage per
+                    # batch (the copy torch would make into shared memory).
+                    for batch in batches:
+                        yield _pack(batch)
                 else:
-                    from_numpy = torch.from_numpy
+                    from_numpy = torch.from_numpy  # no copy: the parser's buffers
                     for batch in batches:
                         yield {k: from_numpy(v) if v.dtype != object else list(v)
                                for k, v in batch.items()}

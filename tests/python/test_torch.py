@@ -405,3 +405,30 @@ def test_a_full_pass_reads_every_record_once_with_consumed_completion(tmp_path, 
     finally:
         os.kill(serve.pid, signal.SIGTERM)
         serve.wait(timeout=10)
+
+
+def test_a_workers_batch_travels_as_one_shared_storage_and_arrives_as_a_dict():
+    # A DataLoader worker copies the parser's arrays into one shared-memory
+    # storage; pickled for the training process it is one tensor, rebuilt
+    # there as a plain dict of views (no copy).
+    import pickle
+
+    import numpy as np
+    from torch.multiprocessing.reductions import ForkingPickler
+
+    arrays = {"x": np.arange(12, dtype=np.float32).reshape(3, 4),
+              "y": np.array([7, 8, 9], dtype=np.int64),
+              "s": np.array([b"a", b"b", b"c"], dtype=object)}
+    batch = shardq.torch._pack(arrays)
+    # The DataLoader's default_convert rebuilds it from a dict of the same values.
+    batch = torch.utils.data._utils.collate.default_convert(batch)
+    assert batch["x"].is_shared()
+    out = pickle.loads(ForkingPickler.dumps(batch))
+    assert type(out) is dict and out["s"] == [b"a", b"b", b"c"]
+    assert out["x"].dtype == torch.float32 and out["x"].tolist() == arrays["x"].tolist()
+    assert out["y"].tolist() == [7, 8, 9]
+    # A value replaced by one outside the storage: sent feature by feature.
+    batch["y"] = torch.tensor([1, 2, 3])
+    out = pickle.loads(ForkingPickler.dumps(batch))
+    assert type(out) is dict and out["y"].tolist() == [1, 2, 3]
+    assert out["x"].tolist() == arrays["x"].tolist()
