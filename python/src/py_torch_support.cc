@@ -1,5 +1,8 @@
-// The item source of a DataLoader worker (shardq.torch): a WorkQueue that
-// stops waiting when the rest of the queue is held by the worker's siblings.
+// When a DataLoader worker (shardq.torch) stops waiting: once the rest of
+// the queue is held by the worker's siblings. The rule
+// (OnlySiblingsHoldTheRest) serves the C++ pipeline of shardq.torch
+// (py_pipeline.cc, a pipeline built with `siblings`) and _PassSource, an
+// item source with the same behaviour for the plain readers.
 //
 // Why: torch's DataLoader hands batches to the training loop in a fixed
 // round-robin order over its workers, and a worker is asked for its next
