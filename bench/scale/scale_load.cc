@@ -161,7 +161,7 @@ absl::StatusOr<Row> RunOne(const Flags& flags, int workers, const std::string& m
   const bool saturation = mode != "sustained";
   const double mean_ms = saturation ? 0 : flags.mean_item_ms;
   if (saturation) {
-    row.items = std::max<int64_t>(flags.saturation_items, 2 * static_cast<int64_t>(workers));
+    row.items = std::max<int64_t>(flags.saturation_items, 5 * static_cast<int64_t>(workers));
   } else if (flags.items > 0) {
     row.items = flags.items;
   } else {
@@ -204,7 +204,8 @@ absl::StatusOr<Row> RunOne(const Flags& flags, int workers, const std::string& m
   sim_options.seed = flags.seed + static_cast<uint64_t>(index);
   sim_options.max_run_ms = static_cast<int64_t>(flags.max_run_s * 1000);
 
-  // /proc at the steady window's edges (saturation: the whole run).
+  // /proc at the steady window's edges, and around the whole run (used
+  // when the window never opened: fewer items than a steady state needs).
   const pid_t pid = server->pid();
   std::mutex mu;
   ProcSample coord_open, coord_close, gen_open, gen_close;
@@ -215,27 +216,28 @@ absl::StatusOr<Row> RunOne(const Flags& flags, int workers, const std::string& m
     if (!c.ok() || !g.ok()) return;
     if (open && !opened) {
       coord_open = *c, gen_open = *g, opened = true;
-    } else if (!open && !closed) {
+    } else if (!open && opened && !closed) {
       coord_close = *c, gen_close = *g, closed = true;
     }
   };
-  if (saturation) sample(true);
-  row.sim = RunSimulation(**driver, sim_options, saturation ? std::function<void(bool)>()
-                                                            : std::function<void(bool)>(sample));
-  if (saturation) sample(false);
+  absl::StatusOr<ProcSample> coord_before = ReadProc(pid), gen_before = ReadProc(0);
+  row.sim = RunSimulation(**driver, sim_options, sample);
+  absl::StatusOr<ProcSample> coord_after = ReadProc(pid), gen_after = ReadProc(0);
 
-  double window_s;
-  if (saturation) {
-    window_s = row.sim.run_seconds;
-    row.completions_per_s = window_s > 0 ? static_cast<double>(row.sim.completions) / window_s : 0;
-  } else {
-    window_s = row.sim.window_end_s - row.sim.window_start_s;
-    row.completions_per_s =
-        window_s > 0 ? static_cast<double>(row.sim.window_completions) / window_s : 0;
-  }
+  double window_s = row.sim.window_end_s - row.sim.window_start_s;
+  int64_t window_completions = row.sim.window_completions;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (opened && closed && window_s > 0) {
+    if (!(opened && closed)) {
+      window_s = row.sim.run_seconds;
+      window_completions = row.sim.completions;
+      if (coord_before.ok() && coord_after.ok() && gen_before.ok() && gen_after.ok()) {
+        coord_open = *coord_before, coord_close = *coord_after;
+        gen_open = *gen_before, gen_close = *gen_after;
+      }
+    }
+    if (window_s > 0) {
+      row.completions_per_s = static_cast<double>(window_completions) / window_s;
       row.coord_cores = (coord_close.cpu_seconds - coord_open.cpu_seconds) / window_s;
       row.gen_cores = (gen_close.cpu_seconds - gen_open.cpu_seconds) / window_s;
     }
@@ -287,8 +289,9 @@ void PrintTable(const Flags& flags, const std::vector<Row>& rows) {
   std::printf("\nSustained: per-item time lognormal, mean %.0f ms, sigma %.2f, capped at %.0fx the "
               "mean; heartbeat (with progress) every %lld ms while an item is held; "
               "completions/s over the steady window (one mean after every worker started .. the "
-              "last pending item handed out). Saturation: zero per-item time, completions/s over the "
-              "whole run. %d channels, seed %llu.\n",
+              "last pending item handed out; the whole run when that window never opens); the "
+              "coordinator's and the generator's CPU over the same window. Saturation: the same "
+              "with zero per-item time. %d channels, seed %llu.\n",
               flags.mean_item_ms, flags.sigma, flags.max_item_factor,
               static_cast<long long>(flags.heartbeat_ms), flags.channels,
               static_cast<unsigned long long>(flags.seed));
@@ -340,7 +343,7 @@ int Main(int argc, char** argv) {
                  "sustained: items = workers x duration / mean");
   app.add_option("--items", flags.items, "sustained: the queue's items (overrides duration)");
   app.add_option("--saturation-items", flags.saturation_items,
-                 "saturation: the queue's items (at least 2 x workers)");
+                 "saturation: the queue's items (at least 5 x workers)");
   app.add_option("--heartbeat-ms", flags.heartbeat_ms, "heartbeat interval while holding");
   app.add_option("--lease-timeout-ms", flags.lease_timeout_ms, "the queue's lease timeout");
   app.add_option("--take-wait-ms", flags.take_wait_ms, "Take long poll");
