@@ -76,6 +76,6 @@ function(shardq_cc_test)
      AND NOT ${ARG_NAME} MATCHES "^pipeline_")
     target_sources(${ARG_NAME} PRIVATE
       ${PROJECT_SOURCE_DIR}/src/pipeline/tsan_absl_mutex_shim.cc)
-    target_link_libraries(${ARG_NAME} PRIVATE ${CMAKE_DL_LIBS})
+    target_link_libraries(${ARG_NAME} PRIVATE ${CMAKE_DL_LIBS} absl::synchronization)
   endif()
 endfunction()
