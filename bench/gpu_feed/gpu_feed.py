@@ -93,33 +93,7 @@ def import_shardq():
     return sys.modules["shardq"]
 
 
-# --- tf.Example wire format, by hand (no protobuf package needed) ---
-
-def _varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(number, payload):
-    """A length-delimited field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def encode_example(image, label):
-    """tf.Example {"image": bytes_list [image], "label": int64_list [label]}."""
-    image_feature = _field(1, _field(1, image))             # Feature.bytes_list.value
-    label_feature = _field(3, _field(1, _varint(label)))    # Feature.int64_list (packed)
-    features = (_field(1, _field(1, b"image") + _field(2, image_feature)) +
-                _field(1, _field(1, b"label") + _field(2, label_feature)))
-    return _field(1, features)                              # Example.features
-
+# --- tf.Example decoding by hand, for the Python peer (shardq.example writes) ---
 
 def _read_varint(buf, pos):
     result = shift = 0
@@ -196,7 +170,8 @@ def _write_file(task):
     tmp = path + ".partial"
     with shardq.TFRecordWriter(tmp) as w:
         for r in range(count):
-            w.write(encode_example(rng.bytes(size), int((first + r) % classes)))
+            w.write(shardq.example.encode_example(
+                {"image": rng.bytes(size), "label": int((first + r) % classes)}))
     os.replace(tmp, path)
     return os.path.getsize(path)
 

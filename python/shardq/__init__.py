@@ -32,12 +32,13 @@ from shardq.errors import (  # noqa: F401  (re-exported)
 )
 from shardq._shardq import (  # noqa: F401
     TableReader, TextLineReader, TFRecordReader, TFRecordWriter)
-from shardq.example import FixedLen, parse_example, parse_example_fn  # noqa: F401
+from shardq.example import (  # noqa: F401
+    FixedLen, encode_example, parse_example, parse_example_fn)
 from shardq import data  # noqa: F401,E402
 
 __all__ = [
     "WorkQueue", "TextLineReader", "TFRecordReader", "TFRecordWriter", "TableReader",
-    "FixedLen",
+    "FixedLen", "encode_example",
     "parse_example", "parse_example_fn", "serve", "Error", "OutOfRangeError", "InvalidArgumentError",
     "NotFoundError", "DeadlineExceededError", "UnavailableError", "DataLossError",
     "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",

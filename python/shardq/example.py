@@ -74,3 +74,72 @@ def parse_example_fn(features):
     """A callable parsing a batch of records with ``features``; as a
     shardq.data ``map`` argument it is the C++ parse_example stage."""
     return ExampleParser(features)
+
+
+# --- Writing tf.Example records (proto/shardq/example.proto), for making
+# test data and datasets without TensorFlow or a protobuf package. ---
+
+def _varint(n):
+    n &= (1 << 64) - 1  # a negative int64 is its two's complement, 10 bytes
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(number, payload):
+    """A length-delimited field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _feature(name, value):
+    """The serialised Feature for one value of encode_example."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = [value]
+    kind = getattr(getattr(value, "dtype", None), "kind", None)  # numpy arrays
+    if kind is not None:
+        if kind == "f":
+            return _field(2, _field(1, value.astype("<f4").tobytes()))
+        if kind in "iub" and value.dtype.name != "uint8":
+            return _field(3, _field(1, b"".join(_varint(int(v)) for v in value.ravel())))
+        if value.dtype.name == "uint8":  # raw bytes, as FixedLen(..., "uint8") reads them
+            return _field(1, _field(1, value.tobytes()))
+        raise InvalidArgumentError(f"feature {name!r}: cannot encode an array of {value.dtype}")
+    if isinstance(value, (int, float)):
+        value = [value]
+    value = list(value)
+    if not value:
+        raise InvalidArgumentError(
+            f"feature {name!r}: an empty list has no type; pass an empty numpy array")
+    if all(isinstance(v, (bytes, bytearray, memoryview)) for v in value):
+        return _field(1, b"".join(_field(1, bytes(v)) for v in value))
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        for v in value:
+            if not -(1 << 63) <= v < (1 << 63):
+                raise InvalidArgumentError(f"feature {name!r}: {v} does not fit in int64")
+        return _field(3, _field(1, b"".join(_varint(v) for v in value)))
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        import struct
+        return _field(2, _field(1, struct.pack(f"<{len(value)}f", *value)))
+    raise InvalidArgumentError(
+        f"feature {name!r}: values must be all bytes, all ints or all numbers, "
+        f"got {sorted({type(v).__name__ for v in value})}")
+
+
+def encode_example(features):
+    """Serialises one tf.Example from {name: value}, readable by TensorFlow
+    and by parse_example. A value is bytes or a list of bytes (bytes_list),
+    an int or list of ints (int64_list), a float or list of numbers
+    (float_list, as float32), or a numpy array: float -> float_list, other
+    integers -> int64_list, uint8 -> one bytes value holding its raw bytes
+    (what ``FixedLen(shape, "uint8")`` reads back). Features are written in
+    name order, as protobuf writes a map. InvalidArgumentError names a
+    feature whose value has no such type (an empty list, mixed values)."""
+    if not features:
+        raise InvalidArgumentError("encode_example needs at least one feature")
+    entries = b"".join(
+        _field(1, _field(1, str(name).encode()) + _field(2, _feature(name, features[name])))
+        for name in sorted(features))
+    return _field(1, entries)  # Example.features

@@ -7,38 +7,16 @@ where torch is installed. Used by tests/wheel/check-wheel:
 """
 import pathlib
 import re
-import struct
 import sys
 import tempfile
 
 import shardq
 
 
-def _varint(n):
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number, payload):  # a length-delimited field
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def make_example(label, width):
-    """A tf.Example with "x" (width floats) and "y" (one int64), encoded by hand
-    (proto/shardq/example.proto) so that the check needs no protobuf package."""
-    floats = struct.pack(f"<{width}f", *[label + i / 1000.0 for i in range(width)])
-    x = _field(2, _field(1, floats))           # Feature.float_list.value (packed)
-    y = _field(3, _field(1, _varint(label)))   # Feature.int64_list.value (packed)
-    features = b"".join(_field(1, _field(1, key) + _field(2, value))
-                        for key, value in ((b"x", x), (b"y", y)))
-    return _field(1, features)                 # Example.features
+    """A tf.Example with "x" (width floats) and "y" (one int64)."""
+    return shardq.example.encode_example(
+        {"x": [label + i / 1000.0 for i in range(width)], "y": label})
 
 
 def main(readme):
