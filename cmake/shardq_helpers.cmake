@@ -29,6 +29,20 @@ function(shardq_cc_library)
   shardq_alias(${ARG_NAME} ${ARG_ALIAS})
 endfunction()
 
+# shardq_cc_objects(NAME name SRCS ... [DEPS ...]): sources compiled once
+# into an OBJECT library, for static libraries that differ only in what
+# they link (SRCS $<TARGET_OBJECTS:name> of shardq_cc_library). DEPS give
+# the compile-time usage requirements; each library links its own.
+function(shardq_cc_objects)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_library(${ARG_NAME} OBJECT ${ARG_SRCS})
+  target_include_directories(${ARG_NAME} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
+  shardq_private_includes(${ARG_NAME})
+  target_compile_options(${ARG_NAME} PRIVATE ${SHARDQ_WARNINGS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+endfunction()
+
 # shardq_alias(target [short]): shardq::<short> for `target`, and <short> as
 # its export name; short defaults to the target's name without "shardq_".
 function(shardq_alias target)

@@ -20,6 +20,14 @@ target_link_libraries(shardq_client_api INTERFACE
   shardq_client shardq_io shardq_io_formats shardq_pipeline shardq_dataset)
 shardq_alias(shardq_client_api client)
 
+# shardq::remote_client: the same for workers of a coordinator elsewhere,
+# without the embedded coordinator, its state store or gRPC server (a queue
+# without an address is FAILED_PRECONDITION).
+add_library(shardq_remote_client_api INTERFACE)
+target_link_libraries(shardq_remote_client_api INTERFACE
+  shardq_remote_client shardq_io shardq_io_formats shardq_pipeline shardq_remote_dataset)
+shardq_alias(shardq_remote_client_api remote_client)
+
 # A wheel build (scikit-build, python/CMakeLists.txt) installs the Python
 # package only, not the C++ SDK.
 if(SKBUILD)
@@ -34,6 +42,7 @@ set(SHARDQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/shardq)
 # private: no installed header includes them.
 set(SHARDQ_EXPORTED_TARGETS
   shardq_client_api shardq_client shardq_embedded shardq_rpc shardq_grpc_proto
+  shardq_remote_client_api shardq_remote_client shardq_remote_dataset
   shardq_coordinator shardq_store shardq_core shardq_types shardq_proto shardq_log
   shardq_io shardq_io_formats shardq_pipeline shardq_dataset)
 install(TARGETS ${SHARDQ_EXPORTED_TARGETS} EXPORT shardqTargets

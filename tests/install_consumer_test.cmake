@@ -71,5 +71,7 @@ foreach(example readme_example pipeline_example)
        -DEXAMPLE=${WORK_DIR}/build/${example} -DWORK_DIR=${WORK_DIR}/run
        -P ${SOURCE_DIR}/tests/readme_example_test.cmake)
 endforeach()
+# Without an address, shardq::remote_client refuses (it has no coordinator).
+step("running the consumer's remote_example" "${WORK_DIR}/build/remote_example")
 message("an outside project built and ran README.md's example against ${prefix}")
 file(REMOVE_RECURSE "${WORK_DIR}")

@@ -76,6 +76,13 @@ class QueueBackend {
   virtual void BeginShutdown() {}
 };
 
+// The backend of a WorkQueue without an address: the process-wide embedded
+// coordinator (src/client/embedded_backend.h) in shardq::client; in
+// shardq::remote_client, which links no coordinator, FAILED_PRECONDITION
+// saying that an address is needed (src/client/no_embedded.cc). Which one a
+// program gets is decided by the target it links.
+absl::StatusOr<std::shared_ptr<QueueBackend>> InProcessBackend();
+
 // How long a remote client waits for its coordinator's first answer before
 // a call fails with UNAVAILABLE (see RemoteOptions::connect_timeout).
 inline constexpr absl::Duration kDefaultConnectTimeout = absl::Seconds(60);

@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "src/client/backend.h"
 #include "src/client/discovery.h"
-#include "src/client/embedded_backend.h"
 #include "src/client/remote_backend.h"
 
 namespace shardq {
@@ -26,7 +25,9 @@ absl::StatusOr<ConnectedBackend> ConnectBackend(const std::string& address,
     out.worker_id = n == 0 ? found->worker_id : absl::StrCat(found->worker_id, ".", n);
   }
   if (found->address.empty()) {
-    out.backend = EmbeddedBackend();
+    absl::StatusOr<std::shared_ptr<QueueBackend>> embedded = InProcessBackend();
+    if (!embedded.ok()) return embedded.status();
+    out.backend = *std::move(embedded);
     return out;
   }
   RemoteOptions remote;

@@ -82,6 +82,8 @@ std::shared_ptr<QueueBackend> EmbeddedBackend() {
   return *backend;
 }
 
+absl::StatusOr<std::shared_ptr<QueueBackend>> InProcessBackend() { return EmbeddedBackend(); }
+
 std::shared_ptr<QueueBackend> BackendForCoordinator(CoordinatorImpl* coordinator) {
   return std::make_shared<CoordinatorBackend>(coordinator);
 }
