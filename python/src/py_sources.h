@@ -14,6 +14,7 @@
 #include "shardq/table_reader.h"
 #include "shardq/tfrecord_reader.h"
 #include "shardq/work_queue.h"
+#include "python/src/sibling_rule.h"
 
 namespace shardq::python {
 
@@ -78,13 +79,6 @@ class PassSource final : public ItemSource {
   std::shared_ptr<PyWorkQueue> queue_;
   const std::string siblings_;
 };
-
-// True when `stats` shows a queue that is not finished, has nothing
-// pending, and whose held items are all held by workers whose ids start
-// with `siblings`, none of them `self`: a worker of a DataLoader pass then
-// ends its pass instead of waiting (see py_torch_support.cc).
-bool OnlySiblingsHoldTheRest(const QueueStats& stats, const std::string& self,
-                             const std::string& siblings);
 
 // The OUT_OF_RANGE that ends such a worker's pass.
 absl::Status PassEnded(const WorkQueue& queue, const std::string& siblings);

@@ -1,6 +1,6 @@
 // When a DataLoader worker (shardq.torch) stops waiting: once the rest of
 // the queue is held by the worker's siblings. The rule
-// (OnlySiblingsHoldTheRest) serves the C++ pipeline of shardq.torch
+// (OnlySiblingsHoldTheRest, sibling_rule.h) serves the C++ pipeline of shardq.torch
 // (py_pipeline.cc, a pipeline built with `siblings`) and _PassSource, an
 // item source with the same behaviour for the plain readers.
 //
@@ -17,7 +17,6 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "pybind11/pybind11.h"
@@ -35,20 +34,6 @@ namespace {
 constexpr absl::Duration kPoll = absl::Milliseconds(200);
 
 }  // namespace
-
-bool OnlySiblingsHoldTheRest(const QueueStats& s, const std::string& self,
-                             const std::string& siblings) {
-  if (s.finished || s.pending > 0) return false;
-  // Ranges split off held items (tail rebalancing) are counted in no epoch:
-  // the workers' held counts cover them, so every open one must be held.
-  int64_t held = 0;
-  for (const auto& [worker, w] : s.workers) {
-    if (w.held == 0) continue;
-    if (worker == self || !absl::StartsWith(worker, siblings)) return false;
-    held += w.held;
-  }
-  return held > 0 && held >= s.leased + s.split_items_open;
-}
 
 absl::Status PassEnded(const WorkQueue& queue, const std::string& siblings) {
   return absl::OutOfRangeError(absl::StrCat(

@@ -1,0 +1,24 @@
+// When a worker of a torch DataLoader pass stops waiting for items: a pure
+// rule over a queue's stats, used by py_torch_support.cc and py_pipeline.cc
+// (see py_torch_support.cc for why such a worker must end its pass).
+#ifndef SHARDQ_PYTHON_SRC_SIBLING_RULE_H_
+#define SHARDQ_PYTHON_SRC_SIBLING_RULE_H_
+
+#include <string>
+
+#include "shardq/work_item.h"
+
+namespace shardq::python {
+
+// True when `stats` shows a queue that is not finished, has nothing
+// pending, and whose every open item is held by workers whose ids start
+// with `siblings`, none of them `self`. Open items are the leased items of
+// the epochs plus the ranges split off held items (split_items_open, which
+// no epoch counts): a split-off range nobody holds yet keeps the worker
+// waiting, since it is there for the taking.
+bool OnlySiblingsHoldTheRest(const QueueStats& stats, const std::string& self,
+                             const std::string& siblings);
+
+}  // namespace shardq::python
+
+#endif  // SHARDQ_PYTHON_SRC_SIBLING_RULE_H_
