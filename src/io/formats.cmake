@@ -33,7 +33,7 @@ shardq_cc_test(NAME table_reader_test
 # Tail rebalancing: SplittableRange, and exact coverage of the readers under
 # random (and concurrent) splits. Labelled so the TSan run picks it up.
 shardq_cc_test(NAME split_coverage_test
-  SRCS split_coverage_test.cc splittable_range_test.cc
+  SRCS split_coverage_test.cc split_edge_test.cc splittable_range_test.cc
   DEPS shardq_io_formats SQLite::SQLite3 absl::synchronization
   LABELS concurrency)
 

@@ -3,6 +3,7 @@
 #ifndef SHARDQ_IO_RECORD_TEST_UTIL_H_
 #define SHARDQ_IO_RECORD_TEST_UTIL_H_
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,8 +13,10 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "src/io/crc32c.h"
@@ -121,6 +124,40 @@ inline std::string HeaderClaiming(uint64_t length) {
   const uint32_t masked = MaskCrc(Crc32c(header));
   for (int i = 0; i < 4; ++i) header += static_cast<char>(masked >> (8 * i));
   return header;
+}
+
+// The lines of `text` by their start offset, as TextLineReader returns them.
+inline std::vector<std::pair<int64_t, std::string>> LinesOf(const std::string& text) {
+  std::vector<std::pair<int64_t, std::string>> lines;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t newline = text.find('\n', pos);
+    const size_t stop = newline == std::string::npos ? text.size() : newline;
+    std::string line = text.substr(pos, stop - pos);
+    if (newline != std::string::npos && !line.empty() && line.back() == '\r') {
+      line.pop_back();
+    }
+    lines.emplace_back(static_cast<int64_t>(pos), std::move(line));
+    if (newline == std::string::npos) break;
+    pos = newline + 1;
+  }
+  return lines;
+}
+
+// Keys of the public readers are "<item>:<offset or rowid>".
+inline bool SplitKey(const std::string& key, std::string* item, int64_t* number) {
+  const size_t colon = key.rfind(':');
+  if (colon == std::string::npos) return false;
+  *item = key.substr(0, colon);
+  return absl::SimpleAtoi(key.substr(colon + 1), number);
+}
+
+// Runs `sql` on `db`, failing the test with SQLite's message on an error.
+inline void ExecSql(sqlite3* db, const std::string& sql) {
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
+      << sql << ": " << (error != nullptr ? error : "");
+  sqlite3_free(error);
 }
 
 }  // namespace testing_util

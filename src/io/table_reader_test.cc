@@ -33,12 +33,7 @@ class Db {
     Exec("PRAGMA journal_mode=DELETE");
   }
   ~Db() { sqlite3_close(db_); }
-  void Exec(const std::string& sql) {
-    char* error = nullptr;
-    EXPECT_EQ(sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
-        << sql << ": " << (error != nullptr ? error : "");
-    sqlite3_free(error);
-  }
+  void Exec(const std::string& sql) { testing_util::ExecSql(db_, sql); }
   // Inserts rowids with one integer column v = rowid, in one transaction.
   void InsertRowids(const std::string& table, const std::vector<int64_t>& rowids) {
     Exec("BEGIN");
