@@ -33,12 +33,12 @@ from shardq.errors import (  # noqa: F401  (re-exported)
 from shardq._shardq import (  # noqa: F401
     TableReader, TextLineReader, TFRecordReader, TFRecordWriter)
 from shardq.example import (  # noqa: F401
-    FixedLen, encode_example, parse_example, parse_example_fn)
+    FixedLen, serialize_example, parse_example, parse_example_fn)
 from shardq import data  # noqa: F401,E402
 
 __all__ = [
     "WorkQueue", "TextLineReader", "TFRecordReader", "TFRecordWriter", "TableReader",
-    "FixedLen", "encode_example",
+    "FixedLen", "serialize_example",
     "parse_example", "parse_example_fn", "serve", "Error", "OutOfRangeError", "InvalidArgumentError",
     "NotFoundError", "DeadlineExceededError", "UnavailableError", "DataLossError",
     "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",
