@@ -30,9 +30,15 @@ class FixedLen:
     150528 pixel bytes into a uint8 array of that shape per record, parsed
     in C++; a record whose bytes (its values, concatenated) are not exactly
     prod(shape) long raises InvalidArgumentError naming the feature and
-    both byte counts."""
+    both byte counts.
 
-    def __init__(self, shape, dtype):
+    ``default_value``: what a record lacking the feature gets (else parsing
+    raises InvalidArgumentError naming the record and the feature): a
+    scalar, repeated over the shape, or prod(shape) values (any nesting,
+    e.g. a numpy array of the shape); for "uint8" bytes of prod(shape)
+    bytes; for "bytes" a bytes value or prod(shape) of them."""
+
+    def __init__(self, shape, dtype, default_value=None):
         shape = tuple(int(d) for d in shape)
         if any(d < 0 for d in shape):
             raise InvalidArgumentError(f"FixedLen shape {shape} has a negative dimension")
@@ -42,9 +48,48 @@ class FixedLen:
                 f"FixedLen dtype {dtype!r} is not float32, int64, uint8 or bytes")
         self.shape = shape
         self.dtype = _DTYPES[name]
+        self.default_value = default_value
+        self.default = None if default_value is None else self._flat_default(default_value)
+
+    def _flat_default(self, value):
+        """default_value as the flat list (or raw bytes, for uint8) the C++
+        parser takes; InvalidArgumentError when its size is not prod(shape)."""
+        count = 1
+        for d in self.shape:
+            count *= d
+        if self.dtype == "uint8":
+            raw = bytes(value) if not hasattr(value, "tobytes") else value.tobytes()
+            if len(raw) != count:
+                raise InvalidArgumentError(
+                    f"FixedLen default_value has {len(raw)} bytes, shape {self.shape} holds {count}")
+            return raw
+        if isinstance(value, (bytes, str, int, float)) or getattr(value, "ndim", 1) == 0:
+            flat = [value] * count
+        else:
+            flat = list(_flatten(value))
+        if self.dtype == "bytes":
+            flat = [v.encode() if isinstance(v, str) else bytes(v) for v in flat]
+        else:
+            flat = [float(v) if self.dtype == "float32" else int(v) for v in flat]
+        if len(flat) != count:
+            raise InvalidArgumentError(
+                f"FixedLen default_value has {len(flat)} values, shape {self.shape} holds {count}")
+        return flat
 
     def __repr__(self):
-        return f"FixedLen({self.shape}, {self.dtype!r})"
+        extra = "" if self.default_value is None else f", default_value={self.default_value!r}"
+        return f"FixedLen({self.shape}, {self.dtype!r}{extra})"
+
+
+def _flatten(value):
+    if hasattr(value, "ravel"):
+        yield from value.ravel().tolist()
+        return
+    for v in value:
+        if isinstance(v, (list, tuple)) or hasattr(v, "ravel"):
+            yield from _flatten(v)
+        else:
+            yield v
 
 
 class ExampleParser:
@@ -57,7 +102,8 @@ class ExampleParser:
             if not isinstance(spec, FixedLen):
                 raise InvalidArgumentError(
                     f"feature {name!r}: expected shardq.FixedLen, got {type(spec).__name__}")
-        self.spec = {name: (spec.shape, spec.dtype) for name, spec in features.items()}
+        self.spec = {name: (spec.shape, spec.dtype, spec.default)
+                     for name, spec in features.items()}
         self._native = _shardq._ExampleParser(self.spec)
 
     def __call__(self, records):

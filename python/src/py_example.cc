@@ -45,6 +45,30 @@ std::vector<FixedLenFeature> FeaturesFromSpec(const py::dict& spec) {
     py::tuple t = item.second.cast<py::tuple>();
     f.shape = t[0].cast<std::vector<int64_t>>();
     f.dtype = ParseDType(t[1].cast<std::string>(), f.name);
+    // A third element, when not None: the default, flat (FixedLen checked
+    // its length): numbers, or bytes values (one bytes object of the raw
+    // pixels for uint8).
+    if (t.size() > 2 && !t[2].is_none()) {
+      f.has_default = true;
+      if (f.dtype == DType::kBytes) {
+        for (py::handle v : t[2]) f.default_strings.push_back(v.cast<std::string>());
+      } else if (f.dtype == DType::kUInt8) {
+        const std::string raw = t[2].cast<std::string>();
+        f.default_data.assign(raw.begin(), raw.end());
+      } else {
+        for (py::handle v : t[2]) {
+          if (f.dtype == DType::kFloat32) {
+            const float x = v.cast<float>();
+            const char* p = reinterpret_cast<const char*>(&x);
+            f.default_data.insert(f.default_data.end(), p, p + sizeof(x));
+          } else {
+            const int64_t x = v.cast<int64_t>();
+            const char* p = reinterpret_cast<const char*>(&x);
+            f.default_data.insert(f.default_data.end(), p, p + sizeof(x));
+          }
+        }
+      }
+    }
     features.push_back(std::move(f));
   }
   return features;

@@ -11,7 +11,7 @@
 
 namespace shardq::python {
 
-// {name: (shape tuple, dtype str)} -> features. Raises InvalidArgumentError
+// {name: (shape tuple, dtype str[, flat default or None])} -> features. Raises InvalidArgumentError
 // naming the feature for an unknown dtype. Needs the GIL.
 std::vector<FixedLenFeature> FeaturesFromSpec(const pybind11::dict& spec);
 

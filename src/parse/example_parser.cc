@@ -221,11 +221,24 @@ absl::StatusOr<ExampleParser> ExampleParser::Create(std::vector<FixedLenFeature>
     if (!names.insert(f.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("feature '", f.name, "' is given twice"));
     }
+    int64_t values = 1;
     for (int64_t d : f.shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("feature '", f.name, "' has a negative dimension ", d));
       }
+      values *= d;
+    }
+    if (!f.has_default) continue;
+    const int64_t given = f.dtype == DType::kBytes
+                              ? static_cast<int64_t>(f.default_strings.size())
+                              : static_cast<int64_t>(f.default_data.size()) / DTypeSize(f.dtype);
+    const bool whole = f.dtype == DType::kBytes ||
+                       static_cast<int64_t>(f.default_data.size()) % DTypeSize(f.dtype) == 0;
+    if (!whole || given != values) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature '", f.name, "': its default has ", given, " values, its shape [",
+          absl::StrJoin(f.shape, ", "), "] holds ", values));
     }
   }
   return ExampleParser(std::move(features));
@@ -300,6 +313,15 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
     }
     for (size_t i = 0; i < features_.size(); ++i) {
       const Sink& s = sinks[i];
+      if (!s.seen && features_[i].has_default) {
+        if (features_[i].dtype == DType::kBytes) {
+          out[i].strings.insert(out[i].strings.end(), features_[i].default_strings.begin(),
+                                features_[i].default_strings.end());
+        } else if (!features_[i].default_data.empty()) {
+          std::memcpy(s.out, features_[i].default_data.data(), features_[i].default_data.size());
+        }
+        continue;
+      }
       if (!s.seen) {
         return absl::InvalidArgumentError(
             absl::StrCat("record ", r, ": feature '", features_[i].name, "' is missing"));

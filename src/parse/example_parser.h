@@ -30,6 +30,13 @@ struct FixedLenFeature {
   std::string name;
   std::vector<int64_t> shape;  // per record; {} is a scalar
   DType dtype = DType::kFloat32;
+  // With has_default, a record that lacks the feature gets these values
+  // instead of an error: prod(shape) values as they are stored in
+  // ParsedFeature::data (float32 / int64 in native byte order, raw bytes for
+  // kUInt8), or prod(shape) strings in default_strings for kBytes.
+  bool has_default = false;
+  std::vector<char> default_data = {};
+  std::vector<std::string> default_strings = {};
 };
 
 // One parsed feature of a batch. For kFloat32/kInt64/kUInt8, `data` holds
@@ -45,11 +52,12 @@ struct ParsedFeature {
 // Thread-compatible (Parse is const).
 class ExampleParser {
  public:
-  // INVALID_ARGUMENT for no features, duplicate names or negative dims.
+  // INVALID_ARGUMENT for no features, duplicate names, negative dims, or a
+  // default of the wrong size (naming the feature and both counts).
   static absl::StatusOr<ExampleParser> Create(std::vector<FixedLenFeature> features);
 
   // Parses every record. INVALID_ARGUMENT naming the record index and the
-  // feature when a feature is missing, has the wrong type or the wrong
+  // feature when a feature is missing (and has no default), has the wrong type or the wrong
   // number of values (for kUInt8: of bytes, with the expected and the
   // actual count); DATA_LOSS when a record is not a valid Example.
   absl::StatusOr<std::vector<ParsedFeature>> Parse(

@@ -180,3 +180,50 @@ TEST(ExampleParser, BadSpecsAreRejected) {
 
 }  // namespace
 }  // namespace shardq
+
+namespace shardq {
+namespace {
+
+// Issue 19: FixedLen defaults fill a record that lacks the feature.
+TEST(ExampleParser, DefaultsFillMissingFeaturesAndMustMatchTheShape) {
+  example::Example e;
+  (*e.mutable_features()->mutable_feature())["y"].mutable_int64_list()->add_value(5);
+  const std::string only_y = e.SerializeAsString();
+  const std::string full = MakeExample(2);
+  std::vector<absl::string_view> views = {full, only_y};
+
+  FixedLenFeature x{"x", {2, 2}, DType::kFloat32};
+  x.has_default = true;
+  const float fill[4] = {-1, -2, -3, -4};
+  x.default_data.assign(reinterpret_cast<const char*>(fill),
+                        reinterpret_cast<const char*>(fill) + sizeof(fill));
+  FixedLenFeature name{"name", {1}, DType::kBytes};
+  name.has_default = true;
+  name.default_strings = {"none"};
+  auto parser = ExampleParser::Create({x, {"y", {}, DType::kInt64}, name});
+  ASSERT_TRUE(parser.ok()) << parser.status();
+  auto parsed = parser->Parse(views);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const float* xs = reinterpret_cast<const float*>((*parsed)[0].data->data());
+  EXPECT_FLOAT_EQ(xs[0], 2.0f);  // record 0 has its own x
+  EXPECT_FLOAT_EQ(xs[4], -1.0f);
+  EXPECT_FLOAT_EQ(xs[7], -4.0f);
+  EXPECT_EQ((*parsed)[2].strings, (std::vector<std::string>{"rec2", "none"}));
+
+  // Without a default the missing feature is still an error naming it.
+  auto strict = ExampleParser::Create(Spec());
+  ASSERT_TRUE(strict.ok());
+  absl::Status s = strict->Parse(views).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("record 1: feature 'x' is missing"), std::string::npos) << s;
+
+  x.default_data.resize(3 * sizeof(float));
+  s = ExampleParser::Create({x}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("feature 'x': its default has 3 values, its shape [2, 2] holds 4"),
+            std::string::npos)
+      << s;
+}
+
+}  // namespace
+}  // namespace shardq

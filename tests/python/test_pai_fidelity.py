@@ -143,3 +143,24 @@ def test_cli_count_expands_a_glob(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "6" in out.stdout
+
+
+def test_fixedlen_default_value_fills_records_lacking_the_feature():
+    np = pytest.importorskip("numpy")
+    full = shardq.serialize_example({"x": [1.0, 2.0], "y": 3, "img": np.arange(4, dtype=np.uint8),
+                                     "tag": b"t"})
+    bare = shardq.serialize_example({"y": 4})
+    out = shardq.parse_example([full, bare], {
+        "x": shardq.FixedLen((2,), "float32", default_value=-1.0),
+        "y": shardq.FixedLen((), "int64"),
+        "img": shardq.FixedLen((2, 2), "uint8", default_value=bytes(4)),
+        "tag": shardq.FixedLen((), "bytes", default_value=b"none")})
+    assert out["x"].tolist() == [[1.0, 2.0], [-1.0, -1.0]]
+    assert out["img"][1].tolist() == [[0, 0], [0, 0]] and out["img"][0].tolist() == [[0, 1], [2, 3]]
+    assert out["tag"].tolist() == [b"t", b"none"]
+    with pytest.raises(shardq.InvalidArgumentError, match="record 1: feature 'x' is missing"):
+        shardq.parse_example([full, bare], {"x": shardq.FixedLen((2,), "float32")})
+    with pytest.raises(shardq.InvalidArgumentError, match="default_value has 3 values"):
+        shardq.FixedLen((2,), "float32", default_value=[1, 2, 3])
+    arr = shardq.FixedLen((2, 2), "int64", default_value=np.array([[1, 2], [3, 4]]))
+    assert shardq.parse_example([bare], {"x": arr})["x"].tolist() == [[[1, 2], [3, 4]]]
