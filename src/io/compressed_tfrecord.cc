@@ -10,24 +10,6 @@
 
 namespace shardq {
 
-enum class CompressedTFRecordReader::Check {
-  kValid,
-  kEnd,  // no byte left: the clean end of the stream
-  kTruncatedHeader,
-  kBadLengthCrc,
-  kLengthPastEnd,
-  kBadDataCrc,
-};
-
-struct CompressedTFRecordReader::Probe {
-  Check check = Check::kValid;
-  int64_t offset = 0;
-  uint64_t length = 0;
-  int64_t available = 0;  // bytes of the stream left after offset (if known)
-  uint32_t stored_crc = 0;
-  uint32_t computed_crc = 0;
-};
-
 absl::StatusOr<std::unique_ptr<CompressedTFRecordReader>>
 CompressedTFRecordReader::Open(const std::string& path,
                                FileCompression compression,
@@ -55,10 +37,8 @@ CompressedTFRecordReader::CompressedTFRecordReader(
 
 absl::StatusOr<bool> CompressedTFRecordReader::Next(std::string* record,
                                                     int64_t* offset) {
-  if (!error_.ok()) return error_;
-  absl::StatusOr<bool> more = NextImpl(record, offset);
-  if (!more.ok()) error_ = more.status();
-  return more;
+  return tfrecord_internal::StickyNext(
+      &error_, [&] { return NextImpl(record, offset); });
 }
 
 absl::StatusOr<bool> CompressedTFRecordReader::NextImpl(std::string* record,
@@ -179,47 +159,13 @@ absl::StatusOr<int64_t> CompressedTFRecordReader::Scan(int64_t from) {
 
 absl::Status CompressedTFRecordReader::HandleCorrupt(const Probe& probe) {
   if (options_.on_corrupt == TFRecordReadOptions::kFail) {
-    std::string what;
-    switch (probe.check) {
-      case Check::kTruncatedHeader:
-        what = absl::StrCat("truncated record: the stream ends ",
-                            probe.available,
-                            " bytes after its start, inside its ",
-                            kTFRecordHeaderBytes, "-byte header");
-        break;
-      case Check::kBadLengthCrc:
-        what = absl::StrCat("bad length checksum (stored 0x",
-                            absl::Hex(probe.stored_crc), ", computed 0x",
-                            absl::Hex(probe.computed_crc), ")");
-        break;
-      case Check::kLengthPastEnd:
-        what = absl::StrCat("record length ", probe.length,
-                            " runs past the end of the stream (it ends ",
-                            probe.available,
-                            " bytes after the record's start; truncated "
-                            "stream or corrupt length)");
-        break;
-      case Check::kBadDataCrc:
-        what = absl::StrCat("bad data checksum for a record of ", probe.length,
-                            " bytes (stored 0x", absl::Hex(probe.stored_crc),
-                            ", computed 0x", absl::Hex(probe.computed_crc),
-                            ")");
-        break;
-      case Check::kValid:
-      case Check::kEnd:
-        break;
-    }
-    if (probe.offset == 0 && (probe.check == Check::kTruncatedHeader ||
-                              probe.check == Check::kBadLengthCrc)) {
-      // Most often compressed data of another format (gzipped text).
-      absl::StrAppend(&what,
-                      "; the decompressed stream does not start with a "
-                      "TFRecord header: is it a compressed TFRecord file?");
-    }
-    return absl::DataLossError(absl::StrCat(
-        "'", stream_->path(), "' (", CompressionName(stream_->compression()),
-        "): corrupt TFRecord at decompressed byte offset ", probe.offset,
-        ": ", what));
+    return absl::DataLossError(tfrecord_internal::CorruptRecordMessage(
+        probe,
+        absl::StrCat("'", stream_->path(), "' (",
+                     CompressionName(stream_->compression()), ")"),
+        "decompressed byte offset", "stream",
+        "the decompressed stream does not start with a TFRecord header: is "
+        "it a compressed TFRecord file?"));
   }
   absl::StatusOr<int64_t> resume = Scan(probe.offset + 1);
   if (!resume.ok()) return resume.status();

@@ -51,8 +51,8 @@ class CompressedTFRecordReader {
   int64_t restarts() const { return stream_->restarts(); }
 
  private:
-  enum class Check;
-  struct Probe;
+  using Check = tfrecord_internal::RecordCheck;
+  using Probe = tfrecord_internal::RecordProbe;
 
   CompressedTFRecordReader(std::unique_ptr<InflateStream> stream,
                            TFRecordReadOptions options);

@@ -264,26 +264,52 @@ class ReadBuffer {
   size_t size_ = 0;     // valid bytes in data_
 };
 
+
+std::string CorruptRecordMessage(const RecordProbe& probe,
+                                 absl::string_view source,
+                                 absl::string_view offset_label,
+                                 absl::string_view container,
+                                 absl::string_view hint_at_start) {
+  std::string what;
+  switch (probe.check) {
+    case RecordCheck::kTruncatedHeader:
+      what = absl::StrCat("truncated record: the ", container, " ends ",
+                          probe.available, " bytes after its start, inside its ",
+                          kTFRecordHeaderBytes, "-byte header");
+      break;
+    case RecordCheck::kBadLengthCrc:
+      what = absl::StrCat("bad length checksum (stored 0x",
+                          absl::Hex(probe.stored_crc), ", computed 0x",
+                          absl::Hex(probe.computed_crc), ")");
+      break;
+    case RecordCheck::kLengthPastEnd:
+      what = absl::StrCat("record length ", probe.length,
+                          " runs past the end of the ", container, " (",
+                          probe.available - kTFRecordHeaderBytes,
+                          " bytes left after the header; truncated ",
+                          container, " or corrupt length)");
+      break;
+    case RecordCheck::kBadDataCrc:
+      what = absl::StrCat("bad data checksum for a record of ", probe.length,
+                          " bytes (stored 0x", absl::Hex(probe.stored_crc),
+                          ", computed 0x", absl::Hex(probe.computed_crc), ")");
+      break;
+    case RecordCheck::kValid:
+    case RecordCheck::kEnd:
+      break;
+  }
+  if (probe.offset == 0 && (probe.check == RecordCheck::kTruncatedHeader ||
+                            probe.check == RecordCheck::kBadLengthCrc)) {
+    absl::StrAppend(&what, "; ", hint_at_start);
+  }
+  return absl::StrCat(source, ": corrupt TFRecord at ", offset_label, " ",
+                      probe.offset, ": ", what);
+}
+
 }  // namespace tfrecord_internal
 
 // ---------------------------------------------------------------------------
 // TFRecordSliceReader
-
-enum class TFRecordSliceReader::Check {
-  kValid,
-  kTruncatedHeader,
-  kBadLengthCrc,
-  kLengthPastEnd,
-  kBadDataCrc,
-};
-
-struct TFRecordSliceReader::Probe {
-  Check check = Check::kValid;
-  int64_t offset = 0;
-  uint64_t length = 0;
-  uint32_t stored_crc = 0;  // unmasked
-  uint32_t computed_crc = 0;
-};
 
 absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> TFRecordSliceReader::Open(
     const std::string& path, int64_t start, int64_t end,
@@ -333,10 +359,8 @@ TFRecordSliceReader::~TFRecordSliceReader() = default;
 
 absl::StatusOr<bool> TFRecordSliceReader::Next(std::string* record,
                                                int64_t* offset) {
-  if (!error_.ok()) return error_;
-  absl::StatusOr<bool> more = NextImpl(record, offset);
-  if (!more.ok()) error_ = more.status();
-  return more;
+  return tfrecord_internal::StickyNext(
+      &error_, [&] { return NextImpl(record, offset); });
 }
 
 absl::StatusOr<bool> TFRecordSliceReader::NextImpl(std::string* record,
@@ -396,48 +420,18 @@ absl::Status TFRecordSliceReader::CheckRecordAfterSlice() {
 absl::Status TFRecordSliceReader::HandleCorrupt(const Probe& probe,
                                                 bool after_slice) {
   if (options_.on_corrupt == TFRecordReadOptions::kFail) {
-    std::string what;
-    switch (probe.check) {
-      case Check::kTruncatedHeader:
-        what = absl::StrCat("truncated record: the file ends ",
-                            file_size_ - probe.offset,
-                            " bytes after its start, inside its ",
-                            kTFRecordHeaderBytes, "-byte header");
-        break;
-      case Check::kBadLengthCrc:
-        what = absl::StrCat("bad length checksum (stored 0x",
-                            absl::Hex(probe.stored_crc), ", computed 0x",
-                            absl::Hex(probe.computed_crc), ")");
-        break;
-      case Check::kLengthPastEnd:
-        what = absl::StrCat(
-            "record length ", probe.length, " runs past the end of the file (",
-            file_size_ - probe.offset - kTFRecordHeaderBytes,
-            " bytes left after the header; truncated file or corrupt length)");
-        break;
-      case Check::kBadDataCrc:
-        what = absl::StrCat("bad data checksum for a record of ", probe.length,
-                            " bytes (stored 0x", absl::Hex(probe.stored_crc),
-                            ", computed 0x", absl::Hex(probe.computed_crc),
-                            ")");
-        break;
-      case Check::kValid:
-        break;
+    Probe described = probe;
+    described.available = file_size_ - probe.offset;
+    std::string message = tfrecord_internal::CorruptRecordMessage(
+        described, absl::StrCat("'", path_, "'"), "byte offset", "file",
+        "the file does not start with a TFRecord header: if it is not a "
+        "TFRecord file (text, say), read it with the reader of its format "
+        "(TextLineReader)");
+    if (after_slice) {
+      absl::StrAppend(&message, " (the record after the slice [", start_,
+                      ", ", end_, ")");
     }
-    if (probe.offset == 0 && (probe.check == Check::kTruncatedHeader ||
-                              probe.check == Check::kBadLengthCrc)) {
-      // Most often not a damaged record but a file of another format.
-      absl::StrAppend(&what,
-                      "; the file does not start with a TFRecord header: if "
-                      "it is not a TFRecord file (text, say), read it with "
-                      "the reader of its format (TextLineReader)");
-    }
-    return absl::DataLossError(absl::StrCat(
-        "'", path_, "': corrupt TFRecord at byte offset ", probe.offset, ": ",
-        what,
-        after_slice ? absl::StrCat(" (the record after the slice [", start_,
-                                   ", ", end_, ")")
-                    : ""));
+    return absl::DataLossError(message);
   }
   absl::StatusOr<int64_t> next = Scan(probe.offset + 1, file_size_);
   if (!next.ok()) return next.status();

@@ -141,6 +141,52 @@ struct TFRecordReadStats {
 
 namespace tfrecord_internal {
 class ReadBuffer;
+
+// How a record checked out, in a plain file (TFRecordSliceReader) or in a
+// decompressed stream (CompressedTFRecordReader).
+enum class RecordCheck {
+  kValid,
+  kEnd,  // no byte left: the clean end of a stream (compressed reader only)
+  kTruncatedHeader,
+  kBadLengthCrc,
+  kLengthPastEnd,
+  kBadDataCrc,
+};
+
+// What validating the record at `offset` found.
+struct RecordProbe {
+  RecordCheck check = RecordCheck::kValid;
+  int64_t offset = 0;
+  uint64_t length = 0;
+  // Bytes of the file or stream from `offset` on, where the check needs it
+  // (kTruncatedHeader, kLengthPastEnd).
+  int64_t available = 0;
+  uint32_t stored_crc = 0;  // unmasked
+  uint32_t computed_crc = 0;
+};
+
+// The DATA_LOSS message of a corrupt record (probe.check not kValid or
+// kEnd): "<source>: corrupt TFRecord at <offset_label> <offset>: <what is
+// wrong>", where `source` names the file ("'path'"), `container` ("file",
+// "stream") names what the record lies in, and `hint_at_start` is appended
+// when the very first record's header is bad (most often: not a TFRecord
+// file at all). One wording for the plain and the compressed reader.
+std::string CorruptRecordMessage(const RecordProbe& probe,
+                                 absl::string_view source,
+                                 absl::string_view offset_label,
+                                 absl::string_view container,
+                                 absl::string_view hint_at_start);
+
+// The sticky error of a record reader's Next: runs `next` (returning
+// absl::StatusOr<bool>) unless an earlier call failed, and keeps the first
+// error in *error, so that every later call returns that same error.
+template <typename NextFn>
+absl::StatusOr<bool> StickyNext(absl::Status* error, NextFn next) {
+  if (!error->ok()) return *error;
+  absl::StatusOr<bool> more = next();
+  if (!more.ok()) *error = more.status();
+  return more;
+}
 }  // namespace tfrecord_internal
 
 // Reads the records of one byte range of a TFRecord file (see the top of
@@ -183,8 +229,8 @@ class TFRecordSliceReader {
   const TFRecordReadStats& stats() const { return stats_; }
 
  private:
-  enum class Check;
-  struct Probe;
+  using Check = tfrecord_internal::RecordCheck;
+  using Probe = tfrecord_internal::RecordProbe;
   enum class State { kUnpositioned, kWalking, kDone };
 
   TFRecordSliceReader(std::unique_ptr<RandomAccessFile> file, int64_t start,
