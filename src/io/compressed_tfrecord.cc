@@ -79,13 +79,7 @@ CompressedTFRecordReader::ProbeAt(int64_t offset, std::string* data) {
     probe.available = static_cast<int64_t>(header->size());
     return probe;
   }
-  probe.length = DecodeLittleEndian64(header->data());
-  probe.stored_crc = UnmaskCrc(DecodeLittleEndian32(header->data() + 8));
-  probe.computed_crc = Crc32c(header->substr(0, 8));
-  if (probe.stored_crc != probe.computed_crc) {
-    probe.check = Check::kBadLengthCrc;
-    return probe;
-  }
+  if (!tfrecord_internal::DecodeRecordHeader(*header, &probe)) return probe;
   // The length is not trusted: the data is appended as it arrives, so a
   // corrupt length runs into the end of the stream, not into malloc.
   if (data != nullptr) {

@@ -265,6 +265,15 @@ class ReadBuffer {
 };
 
 
+bool DecodeRecordHeader(absl::string_view header, RecordProbe* probe) {
+  probe->length = DecodeLittleEndian64(header.data());
+  probe->stored_crc = UnmaskCrc(DecodeLittleEndian32(header.data() + 8));
+  probe->computed_crc = Crc32c(header.substr(0, 8));
+  if (probe->stored_crc == probe->computed_crc) return true;
+  probe->check = RecordCheck::kBadLengthCrc;
+  return false;
+}
+
 std::string CorruptRecordMessage(const RecordProbe& probe,
                                  absl::string_view source,
                                  absl::string_view offset_label,
@@ -454,13 +463,7 @@ absl::StatusOr<TFRecordSliceReader::Probe> TFRecordSliceReader::ProbeAt(
     probe.check = Check::kTruncatedHeader;
     return probe;
   }
-  probe.length = DecodeLittleEndian64(header->data());
-  probe.stored_crc = UnmaskCrc(DecodeLittleEndian32(header->data() + 8));
-  probe.computed_crc = Crc32c(header->substr(0, 8));
-  if (probe.stored_crc != probe.computed_crc) {
-    probe.check = Check::kBadLengthCrc;
-    return probe;
-  }
+  if (!tfrecord_internal::DecodeRecordHeader(*header, &probe)) return probe;
   // Trust the length only once it fits in the file: never allocate first.
   const int64_t room = file_size_ - offset - kFramingBytes;
   if (room < 0 || probe.length > static_cast<uint64_t>(room)) {

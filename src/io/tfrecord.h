@@ -177,6 +177,11 @@ std::string CorruptRecordMessage(const RecordProbe& probe,
                                  absl::string_view container,
                                  absl::string_view hint_at_start);
 
+// Decodes the record header `header` (kTFRecordHeaderBytes) into
+// probe->length and its stored and computed CRCs; false, with probe->check
+// set to kBadLengthCrc, when the length's checksum does not match.
+bool DecodeRecordHeader(absl::string_view header, RecordProbe* probe);
+
 // The sticky error of a record reader's Next: runs `next` (returning
 // absl::StatusOr<bool>) unless an earlier call failed, and keeps the first
 // error in *error, so that every later call returns that same error.
