@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -121,7 +122,12 @@ INSTANTIATE_TEST_SUITE_P(
         Config{"blocks", 3, 4, 1, 0, true, 0, 7, 0},
         Config{"parallel_reads", 4, 2, 3, 2, true, 50, 16, 2},
         Config{"nondeterministic", 6, 1, 2, 3, false, 100, 32, 3},
-        Config{"big_shuffle", 8, 5, 4, 1, true, 400, 10, 1}),
+        Config{"big_shuffle", 8, 5, 4, 1, true, 400, 10, 1},
+        // One read, calling-thread stages up to Prefetch: the reading runs
+        // in the prefetch thread (read_stage.h, inline mode).
+        Config{"read_in_prefetch_thread", 3, 4, 1, 0, true, 50, 16, 2},
+        Config{"read_in_prefetch_thread_nondeterministic", 5, 2, 1, 0, false,
+               30, 8, 1}),
     [](const ::testing::TestParamInfo<Config>& info) {
       return info.param.label;
     });
@@ -258,7 +264,8 @@ INSTANTIATE_TEST_SUITE_P(
         Config{"inline_map", 4, 3, 1, 0, true, 0, 10, 0},
         Config{"parallel_reads", 4, 3, 3, 1, true, 0, 10, 0},
         Config{"parallel_map", 4, 3, 1, 3, true, 0, 10, 2},
-        Config{"all_parallel", 4, 3, 2, 3, true, 64, 10, 2}),
+        Config{"all_parallel", 4, 3, 2, 3, true, 64, 10, 2},
+        Config{"read_in_prefetch_thread", 4, 3, 1, 0, true, 64, 10, 2}),
     [](const ::testing::TestParamInfo<Config>& info) {
       return info.param.label;
     });
@@ -316,9 +323,12 @@ TEST(ReadItems, MissingFileReachesTheConsumerAsNotFoundNamingIt) {
   std::vector<std::string> files = WriteTextFiles(tag, 3, 40);
   std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, 16);
   ASSERT_EQ(std::remove(files[1].c_str()), 0);  // gone after planning
-  for (int64_t parallel : {1, 3}) {
+  // map_threads 0: the reading runs in the prefetch thread.
+  for (const auto& [parallel, map_threads] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 1}, {1, 0}}) {
     Config c;
     c.parallel_reads = parallel;
+    c.map_threads = map_threads;
     c.cycle_length = 3;
     auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
     absl::Status status;
@@ -424,16 +434,22 @@ TEST(ReadItems, DroppedRemaindersStillCompleteTheirItems) {
 TEST(ReadItems, SmallHeldLimitDrainsTheShuffleBuffer) {
   const std::string tag = UniqueName("limit");
   std::vector<std::string> files = WriteTextFiles(tag, 12, 5);
-  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/4);
-  Config c;
-  c.cycle_length = 1;
-  c.shuffle = 100;
-  c.batch = 4;
-  auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
-  EXPECT_EQ(Sorted(Values(Drain(*it))), Sorted(ExpectedLines(tag, 12, 5)));
-  EXPECT_GT(it->stats().shuffle_drains, 0);
-  EXPECT_GT(it->stats().stalls, 1);
-  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+  // map_threads 0: the reading runs in the prefetch thread, which also
+  // holds the shuffle buffer.
+  for (int64_t map_threads : {1, 0}) {
+    std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/4);
+    Config c;
+    c.cycle_length = 1;
+    c.map_threads = map_threads;
+    c.shuffle = 100;
+    c.batch = 4;
+    auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+    EXPECT_EQ(Sorted(Values(Drain(*it))), Sorted(ExpectedLines(tag, 12, 5)))
+        << map_threads;
+    EXPECT_GT(it->stats().shuffle_drains, 0) << map_threads;
+    EXPECT_GT(it->stats().stalls, 1) << map_threads;
+    EXPECT_TRUE(ValueOrDie(queue->Stats()).finished) << map_threads;
+  }
 }
 
 // A batch that needs more records than the held items have cannot be
@@ -441,14 +457,17 @@ TEST(ReadItems, SmallHeldLimitDrainsTheShuffleBuffer) {
 TEST(ReadItems, BatchLargerThanTheHeldItemsFailsWithAnExplanation) {
   const std::string tag = UniqueName("toolarge");
   std::vector<std::string> files = WriteTextFiles(tag, 6, 5);
-  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/2);
-  Config c;
-  c.cycle_length = 1;
-  c.batch = 32;
-  auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
-  absl::Status status = it->Next().status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-  EXPECT_THAT(status.message(), HasSubstr("num_clients"));
+  for (int64_t map_threads : {1, 0}) {
+    std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/2);
+    Config c;
+    c.cycle_length = 1;
+    c.map_threads = map_threads;
+    c.batch = 32;
+    auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+    absl::Status status = it->Next().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(status.message(), HasSubstr("num_clients"));
+  }
 }
 
 TEST(ReadItems, RefusesOptionsTheQueueCannotHonour) {

@@ -90,6 +90,8 @@ class ShuffleStage final : public Stage<T> {
     return Pop();
   }
 
+  bool ReadInPullingThread() override { return input_->ReadInPullingThread(); }
+
  private:
   Tracked<T> Pop() {
     const size_t index = static_cast<size_t>(
@@ -156,6 +158,8 @@ class BatchStage final : public Stage<Batch<T>> {
     }
     return TakePartial();
   }
+
+  bool ReadInPullingThread() override { return input_->ReadInPullingThread(); }
 
  private:
   Tracked<Batch<T>> TakePartial() {
@@ -240,6 +244,8 @@ class DistributeStage final : public Stage<PerReplicaBatches<T>> {
       return out;
     }
   }
+
+  bool ReadInPullingThread() override { return input_->ReadInPullingThread(); }
 
  private:
   // Replica r gets a contiguous run of real rows, as even as possible

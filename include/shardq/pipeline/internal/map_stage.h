@@ -77,6 +77,8 @@ class InlineMapStage final : public Stage<Out> {
     }
   }
 
+  bool ReadInPullingThread() override { return input_->ReadInPullingThread(); }
+
  private:
   const std::unique_ptr<Stage<In>> input_;
   const MapFunction<In, Out> fn_;

@@ -29,6 +29,9 @@ class PrefetchStage final : public Stage<T> {
     options.capacity = buffer_size;
     out_ = *FifoQueue<Envelope<T>>::Create(options);
     drain_ = std::make_unique<QueueDrain<T>>(out_.get(), "prefetch");
+    // The fill thread is the input's only puller: a serial reading stage
+    // upstream may read in it (one thread and one hand-off fewer).
+    input_->ReadInPullingThread();
     context->starters.push_back([this] { Start(); });
   }
 

@@ -10,7 +10,15 @@
 // opens and reads overlap; the merged order is the same.
 //
 // Records go to the output queue in bursts (see pending_), and always
-// before the merger waits for anything. When no slot has an item and none
+// before the merger waits for anything.
+//
+// Inline mode. With one read at a time (num_parallel_reads 1) and a Prefetch
+// stage pulling through calling-thread stages only (see
+// Stage::ReadInPullingThread), there is no merger thread: the merge runs
+// in the prefetch thread, one turn per Next() until a result is pending
+// (the same turns, so the same order and stall markers). Pending results
+// are returned before any wait, as the merger flushes them. This saves a
+// thread and a queue hand-off per burst of records on the hot path. When no slot has an item and none
 // can be had, the merger is idle: it tells the ledger and sends stall
 // markers downstream (see item_ledger.h) until an item comes or the data
 // ends.
@@ -58,15 +66,32 @@ class ReadStage final : public Stage<R> {
     }
     QueueOptions queue_options;
     queue_options.name = options.name;
-    queue_options.capacity = options.buffer_size;
-    out_ = *FifoQueue<Envelope<R>>::Create(queue_options);
-    drain_ = std::make_unique<QueueDrain<R>>(out_.get(), options_.name);
+    // Blocks of about flush_at_ results: buffer_size results in all.
+    queue_options.capacity = std::max<int64_t>(
+        1, (options.buffer_size + flush_at_ - 1) / flush_at_);
+    out_ = *FifoQueue<EnvelopeBlock<R>>::Create(queue_options);
+    drain_ = std::make_unique<BlockDrain<R>>(out_.get(), options_.name);
     context->starters.push_back([this] { Start(); });
   }
 
-  Envelope<R> Next() override { return drain_->Next(); }
+  Envelope<R> Next() override {
+    return inline_ ? InlineNext() : drain_->Next();
+  }
   void NextAvailable(int64_t max, std::vector<Envelope<R>>* out) override {
-    drain_->NextAvailable(max, out);
+    if (!inline_) {
+      drain_->NextAvailable(max, out);
+      return;
+    }
+    out->push_back(InlineNext());
+    for (int64_t n = 1; n < max && out->back().ok() &&
+                        inline_next_ < pending_.size();
+         ++n) {
+      out->push_back(std::move(pending_[inline_next_++]));
+    }
+  }
+  bool ReadInPullingThread() override {
+    if (!parallel_) inline_ = true;
+    return inline_;
   }
 
  private:
@@ -93,6 +118,14 @@ class ReadStage final : public Stage<R> {
     absl::Status error;
   };
 
+  // How one turn of the merge (MergeStep) left the stream.
+  enum class Turn {
+    kGoOn,     // more to come
+    kEnd,      // the data ended, or an error ended it (see end_status_)
+    kFailed,   // an item failed: its error is the last result pending
+    kStopped,  // the pipeline is stopping
+  };
+
   void Start() {
     ThreadCoordinator& coordinator = context_->coordinator;
     coordinator.AddStopCallback([this] {
@@ -102,6 +135,7 @@ class ReadStage final : public Stage<R> {
       slot_cv_.SignalAll();
       for (auto& cv : reader_cvs_) cv->SignalAll();
     });
+    if (inline_) return;  // the puller's thread merges (InlineNext)
     coordinator.Launch(absl::StrCat(options_.name, " merger"),
                        [this] { return MergeLoop(); });
     if (!parallel_) return;
@@ -236,11 +270,11 @@ class ReadStage final : public Stage<R> {
   // Hands the pending results on to the next stage. False once the output
   // is closed (the pipeline is stopping).
   bool Flush() {
-    if (pending_.empty()) return true;
-    std::vector<Envelope<R>> out;
+    if (inline_ || pending_.empty()) return true;
+    EnvelopeBlock<R> out;
     out.swap(pending_);
-    pending_.reserve(static_cast<size_t>(flush_at_) + 1);
-    return out_->EnqueueMany(std::move(out)).ok();
+    pending_.reserve(static_cast<size_t>(flush_at_ + options_.block_length));
+    return out_->Enqueue(std::move(out)).ok();
   }
 
   void WakeReaderLocked(size_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -269,6 +303,8 @@ class ReadStage final : public Stage<R> {
     if (stopping_) return false;
     const int64_t n = std::min<int64_t>(
         options_.block_length, static_cast<int64_t>(slot.records.size()));
+    block->records.reserve(static_cast<size_t>(n));
+    block->offsets.reserve(static_cast<size_t>(n));
     for (int64_t k = 0; k < n; ++k) {
       block->records.push_back(std::move(slot.records.front()));
       block->offsets.push_back(slot.offsets.front());
@@ -283,8 +319,8 @@ class ReadStage final : public Stage<R> {
     return true;
   }
 
-  // Hands on `block` of slot `i`; true if the stream goes on.
-  bool EmitBlock(size_t i, Block& block) {
+  // Hands on `block` of slot `i`.
+  Turn EmitBlock(size_t i, Block& block) {
     Slot& slot = slots_[i];
     const std::shared_ptr<ItemTicket> ticket = slot.ticket;
     if (!block.records.empty()) {
@@ -316,10 +352,12 @@ class ReadStage final : public Stage<R> {
       pending_.push_back(std::move(error));
       Flush();
       out_->Close();
-      return false;
+      return Turn::kFailed;
     }
-    if (static_cast<int64_t>(pending_.size()) >= flush_at_) return Flush();
-    return true;
+    if (static_cast<int64_t>(pending_.size()) >= flush_at_ && !Flush()) {
+      return Turn::kStopped;
+    }
+    return Turn::kGoOn;
   }
 
   // Gives empty slot `i` the next item if one can be had, waiting for a
@@ -348,6 +386,7 @@ class ReadStage final : public Stage<R> {
             *error = StoppingError(options_.name);
             return ItemLedger::Poll::kStopped;
           }
+          if (YieldInsteadOfWaiting()) return poll;
           ledger_->AwaitChange(*seen);
           break;
         default:
@@ -375,61 +414,118 @@ class ReadStage final : public Stage<R> {
       pending_.push_back(Tracked<R>::Marker());
     }
     if (!Flush()) return false;
-    ledger_->AwaitChange(seen);
+    if (!YieldInsteadOfWaiting()) ledger_->AwaitChange(seen);
     return true;
   }
 
-  absl::Status MergeLoop() {
-    absl::Status end_status = absl::OutOfRangeError("end of data");
-    bool source_ended = false;
-    // Idle: the ledger's change count when the last marker was sent.
-    // -1: not idle.
-    int64_t marker_state = -1;
-    const size_t n = slots_.size();
-    size_t i = 0;
-    while (true) {
-      bool busy = false;  // some slot has an item
-      for (const Slot& slot : slots_) busy = busy || slot.ticket != nullptr;
-      if (slots_[i].ticket == nullptr && !source_ended) {
-        uint64_t seen = 0;
-        absl::Status error;
-        const ItemLedger::Poll poll = FillSlot(i, &seen, &error);
-        if (poll == ItemLedger::Poll::kItem) {
-          busy = true;
-          if (marker_state >= 0) ledger_->SetReaderIdle(false);
-          marker_state = -1;
-        } else if (poll == ItemLedger::Poll::kEnd) {
-          source_ended = true;
-        } else if (poll == ItemLedger::Poll::kError ||
-                   poll == ItemLedger::Poll::kStopped) {
-          end_status = std::move(error);
-          break;
-        } else if (!busy) {
-          // kNoItemNow or (non-deterministic) kPending with nothing to read.
-          if (poll == ItemLedger::Poll::kPending) {
-            if (!Flush()) return absl::OkStatus();
-            ledger_->AwaitChange(seen);
-          } else if (!AwaitWhileIdle(seen, &marker_state)) {
-            return absl::OkStatus();
-          }
-          continue;  // the same slot again
+  // Inline mode, at a point where the merger would wait: true (and the
+  // turn ends, to be taken again) while results are pending, so that the
+  // puller gets them first. Never in threaded mode, where Flush() has
+  // handed them on.
+  bool YieldInsteadOfWaiting() {
+    if (!inline_ || pending_.empty()) return false;
+    yielded_ = true;
+    return true;
+  }
+
+  // One turn of the merge: gives slot next_slot_ an item or hands on its
+  // next block, then moves to the next slot; or waits while idle.
+  Turn MergeStep() {
+    const size_t i = next_slot_;
+    bool busy = false;  // some slot has an item
+    for (const Slot& slot : slots_) busy = busy || slot.ticket != nullptr;
+    if (slots_[i].ticket == nullptr && !source_ended_) {
+      uint64_t seen = 0;
+      absl::Status error;
+      const ItemLedger::Poll poll = FillSlot(i, &seen, &error);
+      if (yielded_) {
+        yielded_ = false;
+        return Turn::kGoOn;  // the same slot again, once pending is taken
+      }
+      if (poll == ItemLedger::Poll::kItem) {
+        busy = true;
+        if (marker_state_ >= 0) ledger_->SetReaderIdle(false);
+        marker_state_ = -1;
+      } else if (poll == ItemLedger::Poll::kEnd) {
+        source_ended_ = true;
+      } else if (poll == ItemLedger::Poll::kError ||
+                 poll == ItemLedger::Poll::kStopped) {
+        end_status_ = std::move(error);
+        return Turn::kEnd;
+      } else if (!busy) {
+        // kNoItemNow or (non-deterministic) kPending with nothing to read.
+        if (poll == ItemLedger::Poll::kPending) {
+          if (!Flush()) return Turn::kStopped;
+          if (!YieldInsteadOfWaiting()) ledger_->AwaitChange(seen);
+        } else if (!AwaitWhileIdle(seen, &marker_state_)) {
+          return Turn::kStopped;
         }
+        yielded_ = false;
+        return Turn::kGoOn;  // the same slot again
       }
-      if (slots_[i].ticket != nullptr) {
-        Block block;
-        if (!TakeBlock(i, &block)) return absl::OkStatus();
-        if (!EmitBlock(i, block)) return absl::OkStatus();
-      } else if (!busy && source_ended) {
-        break;
+    }
+    if (slots_[i].ticket != nullptr) {
+      Block block;
+      if (!TakeBlock(i, &block)) return Turn::kStopped;
+      if (const Turn turn = EmitBlock(i, block); turn != Turn::kGoOn) {
+        return turn;
       }
-      i = (i + 1) % n;
+    } else if (!busy && source_ended_) {
+      return Turn::kEnd;
     }
-    if (!absl::IsOutOfRange(end_status) && !absl::IsCancelled(end_status)) {
-      pending_.push_back(std::move(end_status));
+    next_slot_ = (i + 1) % slots_.size();
+    return Turn::kGoOn;
+  }
+
+  // The error that ended the data, if any, as the last result.
+  void PushEndStatus() {
+    if (!absl::IsOutOfRange(end_status_) && !absl::IsCancelled(end_status_)) {
+      pending_.push_back(std::move(end_status_));
     }
-    Flush();
-    out_->Close();
+  }
+
+  absl::Status MergeLoop() {
+    Turn turn = Turn::kGoOn;
+    while ((turn = MergeStep()) == Turn::kGoOn) {
+    }
+    if (turn == Turn::kEnd) {
+      PushEndStatus();
+      Flush();
+      out_->Close();
+    }
     return absl::OkStatus();
+  }
+
+  // Inline mode: the next result, merging in the calling thread until one
+  // is pending. After the last result: OUT_OF_RANGE, or CANCELLED once the
+  // pipeline is stopping.
+  Envelope<R> InlineNext() {
+    while (inline_next_ == pending_.size()) {
+      pending_.clear();
+      inline_next_ = 0;
+      if (!inline_end_.ok()) return inline_end_;
+      Turn turn = Turn::kStopped;
+      if (!context_->coordinator.ShouldStop()) turn = MergeStep();
+      switch (turn) {
+        case Turn::kGoOn:
+          break;
+        case Turn::kEnd:
+          inline_end_ = absl::IsCancelled(end_status_)
+                            ? StoppingError(options_.name)
+                            : absl::OutOfRangeError(absl::StrCat(
+                                  options_.name, ": end of data"));
+          PushEndStatus();
+          break;
+        case Turn::kFailed:
+          inline_end_ = absl::OutOfRangeError(
+              absl::StrCat(options_.name, ": ended by an error"));
+          break;
+        case Turn::kStopped:
+          inline_end_ = StoppingError(options_.name);
+          break;
+      }
+    }
+    return std::move(pending_[inline_next_++]);
   }
 
   PipelineContext* const context_;
@@ -437,13 +533,26 @@ class ReadStage final : public Stage<R> {
   const ItemReaderFactory<R> factory_;
   const InterleaveOptions options_;
   const bool parallel_;
-  std::unique_ptr<FifoQueue<Envelope<R>>> out_;
-  std::unique_ptr<QueueDrain<R>> drain_;  // the consumer's side of out_
+  // Flushed blocks of pending_, in order.
+  std::unique_ptr<FifoQueue<EnvelopeBlock<R>>> out_;
+  std::unique_ptr<BlockDrain<R>> drain_;  // the consumer's side of out_
   // Merger only: results not yet handed to out_. The merger hands them on
   // in bursts of flush_at_ (fewer wake-ups of the next stage), and always
-  // before it waits for anything.
+  // before it waits for anything. Inline mode: the results Next() returns,
+  // from pending_[inline_next_] on.
   std::vector<Envelope<R>> pending_;
   const int64_t flush_at_;
+  // The merge's state between turns (merger or, inline, the puller only).
+  bool inline_ = false;  // set before the pipeline starts
+  size_t inline_next_ = 0;
+  absl::Status inline_end_;  // inline: what Next() returns after the end
+  bool yielded_ = false;     // the turn ended early, for pending results
+  size_t next_slot_ = 0;
+  bool source_ended_ = false;
+  absl::Status end_status_ = absl::OutOfRangeError("end of data");
+  // Idle: the ledger's change count when the last marker was sent.
+  // -1: not idle.
+  int64_t marker_state_ = -1;
   absl::Mutex mu_;
   absl::CondVar slot_cv_;  // the merger waits for a slot's records
   // Reading thread t waits on reader_cvs_[t] for one of its slots to need

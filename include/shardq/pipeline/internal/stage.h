@@ -90,6 +90,14 @@ class Stage {
     (void)timeout;
     return true;
   }
+
+  // Called once, before the pipeline starts, by a stage that pulls from
+  // this one from a thread of its own (Prefetch) and is its only puller:
+  // lets the reading stage upstream do its work in that thread instead of
+  // a thread of its own (see read_stage.h). Stages that work in the calling
+  // thread pass the call on; true when the reading stage took it. The
+  // default (a stage with threads of its own) declines.
+  virtual bool ReadInPullingThread() { return false; }
 };
 
 // The single consumer of a stage's output queue. Takes everything the
@@ -151,6 +159,55 @@ class QueueDrain {
   Queue<Envelope<T>>* const queue_;
   const std::string stage_;
   std::deque<Envelope<T>> buffer_;
+};
+
+// Results handed between threads a block at a time: one queue operation
+// (and at most one wake-up) per block rather than per result.
+template <typename T>
+using EnvelopeBlock = std::vector<Envelope<T>>;
+
+// The single consumer of a queue of EnvelopeBlocks: returns their results
+// one by one, as QueueDrain does for a queue of single results. Not
+// thread-safe.
+template <typename T>
+class BlockDrain {
+ public:
+  BlockDrain(Queue<EnvelopeBlock<T>>* queue, std::string stage)
+      : queue_(queue), stage_(std::move(stage)) {}
+
+  Envelope<T> Next() {
+    while (next_ == block_.size()) Fill();
+    return std::move(block_[next_++]);
+  }
+
+  void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) {
+    out->push_back(Next());
+    for (int64_t n = 1; n < max && out->back().ok() && next_ < block_.size();
+         ++n) {
+      out->push_back(std::move(block_[next_++]));
+    }
+  }
+
+ private:
+  // Waits for the next block; once the queue is closed and drained, a
+  // block of its end (OUT_OF_RANGE, or CANCELLED when stopping).
+  void Fill() {
+    block_.clear();
+    next_ = 0;
+    absl::StatusOr<EnvelopeBlock<T>> block = queue_->Dequeue();
+    if (block.ok()) {
+      block_ = *std::move(block);
+    } else {
+      block_.push_back(absl::IsOutOfRange(block.status())
+                           ? block.status()
+                           : StoppingError(stage_));
+    }
+  }
+
+  Queue<EnvelopeBlock<T>>* const queue_;
+  const std::string stage_;
+  EnvelopeBlock<T> block_;
+  size_t next_ = 0;
 };
 
 // Shared by the stages of one built pipeline. Declared in the order of
