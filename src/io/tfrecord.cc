@@ -265,15 +265,6 @@ class ReadBuffer {
 };
 
 
-bool DecodeRecordHeader(absl::string_view header, RecordProbe* probe) {
-  probe->length = DecodeLittleEndian64(header.data());
-  probe->stored_crc = UnmaskCrc(DecodeLittleEndian32(header.data() + 8));
-  probe->computed_crc = Crc32c(header.substr(0, 8));
-  if (probe->stored_crc == probe->computed_crc) return true;
-  probe->check = RecordCheck::kBadLengthCrc;
-  return false;
-}
-
 std::string CorruptRecordMessage(const RecordProbe& probe,
                                  absl::string_view source,
                                  absl::string_view offset_label,

@@ -53,7 +53,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "src/io/crc32c.h"
 #include "src/io/file.h"
+#include "src/io/little_endian.h"
 
 namespace shardq {
 
@@ -180,7 +182,15 @@ std::string CorruptRecordMessage(const RecordProbe& probe,
 // Decodes the record header `header` (kTFRecordHeaderBytes) into
 // probe->length and its stored and computed CRCs; false, with probe->check
 // set to kBadLengthCrc, when the length's checksum does not match.
-bool DecodeRecordHeader(absl::string_view header, RecordProbe* probe);
+// Inline: it runs once per record.
+inline bool DecodeRecordHeader(absl::string_view header, RecordProbe* probe) {
+  probe->length = DecodeLittleEndian64(header.data());
+  probe->stored_crc = UnmaskCrc(DecodeLittleEndian32(header.data() + 8));
+  probe->computed_crc = Crc32c(header.substr(0, 8));
+  if (probe->stored_crc == probe->computed_crc) return true;
+  probe->check = RecordCheck::kBadLengthCrc;
+  return false;
+}
 
 // The sticky error of a record reader's Next: runs `next` (returning
 // absl::StatusOr<bool>) unless an earlier call failed, and keeps the first
