@@ -259,6 +259,10 @@ class QueueState {
   // Earliest lease deadline; InfiniteFuture when nothing is leased.
   absl::Time NextDeadline() const;
 
+  // True when a take now would not be told to wait: an item is pending, or
+  // the queue is finished (a waiting take is worth trying again).
+  bool TakeWouldAnswer() const { return Finished() || PeekFront().has_value(); }
+
   // ---- Worker sessions (queue_state_sessions.cc): soft state, not
   // journaled. While `worker` has a session open, its leases never expire;
   // once its last session closes they expire lease_timeout after the close

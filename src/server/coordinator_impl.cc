@@ -489,7 +489,7 @@ absl::StatusOr<bool> CoordinatorImpl::AcceptSplit(absl::string_view queue,
     absl::StatusOr<bool> accepted =
         e.state->AcceptSplit(worker, lease_id, split_point, clock_->Now());
     // A refusal too: a waiting take may propose another split.
-    if (accepted.ok()) NotifyChanged(e);
+    if (accepted.ok()) NotifyChanged(e, /*may_propose=*/!*accepted);
     return accepted;
   });
 }

@@ -292,9 +292,11 @@ class CoordinatorImpl {
   auto Mutate(absl::string_view queue, Change change)
       -> decltype(change(std::declval<Entry&>()));
   static QueueInfo Describe(const QueueConfig& config, bool created);
-  // After a change that may let waiting takes proceed: wakes blocked Takes
-  // and has the wait hub serve the queue's waiting session takes.
-  void NotifyChanged(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // After a change that may let waiting takes proceed: wakes blocked Takes,
+  // and has the wait hub serve the queue's waiting session takes when one
+  // of them would now be answered (or always, with `may_propose`: after a
+  // refused split, the first waiting take proposes another).
+  void NotifyChanged(Entry& e, bool may_propose = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Queues a push of the proposal just made for `lease_id` to the sessions
   // of its holder.
   void CollectSplitPush(Entry& e, uint64_t lease_id, SplitPushes* pushes)

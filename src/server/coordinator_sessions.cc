@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -96,7 +97,20 @@ struct CoordinatorImpl::EntrySessions {
   };
   absl::flat_hash_map<std::string, std::vector<Session*>> by_worker;
   std::map<uint64_t, TakeWaiter> waiters;  // by id, i.e. in arrival order
+  std::set<std::pair<absl::Time, uint64_t>> deadlines;  // of the waiters
   uint64_t next_waiter = 1;
+
+  void Add(uint64_t id, TakeWaiter waiter) {
+    deadlines.emplace(waiter.deadline, id);
+    waiters.emplace(id, std::move(waiter));
+  }
+  // Removes waiter `id` (which must be listed) and returns its step.
+  std::shared_ptr<PendingStep> Remove(std::map<uint64_t, TakeWaiter>::iterator it) {
+    std::shared_ptr<PendingStep> step = std::move(it->second.step);
+    deadlines.erase({it->second.deadline, it->first});
+    waiters.erase(it);
+    return step;
+  }
 };
 
 WaitHub* CoordinatorImpl::Hub() {
@@ -108,9 +122,10 @@ WaitHub* CoordinatorImpl::Hub() {
   return hub_.get();
 }
 
-void CoordinatorImpl::NotifyChanged(Entry& e) {
+void CoordinatorImpl::NotifyChanged(Entry& e, bool may_propose) {
   e.changed.SignalAll();
   if (e.sessions == nullptr || e.sessions->waiters.empty()) return;
+  if (!may_propose && !e.state->TakeWouldAnswer()) return;
   if (WaitHub* hub = Hub(); hub != nullptr) hub->Poke(&e);
 }
 
@@ -250,7 +265,8 @@ bool CoordinatorImpl::SessionStep(Session& session, const SessionOps& ops, Sessi
       absl::StatusOr<bool> accepted = e.state->AcceptSplit(worker, a.lease_id, a.split_point, now);
       out->splits.push_back({a.lease_id, accepted.status(), accepted.ok() && *accepted});
       if (accepted.ok()) {
-        NotifyChanged(e);  // a refusal too: a waiting take may propose again
+        // A refusal too: a waiting take may propose another split.
+        NotifyChanged(e, /*may_propose=*/!*accepted);
         stored = stored || *accepted;
       }
     }
@@ -298,8 +314,7 @@ bool CoordinatorImpl::SessionStep(Session& session, const SessionOps& ops, Sessi
       if (e.sessions == nullptr) e.sessions = std::make_shared<EntrySessions>();
       const uint64_t id = e.sessions->next_waiter++;
       const absl::Time deadline = absl::Now() + ops.take_wait;
-      e.sessions->waiters.emplace(id,
-                                  EntrySessions::TakeWaiter{&session, pending, ops.take, deadline});
+      e.sessions->Add(id, EntrySessions::TakeWaiter{&session, pending, ops.take, deadline});
       session.waiting_.push_back(id);
       hub->WakeBy(&e, std::min(deadline, absl::Now() + kMaxWaitSlice));
     }
@@ -341,37 +356,40 @@ absl::Time CoordinatorImpl::ServeWaiters(Entry& e) {
   {
     absl::MutexLock lock(&e.mu);
     if (e.sessions == nullptr || e.sessions->waiters.empty()) return next;
+    EntrySessions& sessions = *e.sessions;
     const absl::Time now = clock_->Now();
     const absl::Time real_now = absl::Now();
     const bool shutting_down = shutting_down_.load();
-    bool blocked = false;  // one take had to wait: so do the later ones
-    auto& waiters = e.sessions->waiters;
-    for (auto it = waiters.begin(); it != waiters.end();) {
-      EntrySessions::TakeWaiter& w = it->second;
-      bool answer = false;
-      if (!blocked && !shutting_down) {
-        answer = !TakeLocked(e, w.session->worker_, w.max_items, now, w.step->out, &pushes);
-        blocked = !answer;
-      }
-      answer = answer || shutting_down || w.deadline <= real_now;
-      if (!answer) {
-        next = std::min(next, w.deadline);
-        ++it;
-        continue;
-      }
-      SessionResult* out = w.step->out;
+    // Answers waiter `it` (its take is final) and removes it.
+    auto answer = [&](std::map<uint64_t, EntrySessions::TakeWaiter>::iterator it)
+                      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      const SessionResult& out = *it->second.step->out;
       const bool needs_disk =
-          journal_ != nullptr && (out->end_of_input || !out->take.ok() ||
-                                  (!out->items.empty() && TooManyGrantsBehind(e)));
-      (needs_disk ? to_store : answered).push_back(std::move(w.step));
-      Forget(w.session->waiting_, it->first);
-      it = waiters.erase(it);
+          journal_ != nullptr && (out.end_of_input || !out.take.ok() ||
+                                  (!out.items.empty() && TooManyGrantsBehind(e)));
+      Forget(it->second.session->waiting_, it->first);
+      (needs_disk ? to_store : answered).push_back(sessions.Remove(it));
+    };
+    // In arrival order, until one has to wait (then so do the later ones).
+    while (!sessions.waiters.empty() && !shutting_down) {
+      auto it = sessions.waiters.begin();
+      EntrySessions::TakeWaiter& w = it->second;
+      if (TakeLocked(e, w.session->worker_, w.max_items, now, w.step->out, &pushes)) break;
+      answer(it);
+    }
+    // Those whose wait is over (all of them when shutting down) get what
+    // they have: nothing, OK.
+    while (!sessions.deadlines.empty() &&
+           (shutting_down || sessions.deadlines.begin()->first <= real_now)) {
+      answer(sessions.waiters.find(sessions.deadlines.begin()->second));
     }
     seq = AfterChange(e);
-    if (!waiters.empty()) {
-      // Notice lease expiries: at the next deadline, or a periodic re-check.
+    if (!sessions.waiters.empty()) {
+      // The next wait to end, or the next lease deadline (an expiry may
+      // free an item), checked at least every kMaxWaitSlice.
       const absl::Duration to_expiry = e.state->NextDeadline() - now;
-      next = std::min(next, real_now + std::clamp(to_expiry, absl::Milliseconds(1), kMaxWaitSlice));
+      next = std::min(sessions.deadlines.begin()->first,
+                      real_now + std::clamp(to_expiry, absl::Milliseconds(1), kMaxWaitSlice));
     }
   }
   DeliverPushes(pushes);
@@ -392,9 +410,7 @@ void CoordinatorImpl::CancelSessionTakes(Session& session) {
     if (e.sessions == nullptr) return;
     for (uint64_t id : session.waiting_) {
       auto it = e.sessions->waiters.find(id);
-      if (it == e.sessions->waiters.end()) continue;
-      cancelled.push_back(std::move(it->second.step));
-      e.sessions->waiters.erase(it);
+      if (it != e.sessions->waiters.end()) cancelled.push_back(e.sessions->Remove(it));
     }
     session.waiting_.clear();
   }
@@ -446,6 +462,7 @@ void CoordinatorImpl::ShutdownSessions() {
       cancelled.push_back(std::move(waiter.step));
     }
     entry->sessions->waiters.clear();
+    entry->sessions->deadlines.clear();
     for (const auto& [worker, sessions] : entry->sessions->by_worker) {
       for (Session* session : sessions) sinks.push_back(session->sink_);
     }

@@ -220,7 +220,9 @@ class SessionReactor final
       ToProto(opening.queue, opened->mutable_queue());
       for (uint64_t id : opening.lost_lease_ids) opened->add_lost_lease_ids(id);
       for (const SplitProposal& p : opening.proposals) ToProto(p, answer->add_splits());
-      writes_.push_back(std::move(answer));
+      // First, before any proposal pushed since OpenSession registered the
+      // session (no write starts before `opened_`).
+      writes_.push_front(std::move(answer));
       read_in_flight_ = !ended;
     }
     if (!ended) StartRead(&request_);
@@ -313,7 +315,7 @@ class SessionReactor final
           slots_.size() < kMaxUnanswered) {
         read_in_flight_ = read = true;
       }
-      if (writing_ == nullptr && !writes_.empty() && !ending_) {
+      if (writing_ == nullptr && !writes_.empty() && !ending_ && opened_) {
         writing_ = std::move(writes_.front());
         writes_.pop_front();
         write = writing_.get();
