@@ -140,8 +140,11 @@ class WorkQueue final : public ItemSource {
   int64_t num_items() const;
   int64_t num_epochs() const;
   int64_t num_clients() const;
-  // Leases held by this worker right now.
+  // Leases held by this worker right now (items being read and items
+  // taken ahead, see WorkQueueOptions::take_ahead).
   int64_t held() const;
+  // Of those, items taken ahead and not handed out by Take yet.
+  int64_t ready() const;
 
   // Opaque: the worker's state, its backend and its heartbeat thread
   // (src/client/work_queue.cc).
