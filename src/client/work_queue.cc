@@ -186,9 +186,13 @@ absl::StatusOr<bool> WorkQueue::Impl::EnsureSession() {
   return session_;
 }
 
-int64_t WorkQueue::Impl::AheadWanted(int64_t freed) const {
-  const int64_t room = num_clients_ - static_cast<int64_t>(held_.size()) + freed;
-  const int64_t want = take_ahead_ - static_cast<int64_t>(ready_.size());
+int64_t WorkQueue::Impl::AheadWanted(bool completing) const {
+  if (take_ahead_ == 0) return 0;
+  // A take is for one item beyond those kept ready; a completion refills
+  // for the take that usually follows it, so that K stay ready after it.
+  const int64_t room = num_clients_ - static_cast<int64_t>(held_.size()) + (completing ? 1 : -1);
+  const int64_t want =
+      take_ahead_ + (completing ? 1 : 0) - static_cast<int64_t>(ready_.size());
   return std::max<int64_t>(0, std::min(want, room));
 }
 
@@ -225,7 +229,7 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
       }
       // One more than the room left asks the coordinator anyway, so that
       // a worker at its num_clients limit gets its error.
-      ahead = AheadWanted(/*freed=*/-1);
+      ahead = AheadWanted(/*completing=*/false);
     }
     const absl::Time slice_deadline = std::min(deadline, absl::Now() + kTakePollSlice);
     absl::StatusOr<std::vector<WorkItem>> items =
@@ -267,7 +271,7 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
   int64_t ahead = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_ && held_.contains(item.lease_id)) ahead = AheadWanted(/*freed=*/1);
+    if (!stopping_ && held_.contains(item.lease_id)) ahead = AheadWanted(/*completing=*/true);
   }
   absl::StatusOr<CompleteOutcome> outcome = CompleteOutcome::kCompleted;
   if (ahead > 0) {

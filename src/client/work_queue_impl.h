@@ -77,9 +77,9 @@ class WorkQueue::Impl final : public SessionListener {
   bool Forget(uint64_t lease_id);
   // Parses a granted item and holds it; `ready`: taken ahead, not started.
   WorkItem Hold(WorkItem item, bool ready);
-  // How many items a take may ask for now beyond the one it is for, within
-  // take_ahead and num_clients (`freed`: leases about to be completed).
-  int64_t AheadWanted(int64_t freed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many items to take ahead now, within take_ahead and num_clients:
+  // beyond the one a take is for, or (`completing`) with a completion.
+  int64_t AheadWanted(bool completing) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<QueueBackend> backend_;
   const std::string name_;
