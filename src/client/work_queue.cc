@@ -93,11 +93,15 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Attach(
     const std::string& name, std::shared_ptr<QueueBackend> backend,
-    const std::string& worker_id) {
+    const std::string& worker_id, int64_t take_ahead) {
+  if (take_ahead < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("take_ahead must be >= 0, got ", take_ahead));
+  }
   absl::StatusOr<QueueInfo> info = backend->GetQueue(name);
   if (!info.ok()) return info.status();
-  return std::unique_ptr<WorkQueue>(
-      new WorkQueue(ImplFromInfo(std::move(backend), worker_id, *info)));
+  std::unique_ptr<WorkQueue::Impl> impl = ImplFromInfo(std::move(backend), worker_id, *info);
+  impl->take_ahead_ = take_ahead;
+  return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Create(
@@ -390,8 +394,11 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
   if (!connected.ok()) return connected.status();
   absl::StatusOr<QueueInfo> info = connected->backend->RestoreCheckpoint(*checkpoint, name);
   if (!info.ok()) return info.status();
-  return std::unique_ptr<WorkQueue>(
-      new WorkQueue(ImplFromInfo(std::move(connected->backend), connected->worker_id, *info)));
+  std::unique_ptr<Impl> impl =
+      ImplFromInfo(std::move(connected->backend), connected->worker_id, *info);
+  impl->heartbeat_interval_ = options.heartbeat_interval;
+  impl->take_ahead_ = std::max<int64_t>(0, options.take_ahead);
+  return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::RestoreCheckpoint(
