@@ -178,6 +178,19 @@ int64_t WorkQueue::Impl::held() const {
   return static_cast<int64_t>(held_.size());
 }
 
+void WorkQueue::Impl::ReleaseReady() {
+  std::vector<uint64_t> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    ready.assign(ready_.begin(), ready_.end());
+    ready_.clear();
+  }
+  for (uint64_t id : ready) {
+    backend_->Release(name_, worker_id_, id).IgnoreError();
+    Forget(id);
+  }
+}
+
 int64_t WorkQueue::Impl::ready() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(ready_.size());
@@ -225,6 +238,9 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
     int64_t ahead;
     {
       absl::MutexLock lock(&mu_);
+      // A refill on its way brings the next items in the coordinator's
+      // order: wait for it rather than overtake it with a take of our own.
+      while (ready_.empty() && refills_in_flight_ > 0) ready_changed_.Wait(&mu_);
       if (!ready_.empty()) {
         // Taken ahead: no round trip.
         const uint64_t lease = ready_.front();
@@ -234,10 +250,15 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
       // One more than the room left asks the coordinator anyway, so that
       // a worker at its num_clients limit gets its error.
       ahead = AheadWanted(/*completing=*/false);
+      ++takes_in_flight_;
     }
     const absl::Time slice_deadline = std::min(deadline, absl::Now() + kTakePollSlice);
     absl::StatusOr<std::vector<WorkItem>> items =
         backend_->Take(name_, worker_id_, 1 + ahead, slice_deadline);
+    {
+      absl::MutexLock lock(&mu_);
+      --takes_in_flight_;
+    }
     if (!items.ok()) return items.status();
     if (!items->empty()) {
       WorkItem item = Hold(std::move(items->front()), /*ready=*/false);
@@ -275,7 +296,12 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
   int64_t ahead = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_ && held_.contains(item.lease_id)) ahead = AheadWanted(/*completing=*/true);
+    // Not while a take is on its way: it asked for the items ahead itself,
+    // and a refill answered first would hand them out out of order.
+    if (!stopping_ && takes_in_flight_ == 0 && held_.contains(item.lease_id)) {
+      ahead = AheadWanted(/*completing=*/true);
+      if (ahead > 0) ++refills_in_flight_;
+    }
   }
   absl::StatusOr<CompleteOutcome> outcome = CompleteOutcome::kCompleted;
   if (ahead > 0) {
@@ -288,6 +314,9 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
       for (WorkItem& taken : *reply.taken) Hold(std::move(taken), /*ready=*/true);
       if (!reply.taken->empty()) StartBackgroundIfNeeded();
     }
+    absl::MutexLock lock(&mu_);
+    --refills_in_flight_;
+    ready_changed_.SignalAll();
   } else {
     outcome = backend_->Complete(name_, worker_id_, item.lease_id);
   }
@@ -420,6 +449,7 @@ absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view rea
   return impl_->Fail(item, reason);
 }
 int64_t WorkQueue::lost_leases() const { return impl_->lost_leases(); }
+void WorkQueue::ReleaseReady() { impl_->ReleaseReady(); }
 absl::StatusOr<QueueStats> WorkQueue::Stats() { return impl_->Stats(); }
 void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
   impl_->NoteProgress(item, offset);

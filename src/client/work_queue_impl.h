@@ -44,6 +44,7 @@ class WorkQueue::Impl final : public SessionListener {
   int64_t lost_leases() const;
   int64_t held() const;
   int64_t ready() const;
+  void ReleaseReady();
   void NoteProgress(const WorkItem& item, int64_t offset);
   absl::Status ReportProgress();
   absl::Status SaveCheckpoint(const std::string& path);
@@ -99,6 +100,11 @@ class WorkQueue::Impl final : public SessionListener {
   absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
   // Leases of held_ taken ahead and not handed out yet, oldest first.
   std::deque<uint64_t> ready_ ABSL_GUARDED_BY(mu_);
+  // Takes (Take) and refills (a completion's take) on their way to the
+  // coordinator; ready_changed_ is signalled when a refill lands.
+  int64_t takes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t refills_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::CondVar ready_changed_;
   // Consumed offset per held lease, as noted by readers.
   absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
   bool progress_unsent_ ABSL_GUARDED_BY(mu_) = false;
