@@ -266,6 +266,11 @@ class RemoteBackend final : public QueueBackend {
   absl::StatusOr<bool> BeginSession(absl::string_view queue, absl::string_view worker,
                                     SessionListener* listener) override {
     if (!options_.use_sessions || no_sessions_.load()) return false;
+    if (!contacted_.load()) {
+      // The first contact waits for the coordinator as every unary call
+      // does (notes on stderr, the connect timeout, Ctrl-C).
+      if (absl::Status s = GetQueue(queue).status(); !s.ok()) return s;
+    }
     SessionOptions session_options;
     session_options.queue = std::string(queue);
     session_options.worker = std::string(worker);

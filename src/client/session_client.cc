@@ -66,6 +66,16 @@ class SessionClient::Impl {
     absl::MutexLock lock(&mu_);
     return streams_opened_;
   }
+  // InterruptRequested() without mu_ held (Python's check takes the GIL).
+  bool InterruptRequestedUnlocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    mu_.Unlock();
+    const bool interrupted = InterruptRequested();
+    mu_.Lock();
+    return interrupted;
+  }
+  absl::Status Interrupted() const {
+    return absl::CancelledError(absl::StrCat(Name(), ": interrupted"));
+  }
   // The session gave up re-opening, or was closed.
   bool Ended() const {
     absl::MutexLock lock(&mu_);
@@ -194,6 +204,10 @@ absl::Status SessionClient::Impl::OpenWithRetries(absl::Duration budget) {
   while (true) {
     absl::Status s = OpenOnce();
     if (s.ok() || !IsRetryable(s)) return s;
+    if (InterruptRequested()) {
+      return absl::CancelledError(absl::StrCat(Name(), ": interrupted while opening: ",
+                                               s.message()));
+    }
     absl::MutexLock lock(&mu_);
     if (closing_) return s;
     const absl::Time now = absl::Now();
@@ -341,8 +355,10 @@ absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallOnce(
   while (id == 0) {
     {
       absl::MutexLock lock(&mu_);
-      while (state_ == State::kOpening || state_ == State::kReopening) {
-        if (state_changed_.WaitWithDeadline(&mu_, give_up)) break;
+      while ((state_ == State::kOpening || state_ == State::kReopening) &&
+             absl::Now() < give_up) {
+        if (InterruptRequestedUnlocked()) return Interrupted();
+        state_changed_.WaitWithDeadline(&mu_, std::min(give_up, absl::Now() + kInterruptPoll));
       }
       if (state_ == State::kDead || state_ == State::kClosed) return end_status_;
       if (state_ != State::kOpen) {
@@ -363,7 +379,13 @@ absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallOnce(
   }
   absl::MutexLock lock(&mu_);
   while (!pending.done) {
-    if (pending.cv.WaitWithDeadline(&mu_, give_up) && !pending.done) {
+    pending.cv.WaitWithDeadline(&mu_, std::min(give_up, absl::Now() + kInterruptPoll));
+    if (pending.done) break;
+    if (InterruptRequestedUnlocked() && !pending.done) {
+      pending_.erase(id);
+      return Interrupted();
+    }
+    if (absl::Now() >= give_up) {
       pending_.erase(id);
       // Silent past its time: treat the stream as broken.
       if (context_ != nullptr) context_->TryCancel();
