@@ -158,20 +158,18 @@ void WorkQueue::Impl::AnswerSplits(const std::vector<SplitProposal>& proposals) 
 }
 
 void WorkQueue::Impl::GiveBackReady(const SplitProposal& proposal, const WorkItem& item) {
-  // Split at its start: the whole range becomes an item of its own, and
-  // this lease is left with nothing to read.
+  // Split at its start: the whole item goes back to the queue and this
+  // lease ends (the coordinator treats it as a release). Nothing more is
+  // sent for the lease: a completion now would count as a late first
+  // completion of an item nobody read.
   absl::StatusOr<bool> recorded =
       backend_->AcceptSplit(name_, worker_id_, proposal.lease_id, item.range->start());
   bool forget = true;
-  if (recorded.ok() && *recorded) {
-    // The empty rest is done: complete it so it stops counting against
-    // num_clients (NOT_FOUND: the coordinator ended the lease itself).
-    backend_->Complete(name_, worker_id_, proposal.lease_id).IgnoreError();
-  } else if (recorded.ok()) {
+  if (recorded.ok() && !*recorded) {
     forget = false;  // refused: still ours, whole; ready again
-  } else {
-    // Unknown whether the split was recorded: give the lease back rather
-    // than read a range that may now be someone else's.
+  } else if (!recorded.ok()) {
+    // Unknown whether the give-back was recorded: release the lease, so
+    // that the item is back in the queue either way.
     backend_->Release(name_, worker_id_, proposal.lease_id).IgnoreError();
   }
   absl::MutexLock lock(&mu_);
