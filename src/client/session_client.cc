@@ -269,6 +269,11 @@ absl::Status SessionClient::Impl::OpenOnce() {
   }
   std::vector<uint64_t> lost(answer.opened().lost_lease_ids().begin(),
                              answer.opened().lost_lease_ids().end());
+  // Proposals still awaiting this worker's answer come with `opened`.
+  std::vector<SplitProposal> splits;
+  for (const v1::SplitProposal& p : answer.splits()) {
+    splits.push_back({p.lease_id(), p.split_point(), p.min_residual()});
+  }
   {
     absl::MutexLock wlock(&write_mu_);
     stream_ = std::move(stream);
@@ -279,7 +284,10 @@ absl::Status SessionClient::Impl::OpenOnce() {
     state_ = State::kOpen;
     state_changed_.SignalAll();
   }
-  if (!lost.empty() && listener_ != nullptr) listener_->OnLostLeases(lost);
+  if (listener_ != nullptr) {
+    if (!lost.empty()) listener_->OnLostLeases(lost);
+    if (!splits.empty()) listener_->OnSplitProposals(splits);
+  }
   return absl::OkStatus();
 }
 
