@@ -58,6 +58,7 @@ class SessionClient::Impl {
   absl::StatusOr<v1::SessionResponse> CallRetrying(const v1::SessionRequest& request,
                                                    absl::Duration wait);
   void BeginShutdown() { shutting_down_.store(true); }
+  void AbandonReader() { AbandonThread(reader_); }
   std::vector<uint64_t> HeldLeases() const {
     absl::MutexLock lock(&mu_);
     return std::vector<uint64_t>(held_.begin(), held_.end());
@@ -453,7 +454,16 @@ void SessionClient::Impl::Close() {
 
 SessionClient::SessionClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-SessionClient::~SessionClient() { impl_->Close(); }
+SessionClient::~SessionClient() {
+  if (!owner_.current()) {
+    // Inherited through fork(): leak the parent's state rather than join a
+    // thread or tear down a stream that do not exist here.
+    impl_->AbandonReader();
+    (void)impl_.release();  // NOLINT: intentional leak
+    return;
+  }
+  impl_->Close();
+}
 
 absl::StatusOr<std::unique_ptr<SessionClient>> SessionClient::Open(
     std::shared_ptr<grpc::Channel> channel, SessionOptions options, SessionListener* listener) {

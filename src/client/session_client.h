@@ -31,6 +31,7 @@
 #include "proto/shardq/coordinator.pb.h"
 #include "src/client/backend.h"
 #include "src/client/retry.h"
+#include "src/core/process.h"
 
 namespace shardq {
 
@@ -66,7 +67,9 @@ class SessionClient {
 
   // Closes the stream (half-close, then cancel if the coordinator does not
   // end it within a moment) and joins the reader thread; calls still
-  // waiting fail with FAILED_PRECONDITION.
+  // waiting fail with FAILED_PRECONDITION. In a child that inherited the
+  // session through fork(), the session is left alone (its thread and
+  // stream belong to the parent).
   ~SessionClient();
 
   // The operations, as the QueueBackend methods of the same names (the
@@ -99,7 +102,8 @@ class SessionClient {
 
  private:
   explicit SessionClient(std::unique_ptr<Impl> impl);
-  const std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;
+  OwnerProcess owner_;  // see src/core/process.h
   QueueInfo queue_info_;
 };
 
