@@ -178,10 +178,14 @@ void SessionClient::Impl::ReaderLoop() {
       absl::MutexLock lock(&mu_);
       if (closing_) break;
     }
-    SHARDQ_LOG_WARN("{}: the stream broke ({}), re-opening it with {} leases", Name(),
-                    finished.error_message().empty() ? "ended by the coordinator"
-                                                     : finished.error_message(),
-                    HeldLeases().size());
+    // Worded as the unary calls' note, which users and tests look for.
+    SHARDQ_LOG_WARN(
+        "lost the coordinator at {} ({}), re-opening the session of worker '{}' with queue "
+        "'{}' (keeping its {} lease(s)) for up to {}",
+        options_.address,
+        finished.error_message().empty() ? "the stream ended" : finished.error_message(),
+        options_.worker, options_.queue, HeldLeases().size(),
+        absl::FormatDuration(options_.retry.total_budget));
     opened = OpenWithRetries(options_.retry.total_budget);
   }
   absl::MutexLock lock(&mu_);
