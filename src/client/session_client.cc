@@ -32,6 +32,27 @@ absl::Status FromOpStatus(const v1::OpStatus& op) {
   return absl::Status(static_cast<absl::StatusCode>(op.code()), op.message());
 }
 
+// The first operation of `answer` that failed with a status worth retrying
+// (UNAVAILABLE, ABORTED, CANCELLED); OK when none did.
+absl::Status TransientOpStatus(const v1::SessionResponse& answer) {
+  auto check = [](const v1::OpStatus& op) {
+    absl::Status s = FromOpStatus(op);
+    return IsRetryable(s) ? s : absl::OkStatus();
+  };
+  if (absl::Status s = check(answer.take_status()); !s.ok()) return s;
+  if (absl::Status s = check(answer.progress_status()); !s.ok()) return s;
+  for (const v1::CompleteResult& r : answer.complete_results()) {
+    if (absl::Status s = check(r.status()); !s.ok()) return s;
+  }
+  for (const v1::ReleaseResult& r : answer.release_results()) {
+    if (absl::Status s = check(r.status()); !s.ok()) return s;
+  }
+  for (const v1::SplitResult& r : answer.split_results()) {
+    if (absl::Status s = check(r.status()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 // The lease is no longer the worker's once the coordinator has answered
 // its completion or release so.
 bool LeaseGone(const v1::OpStatus& op) {
@@ -416,9 +437,20 @@ absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallRetrying(
       brief ? kShutdownAnswerTimeout : std::min(wait, kLongPoll) + options_.answer_timeout;
   const absl::Time give_up = absl::Now() + (brief ? absl::ZeroDuration()
                                                   : options_.retry.total_budget);
+  absl::Duration backoff = options_.retry.initial_backoff;
   while (true) {
     absl::StatusOr<v1::SessionResponse> answer = CallOnce(request, answer_timeout);
-    if (answer.ok() || !IsRetryable(answer.status()) || absl::Now() >= give_up || Ended()) {
+    if (answer.ok()) {
+      // An operation the coordinator could not do now (it is stopping, its
+      // storage failed) is retried like a unary call that failed so; the
+      // operations repeat safely (a repeated completion is a duplicate).
+      const absl::Status transient = TransientOpStatus(*answer);
+      if (transient.ok() || absl::Now() >= give_up) return answer;
+      if (!SleepUnlessInterrupted(std::min(backoff, give_up - absl::Now()))) return answer;
+      backoff = std::min(backoff * 2, options_.retry.max_backoff);
+      continue;
+    }
+    if (!IsRetryable(answer.status()) || absl::Now() >= give_up || Ended()) {
       return answer;
     }
     if (InterruptRequested()) {
