@@ -80,6 +80,12 @@ CLI::App* AddTake(CLI::App& app, ClientFlags* o) {
       "take", "Lease one item and print it (exit 3 at end of input). The lease "
               "stays with --worker until it expires");
   AddClientFlags(cmd, o, /*with_worker=*/true);
+  // One item unless asked for more: a script reads one line.
+  o->take_ahead = 0;
+  cmd->add_option("--take-ahead", o->take_ahead,
+                  "also lease up to this many more items in the same request and print "
+                  "them too, one per line")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   return cmd;
 }
 
@@ -88,17 +94,24 @@ int RunTake(const ClientFlags& o) {
   if (!connected.ok()) return ReportError("take", connected.status());
   const std::string worker =
       connected->worker_id.empty() ? absl::StrCat("take-", ::getpid()) : connected->worker_id;
+  // Over a session where the coordinator has them; the leases outlive it
+  // (until they expire), as with a unary take.
+  absl::StatusOr<bool> session = connected->backend->BeginSession(o.name, worker, nullptr);
+  if (!session.ok()) return ReportError("take", session.status());
   while (true) {
     absl::StatusOr<std::vector<WorkItem>> items = connected->backend->Take(
-        o.name, worker, 1, absl::Now() + absl::Seconds(10));
+        o.name, worker, 1 + o.take_ahead, absl::Now() + absl::Seconds(10));
     if (absl::IsOutOfRange(items.status())) return kExitEndOfInput;
     if (!items.ok()) return ReportError("take", items.status());
     if (items->empty()) continue;  // held elsewhere: wait on
-    const WorkItem& item = items->front();
-    std::printf("%s\n", item.item.c_str());
-    std::fprintf(stderr, "worker=%s epoch=%lld lease=%llu\n", worker.c_str(),
-                 static_cast<long long>(item.epoch),
-                 static_cast<unsigned long long>(item.lease_id));
+    for (const WorkItem& item : *items) {
+      std::printf("%s\n", item.item.c_str());
+      std::fprintf(stderr, "worker=%s epoch=%lld lease=%llu\n", worker.c_str(),
+                   static_cast<long long>(item.epoch),
+                   static_cast<unsigned long long>(item.lease_id));
+    }
+    std::fflush(stdout);
+    if (*session) connected->backend->EndSession(o.name, worker);
     return 0;
   }
 }

@@ -30,6 +30,8 @@ struct ClientFlags {
   std::string worker;
   // --connect-timeout: seconds to wait for the coordinator's first answer.
   double connect_timeout_seconds = 60;
+  // --take-ahead (worker, take): items leased ahead of the one in hand.
+  int64_t take_ahead = 1;
 };
 
 struct ServeOptions {

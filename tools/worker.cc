@@ -76,6 +76,10 @@ CLI::App* AddWorker(CLI::App& app, WorkerOptions* o) {
       "worker", "Run COMMAND once per item: {} in its args becomes the item; "
                 "exit 0 completes the item, other exits release it");
   AddClientFlags(cmd, &o->client, /*with_worker=*/true);
+  cmd->add_option("--take-ahead", o->client.take_ahead,
+                  "items kept leased and ready beyond the one the command runs on, so that "
+                  "the next command starts without waiting for the coordinator")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--max-failures", o->max_failures,
                   "give up (exit 1) after this many failed items in a row")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -109,7 +113,8 @@ int RunWorker(const WorkerOptions& o) {
   absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(o.client);
   if (!connected.ok()) return ReportError("worker", connected.status());
   absl::StatusOr<std::unique_ptr<WorkQueue>> queue =
-      WorkQueueFactory::Attach(o.client.name, connected->backend, connected->worker_id);
+      WorkQueueFactory::Attach(o.client.name, connected->backend, connected->worker_id,
+                               o.client.take_ahead);
   if (!queue.ok()) return ReportError("worker", queue.status());
 
   struct sigaction action;

@@ -59,6 +59,14 @@ struct WorkQueueOptions {
   // a split proposal reaches this worker. Capped at lease_timeout / 3.
   absl::Duration heartbeat_interval = absl::Seconds(1);
 
+  // How many granted items a worker keeps ready beyond the ones it reads,
+  // so that it never waits a round trip for its next item (the completion
+  // of one item and the take of the next then travel together). Ready items
+  // count against num_clients; one not started yet is given back whole when
+  // the coordinator rebalances the tail, and ready items are released when
+  // the WorkQueue closes. 0: take each item when it is asked for.
+  int64_t take_ahead = 1;
+
   // Tail rebalancing: when a worker finds nothing left to take, the
   // coordinator may split an item another worker is still reading; that
   // worker stops at the split point and the rest becomes a new item. On by

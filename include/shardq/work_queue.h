@@ -94,6 +94,12 @@ class WorkQueue final : public ItemSource {
   // this worker is NOT_FOUND (the item is back in the queue already).
   absl::StatusOr<bool> Fail(const WorkItem& item, absl::string_view reason);
 
+  // Gives back the items taken ahead (WorkQueueOptions::take_ahead) that
+  // Take has not handed out yet, as if released: for a reader that stops
+  // for good while this WorkQueue lives on (a pipeline being destroyed).
+  // Best effort: an item whose lease is gone is back in the queue anyway.
+  void ReleaseReady();
+
   // Completions of leases that the coordinator no longer knew (lost in a
   // coordinator crash, see Complete) since this worker started.
   int64_t lost_leases() const;
@@ -140,8 +146,11 @@ class WorkQueue final : public ItemSource {
   int64_t num_items() const;
   int64_t num_epochs() const;
   int64_t num_clients() const;
-  // Leases held by this worker right now.
+  // Leases held by this worker right now (items being read and items
+  // taken ahead, see WorkQueueOptions::take_ahead).
   int64_t held() const;
+  // Of those, items taken ahead and not handed out by Take yet.
+  int64_t ready() const;
 
   // Opaque: the worker's state, its backend and its heartbeat thread
   // (src/client/work_queue.cc).

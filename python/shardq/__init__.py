@@ -119,7 +119,10 @@ class WorkQueue:
     finds nothing left to take, an item another worker is still reading is
     split and the rest handed to it) and ``split_min_residual`` (the
     smallest range split off: bytes, rows for tables). ``stats()`` reports
-    ``splits``.
+    ``splits``. ``take_ahead`` (default 1): items kept granted and ready
+    beyond the one being read, so that the next item never waits for the
+    coordinator (they count against ``num_clients``; one not started yet is
+    given back whole when the tail is rebalanced; 0: none).
 
     Items are handed out at least once and completed exactly once: an item
     whose worker dies is handed to another after ``lease_timeout``.
@@ -128,22 +131,24 @@ class WorkQueue:
     def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, name="work_queue", *, num_clients=1, address=None,
                  lease_timeout=30.0, worker_id=None, token=None, tls_ca=None, split=True,
-                 split_min_residual=1, connect_timeout=60.0):
+                 split_min_residual=1, connect_timeout=60.0, take_ahead=1):
         self._native = _shardq._WorkQueue(
             _check_works(works), _epochs(num_epochs), bool(shuffle),
             None if seed is None else int(seed), prefix,
             None if num_slices is None else int(num_slices), int(num_clients), str(name),
             address, float(lease_timeout), worker_id, token, tls_ca, False, bool(split),
-            int(split_min_residual), connect_timeout=float(connect_timeout))
+            int(split_min_residual), connect_timeout=float(connect_timeout),
+            take_ahead=int(take_ahead))
 
     @classmethod
     def attach(cls, name="work_queue", address=None, *, worker_id=None, token=None,
-               tls_ca=None, connect_timeout=60.0):
+               tls_ca=None, connect_timeout=60.0, take_ahead=1):
         """A worker of an existing queue, without knowing its works."""
         self = cls.__new__(cls)
         self._native = _shardq._WorkQueue([], 1, True, None, None, None, 1, str(name),
                                           address, 30.0, worker_id, token, tls_ca, True,
-                                          connect_timeout=float(connect_timeout))
+                                          connect_timeout=float(connect_timeout),
+                                          take_ahead=int(take_ahead))
         return self
 
     def take(self, timeout=None):

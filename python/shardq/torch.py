@@ -168,7 +168,7 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
 
     ``reader``: "text", "tfrecord" or "table". Queue parameters
     (num_epochs, shuffle, seed, prefix, num_slices, num_clients, name,
-    address, connect_timeout, lease_timeout) are those of shardq.WorkQueue,
+    address, connect_timeout, lease_timeout, take_ahead) are those of shardq.WorkQueue,
     except that num_clients is raised to at least batch_size + 4 (a worker
     holds the items of its batches until they are consumed); a worker that
     cannot reach the coordinator raises, and the DataLoader re-raises it.
@@ -184,7 +184,8 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
     def __init__(self, works, reader="tfrecord", features=None, batch_size=256,
                  drop_remainder=False, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, num_clients=1, name=None, address=None, on_corrupt="fail",
-                 connect_timeout=None, *, lease_timeout=None, num_parallel_calls=None):
+                 connect_timeout=None, *, lease_timeout=None, num_parallel_calls=None,
+                 take_ahead=None):
         super().__init__()
         if reader not in ("text", "tfrecord", "table"):
             raise shardq.InvalidArgumentError(
@@ -212,6 +213,8 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                                name=name or f"torch-{uuid.uuid4().hex[:12]}")
         if lease_timeout is not None:
             self.queue_args["lease_timeout"] = float(lease_timeout)
+        if take_ahead is not None:
+            self.queue_args["take_ahead"] = int(take_ahead)
         self.on_corrupt = on_corrupt
         if address is None and _needs_local_coordinator():
             world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -260,7 +260,7 @@ void BindWorkQueue(py::module_& m) {
                        double lease_timeout, std::optional<std::string> worker_id,
                        std::optional<std::string> token, std::optional<std::string> tls_ca,
                        bool attach, bool split, int64_t split_min_residual,
-                       double connect_timeout) {
+                       double connect_timeout, int64_t take_ahead) {
              WorkQueueOptions o;
              o.works = std::move(works);
              o.num_epochs = num_epochs;
@@ -277,6 +277,11 @@ void BindWorkQueue(py::module_& m) {
              o.tls_ca_file = tls_ca.value_or("");
              o.split = split;
              o.split_min_residual = split_min_residual;
+             if (take_ahead < 0) {
+               ThrowStatus(absl::InvalidArgumentError(
+                   absl::StrCat("take_ahead must be >= 0, got ", take_ahead)));
+             }
+             o.take_ahead = take_ahead;
              if (!(connect_timeout > 0)) {
                ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
                    "connect_timeout must be > 0 seconds, got ", connect_timeout)));
@@ -293,7 +298,8 @@ void BindWorkQueue(py::module_& m) {
            py::arg("prefix"), py::arg("num_slices"), py::arg("num_clients"), py::arg("name"),
            py::arg("address"), py::arg("lease_timeout"), py::arg("worker_id"),
            py::arg("token"), py::arg("tls_ca"), py::arg("attach"), py::arg("split") = true,
-           py::arg("split_min_residual") = 1, py::arg("connect_timeout") = 60.0)
+           py::arg("split_min_residual") = 1, py::arg("connect_timeout") = 60.0,
+           py::arg("take_ahead") = 1)
       .def("take", &PyWorkQueue::Take, py::arg("timeout") = py::none())
       .def("complete", &PyWorkQueue::Complete, py::arg("item"))
       .def("release", &PyWorkQueue::Release, py::arg("item"))

@@ -23,6 +23,28 @@
 
 namespace shardq {
 
+// What a worker's session pushes to it (see QueueBackend::BeginSession).
+// Called on the session's own thread: an implementation returns quickly and
+// does not call the backend from there (it hands the work to a thread of
+// its own).
+class SessionListener {
+ public:
+  virtual ~SessionListener() = default;
+  // Split proposals for this worker's leases, the moment they are made (a
+  // proposal is repeated until answered with AcceptSplit).
+  virtual void OnSplitProposals(const std::vector<SplitProposal>& proposals) = 0;
+  // Leases this worker no longer holds (they expired while no session of
+  // it was open).
+  virtual void OnLostLeases(const std::vector<uint64_t>& lease_ids) = 0;
+};
+
+// The answer to QueueBackend::CompleteAndTake: the completion's outcome and
+// the take's, each as Complete and Take would return it.
+struct CompleteAndTakeReply {
+  absl::StatusOr<CompleteOutcome> completed = CompleteOutcome::kCompleted;
+  absl::StatusOr<std::vector<WorkItem>> taken = std::vector<WorkItem>{};
+};
+
 class QueueBackend {
  public:
   virtual ~QueueBackend() = default;
@@ -43,6 +65,35 @@ class QueueBackend {
                                                    uint64_t lease_id) = 0;
   virtual absl::Status Release(absl::string_view queue,
                                absl::string_view worker, uint64_t lease_id) = 0;
+  // Completes `lease_id`, then leases up to max_items items as Take would
+  // (the take is tried whatever became of the completion). Over a session
+  // both travel in one message and are answered by one; elsewhere it is
+  // Complete then Take. A failure of the call itself (the coordinator is
+  // unreachable) is in both fields.
+  virtual CompleteAndTakeReply CompleteAndTake(absl::string_view queue,
+                                               absl::string_view worker, uint64_t lease_id,
+                                               int64_t max_items, absl::Time deadline) {
+    CompleteAndTakeReply reply;
+    reply.completed = Complete(queue, worker, lease_id);
+    reply.taken = Take(queue, worker, max_items, deadline);
+    return reply;
+  }
+  // Opens `worker`'s session with `queue`. True: from now on this backend
+  // carries that worker's calls for that queue over one session, whose open
+  // stream keeps the worker's leases alive (no Heartbeat is needed) and
+  // which pushes proposals and lost leases to `listener` until EndSession.
+  // False: this backend has no sessions (in-process, sessions turned off,
+  // or a coordinator that predates them): heartbeat as before. An error
+  // (NOT_FOUND queue, FAILED_PRECONDITION for an incompatible protocol
+  // version) names what went wrong.
+  virtual absl::StatusOr<bool> BeginSession(absl::string_view queue, absl::string_view worker,
+                                            SessionListener* listener) {
+    return false;
+  }
+  // Closes the session BeginSession opened; `listener` is not called once
+  // this returns. No-op without one.
+  virtual void EndSession(absl::string_view queue, absl::string_view worker) {}
+
   // A failed attempt at the item (see CoordinatorImpl::Fail): true when the
   // item is now set aside as failed.
   virtual absl::StatusOr<bool> Fail(absl::string_view queue, absl::string_view worker,

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
+#include "src/client/session_client.h"
 #include "src/log/log.h"
 #include "src/rpc/convert.h"
 
@@ -70,6 +72,9 @@ class RemoteBackend final : public QueueBackend {
                                              absl::string_view worker,
                                              int64_t max_items,
                                              absl::Time deadline) override {
+    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
+      return session->Take(max_items, deadline);
+    }
     v1::TakeRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
@@ -94,6 +99,9 @@ class RemoteBackend final : public QueueBackend {
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                            absl::string_view worker,
                                            uint64_t lease_id) override {
+    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
+      return session->Complete(lease_id);
+    }
     v1::CompleteRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
@@ -108,6 +116,9 @@ class RemoteBackend final : public QueueBackend {
 
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id) override {
+    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
+      return session->Release(lease_id);
+    }
     v1::ReleaseRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
@@ -120,6 +131,9 @@ class RemoteBackend final : public QueueBackend {
 
   absl::StatusOr<bool> Fail(absl::string_view queue, absl::string_view worker,
                             uint64_t lease_id, absl::string_view reason) override {
+    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
+      return session->Fail(lease_id, reason);
+    }
     v1::ReleaseRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
@@ -161,6 +175,9 @@ class RemoteBackend final : public QueueBackend {
 
   absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
                                    uint64_t lease_id, int64_t split_point) override {
+    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
+      return session->AcceptSplit(lease_id, split_point);
+    }
     v1::AcceptSplitRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
@@ -192,6 +209,9 @@ class RemoteBackend final : public QueueBackend {
   absl::Status ReportProgress(
       absl::string_view queue, absl::string_view worker,
       const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
+    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
+      return session->ReportProgress(progress);
+    }
     v1::ReportProgressRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
@@ -234,7 +254,71 @@ class RemoteBackend final : public QueueBackend {
     return FromProto(resp);
   }
 
-  void BeginShutdown() override { shutting_down_.store(true); }
+  CompleteAndTakeReply CompleteAndTake(absl::string_view queue, absl::string_view worker,
+                                       uint64_t lease_id, int64_t max_items,
+                                       absl::Time deadline) override {
+    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
+      return session->CompleteAndTake(lease_id, max_items, deadline);
+    }
+    return QueueBackend::CompleteAndTake(queue, worker, lease_id, max_items, deadline);
+  }
+
+  absl::StatusOr<bool> BeginSession(absl::string_view queue, absl::string_view worker,
+                                    SessionListener* listener) override {
+    if (!options_.use_sessions || no_sessions_.load()) return false;
+    if (!contacted_.load()) {
+      // The first contact waits for the coordinator as every unary call
+      // does (notes on stderr, the connect timeout, Ctrl-C).
+      if (absl::Status s = GetQueue(queue).status(); !s.ok()) return s;
+    }
+    SessionOptions session_options;
+    session_options.queue = std::string(queue);
+    session_options.worker = std::string(worker);
+    session_options.token = options_.token;
+    session_options.address = options_.address;
+    session_options.open_timeout = options_.connect_timeout;
+    session_options.retry = options_.retry;
+    absl::StatusOr<std::unique_ptr<SessionClient>> session =
+        SessionClient::Open(channel_, std::move(session_options), listener);
+    if (absl::IsUnimplemented(session.status())) {
+      no_sessions_.store(true);
+      // Once per process: every worker of it would say the same.
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        SHARDQ_LOG_WARN(
+            "the coordinator at {} has no worker sessions (an older shardq serve?); using "
+            "unary calls and heartbeats",
+            options_.address);
+      }
+      return false;
+    }
+    if (!session.ok()) return session.status();
+    contacted_.store(true);
+    if (shutting_down_.load()) (*session)->BeginShutdown();
+    absl::MutexLock lock(&sessions_mu_);
+    sessions_[SessionKey(queue, worker)] = std::shared_ptr<SessionClient>(*std::move(session));
+    session_count_.store(static_cast<int64_t>(sessions_.size()));
+    return true;
+  }
+
+  void EndSession(absl::string_view queue, absl::string_view worker) override {
+    std::shared_ptr<SessionClient> session;
+    {
+      absl::MutexLock lock(&sessions_mu_);
+      auto it = sessions_.find(SessionKey(queue, worker));
+      if (it == sessions_.end()) return;
+      session = std::move(it->second);
+      sessions_.erase(it);
+      session_count_.store(static_cast<int64_t>(sessions_.size()));
+    }
+    // Closed here (or by the last call still using it), outside the lock.
+  }
+
+  void BeginShutdown() override {
+    shutting_down_.store(true);
+    absl::MutexLock lock(&sessions_mu_);
+    for (auto& [key, session] : sessions_) session->BeginShutdown();
+  }
 
   absl::StatusOr<std::vector<QueueStats>> AllStats() override {
     v1::StatusRequest req;
@@ -249,6 +333,18 @@ class RemoteBackend final : public QueueBackend {
   }
 
  private:
+  static std::string SessionKey(absl::string_view queue, absl::string_view worker) {
+    return absl::StrCat(queue.size(), ":", queue, worker);
+  }
+
+  // The open session of (queue, worker), or null: use the unary calls.
+  std::shared_ptr<SessionClient> SessionOf(absl::string_view queue, absl::string_view worker) {
+    if (session_count_.load(std::memory_order_relaxed) == 0) return nullptr;
+    absl::MutexLock lock(&sessions_mu_);
+    auto it = sessions_.find(SessionKey(queue, worker));
+    return it == sessions_.end() ? nullptr : it->second;
+  }
+
   // Runs one RPC with a fresh context (deadline, token) per attempt. Before
   // the coordinator has answered once, waits for it at most
   // connect_timeout (FirstContact); after that, retries UNAVAILABLE/ABORTED
@@ -412,6 +508,12 @@ class RemoteBackend final : public QueueBackend {
   std::atomic<bool> shutting_down_{false};
   // Set by the first answer of the coordinator; never cleared.
   std::atomic<bool> contacted_{false};
+  // Set when the coordinator answered a session with UNIMPLEMENTED.
+  std::atomic<bool> no_sessions_{false};
+  absl::Mutex sessions_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<SessionClient>> sessions_
+      ABSL_GUARDED_BY(sessions_mu_);
+  std::atomic<int64_t> session_count_{0};
   absl::Mutex note_mu_;
   absl::Time next_note_ ABSL_GUARDED_BY(note_mu_) = absl::InfinitePast();
 };

@@ -28,6 +28,12 @@ struct RemoteOptions {
   // Once the coordinator has answered, calls ride through its outages (a
   // restart) under this policy, noting "lost the coordinator" on stderr.
   RetryPolicy retry;
+  // Workers' calls for a queue travel over one session stream per worker
+  // (src/client/session_client.h): the completion and the next take in one
+  // message, no heartbeats, split proposals pushed. Off: unary calls and
+  // heartbeats. A coordinator without sessions (an older `shardq serve`)
+  // gets unary calls either way, after one warning.
+  bool use_sessions = true;
 };
 
 // Does not connect yet (the first call does, as above). Every wait polls

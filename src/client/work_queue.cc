@@ -23,6 +23,7 @@
 #include "src/client/checkpoint_file.h"
 #include "src/client/planner.h"
 #include "src/client/work_queue_backend.h"
+#include "src/client/work_queue_impl.h"
 #include "src/core/process.h"
 #include "src/core/queue_state.h"  // kMaxEpochs, kMaxHandOutSlots
 #include "src/log/log.h"
@@ -43,66 +44,6 @@ std::string DefaultWorkerId() {
 }
 
 }  // namespace
-
-// Everything a worker keeps: what it learnt of its queue, its leases and
-// their progress, and the heartbeat thread that renews them.
-class WorkQueue::Impl {
- public:
-  Impl(std::shared_ptr<QueueBackend> backend, std::string name, std::string worker_id)
-      : backend_(std::move(backend)), name_(std::move(name)), worker_id_(std::move(worker_id)) {}
-  ~Impl();
-
-  absl::StatusOr<WorkItem> Take(absl::Duration timeout);
-  absl::Status Complete(const WorkItem& item);
-  absl::Status Release(const WorkItem& item);
-  absl::StatusOr<bool> Fail(const WorkItem& item, absl::string_view reason);
-  int64_t lost_leases() const;
-  int64_t held() const;
-  void NoteProgress(const WorkItem& item, int64_t offset);
-  absl::Status ReportProgress();
-  absl::Status SaveCheckpoint(const std::string& path);
-  absl::StatusOr<QueueStats> Stats() { return backend_->Stats(name_); }
-
-  void HeartbeatLoop();
-  void StartHeartbeatsIfNeeded();
-  // Answers the coordinator's split proposals (heartbeat thread).
-  void AnswerSplits(const std::vector<SplitProposal>& proposals);
-  // Waits until no split answer of `lease_id` is in flight; true when the
-  // item may be completed (false: release it instead).
-  bool SettleSplit(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After NOT_FOUND for `item`'s lease: true (and the lease is forgotten)
-  // when this worker holds it and the queue still exists, i.e. the
-  // coordinator lost the lease; false when the error is the caller's.
-  bool LeaseLostByCoordinator(const WorkItem& item);
-  // Drops a lease from held_ and progress_; false if it was not held.
-  bool Forget(uint64_t lease_id);
-
-  const std::shared_ptr<QueueBackend> backend_;
-  const std::string name_;
-  const std::string worker_id_;
-  uint64_t seed_ = 0;
-  int64_t num_items_ = 0;
-  int64_t num_epochs_ = 0;
-  int64_t num_clients_ = 1;
-  absl::Duration lease_timeout_;
-  absl::Duration heartbeat_interval_ = absl::Seconds(1);
-
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
-  // Consumed offset per held lease, as noted by readers.
-  absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
-  int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar stop_changed_;  // signalled when stopping_ is set
-  bool heartbeat_started_ ABSL_GUARDED_BY(mu_) = false;
-  // Leases whose split answer is being sent, and leases whose reader was cut
-  // short by a split the coordinator did not record.
-  absl::flat_hash_set<uint64_t> split_in_flight_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<uint64_t> split_unrecorded_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar split_settled_;
-  std::thread heartbeat_thread_;
-  OwnerProcess owner_;  // see src/core/process.h
-};
 
 namespace {
 
@@ -146,16 +87,21 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
   std::unique_ptr<Impl> impl =
       ImplFromInfo(std::move(connected->backend), connected->worker_id, *info);
   impl->heartbeat_interval_ = options.heartbeat_interval;
+  impl->take_ahead_ = std::max<int64_t>(0, options.take_ahead);
   return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Attach(
     const std::string& name, std::shared_ptr<QueueBackend> backend,
-    const std::string& worker_id) {
+    const std::string& worker_id, int64_t take_ahead) {
+  if (take_ahead < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("take_ahead must be >= 0, got ", take_ahead));
+  }
   absl::StatusOr<QueueInfo> info = backend->GetQueue(name);
   if (!info.ok()) return info.status();
-  return std::unique_ptr<WorkQueue>(
-      new WorkQueue(ImplFromInfo(std::move(backend), worker_id, *info)));
+  std::unique_ptr<WorkQueue::Impl> impl = ImplFromInfo(std::move(backend), worker_id, *info);
+  impl->take_ahead_ = take_ahead;
+  return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Create(
@@ -167,6 +113,10 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Create(
   if (options.num_clients < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_clients must be >= 1, got ", options.num_clients));
+  }
+  if (options.take_ahead < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("take_ahead must be >= 0, got ", options.take_ahead));
   }
   absl::StatusOr<std::vector<std::string>> items =
       PlanWorks(options.works, options.prefix, options.num_slices);
@@ -190,6 +140,7 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Create(
   std::unique_ptr<WorkQueue::Impl> impl =
       ImplFromInfo(std::move(backend), options.worker_id, *info);
   impl->heartbeat_interval_ = options.heartbeat_interval;
+  impl->take_ahead_ = options.take_ahead;
   return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
 }
 
@@ -197,9 +148,9 @@ WorkQueue::~WorkQueue() = default;
 
 WorkQueue::Impl::~Impl() {
   if (!owner_.current()) {
-    // Inherited through fork(): the leases and the heartbeat thread belong
-    // to the parent process.
-    AbandonThread(heartbeat_thread_);
+    // Inherited through fork(): the leases, the session and the background
+    // thread belong to the parent process.
+    AbandonThread(background_thread_);
     return;
   }
   std::vector<uint64_t> leases;
@@ -209,14 +160,17 @@ WorkQueue::Impl::~Impl() {
     stop_changed_.SignalAll();
     for (const auto& [id, item] : held_) leases.push_back(id);
     held_.clear();
+    ready_.clear();
   }
-  // A heartbeat stuck retrying an unreachable coordinator gives up now.
+  // A call stuck retrying an unreachable coordinator gives up now.
   backend_->BeginShutdown();
-  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (background_thread_.joinable()) background_thread_.join();
   for (uint64_t id : leases) {
     // Best effort: if the coordinator is gone the lease expires instead.
+    // Items taken ahead and never read go back to the queue here too.
     backend_->Release(name_, worker_id_, id).IgnoreError();
   }
+  if (session_.ok() && *session_) backend_->EndSession(name_, worker_id_);
 }
 
 int64_t WorkQueue::Impl::held() const {
@@ -224,31 +178,92 @@ int64_t WorkQueue::Impl::held() const {
   return static_cast<int64_t>(held_.size());
 }
 
+void WorkQueue::Impl::ReleaseReady() {
+  std::vector<uint64_t> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    ready.assign(ready_.begin(), ready_.end());
+    ready_.clear();
+  }
+  for (uint64_t id : ready) {
+    backend_->Release(name_, worker_id_, id).IgnoreError();
+    Forget(id);
+  }
+}
+
+int64_t WorkQueue::Impl::ready() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(ready_.size());
+}
+
+absl::StatusOr<bool> WorkQueue::Impl::EnsureSession() {
+  absl::call_once(session_once_, [this] {
+    session_ = backend_->BeginSession(name_, worker_id_, this);
+  });
+  return session_;
+}
+
+int64_t WorkQueue::Impl::AheadWanted(bool completing) const {
+  if (take_ahead_ == 0) return 0;
+  // A take is for one item beyond those kept ready; a completion refills
+  // for the take that usually follows it, so that K stay ready after it.
+  const int64_t room = num_clients_ - static_cast<int64_t>(held_.size()) + (completing ? 1 : -1);
+  const int64_t want =
+      take_ahead_ + (completing ? 1 : 0) - static_cast<int64_t>(ready_.size());
+  return std::max<int64_t>(0, std::min(want, room));
+}
+
+WorkItem WorkQueue::Impl::Hold(WorkItem item, bool ready) {
+  // Parsed here, once; a string that does not parse is reported by the
+  // reader of the item (which then stays held).
+  if (ParseWorkItem(&item).ok()) {
+    const SliceSpec& spec = *item.spec;
+    // Items with a range can be split while they are read.
+    if (spec.start.has_value() && spec.end.has_value() && *spec.end > *spec.start) {
+      item.range = std::make_shared<SplittableRange>(*spec.start, *spec.end);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  held_[item.lease_id] = item;
+  if (ready) ready_.push_back(item.lease_id);
+  return item;
+}
+
 absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
   const absl::Time deadline = timeout == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + timeout;
+  if (absl::StatusOr<bool> session = EnsureSession(); !session.ok()) return session.status();
   while (true) {
+    int64_t ahead;
+    {
+      absl::MutexLock lock(&mu_);
+      // A refill on its way brings the next items in the coordinator's
+      // order: wait for it rather than overtake it with a take of our own.
+      while (ready_.empty() && refills_in_flight_ > 0) ready_changed_.Wait(&mu_);
+      if (!ready_.empty()) {
+        // Taken ahead: no round trip.
+        const uint64_t lease = ready_.front();
+        ready_.pop_front();
+        return held_.at(lease);
+      }
+      // One more than the room left asks the coordinator anyway, so that
+      // a worker at its num_clients limit gets its error.
+      ahead = AheadWanted(/*completing=*/false);
+      ++takes_in_flight_;
+    }
     const absl::Time slice_deadline = std::min(deadline, absl::Now() + kTakePollSlice);
     absl::StatusOr<std::vector<WorkItem>> items =
-        backend_->Take(name_, worker_id_, 1, slice_deadline);
+        backend_->Take(name_, worker_id_, 1 + ahead, slice_deadline);
+    {
+      absl::MutexLock lock(&mu_);
+      --takes_in_flight_;
+    }
     if (!items.ok()) return items.status();
     if (!items->empty()) {
-      WorkItem item = std::move(items->front());
-      // Parsed here, once; a string that does not parse is reported by
-      // the reader of the item (which then stays held).
-      if (ParseWorkItem(&item).ok()) {
-        const SliceSpec& spec = *item.spec;
-        // Items with a range can be split while they are read.
-        if (spec.start.has_value() && spec.end.has_value() && *spec.end > *spec.start) {
-          item.range = std::make_shared<SplittableRange>(*spec.start, *spec.end);
-        }
-      }
-      {
-        absl::MutexLock lock(&mu_);
-        held_[item.lease_id] = item;
-      }
-      StartHeartbeatsIfNeeded();
+      WorkItem item = Hold(std::move(items->front()), /*ready=*/false);
+      for (size_t i = 1; i < items->size(); ++i) Hold(std::move((*items)[i]), /*ready=*/true);
+      StartBackgroundIfNeeded();
       return item;
     }
     if (absl::Now() >= deadline) {
@@ -278,8 +293,33 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
     absl::Status s = Release(item);
     return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : s;
   }
-  absl::StatusOr<CompleteOutcome> outcome =
-      backend_->Complete(name_, worker_id_, item.lease_id);
+  int64_t ahead = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    // Not while a take is on its way: it asked for the items ahead itself,
+    // and a refill answered first would hand them out out of order.
+    if (!stopping_ && takes_in_flight_ == 0 && held_.contains(item.lease_id)) {
+      ahead = AheadWanted(/*completing=*/true);
+      if (ahead > 0) ++refills_in_flight_;
+    }
+  }
+  absl::StatusOr<CompleteOutcome> outcome = CompleteOutcome::kCompleted;
+  if (ahead > 0) {
+    // Refill the items kept ready in the same round trip; a take that
+    // answers at once (nothing to wait for here).
+    CompleteAndTakeReply reply =
+        backend_->CompleteAndTake(name_, worker_id_, item.lease_id, ahead, absl::Now());
+    outcome = std::move(reply.completed);
+    if (reply.taken.ok()) {
+      for (WorkItem& taken : *reply.taken) Hold(std::move(taken), /*ready=*/true);
+      if (!reply.taken->empty()) StartBackgroundIfNeeded();
+    }
+    absl::MutexLock lock(&mu_);
+    --refills_in_flight_;
+    ready_changed_.SignalAll();
+  } else {
+    outcome = backend_->Complete(name_, worker_id_, item.lease_id);
+  }
   if (absl::IsNotFound(outcome.status()) && LeaseLostByCoordinator(item)) {
     SHARDQ_LOG_WARN(
         "queue '{}', worker '{}': the coordinator no longer knows lease {} (item '{}', "
@@ -336,6 +376,9 @@ bool WorkQueue::Impl::LeaseLostByCoordinator(const WorkItem& item) {
 bool WorkQueue::Impl::Forget(uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
   progress_.erase(lease_id);
+  if (auto it = std::find(ready_.begin(), ready_.end(), lease_id); it != ready_.end()) {
+    ready_.erase(it);
+  }
   return held_.erase(lease_id) > 0;
 }
 
@@ -346,7 +389,10 @@ int64_t WorkQueue::Impl::lost_leases() const {
 
 void WorkQueue::Impl::NoteProgress(const WorkItem& item, int64_t offset) {
   absl::MutexLock lock(&mu_);
-  if (held_.contains(item.lease_id)) progress_[item.lease_id] = offset;
+  if (held_.contains(item.lease_id)) {
+    progress_[item.lease_id] = offset;
+    progress_unsent_ = true;
+  }
 }
 
 absl::Status WorkQueue::Impl::ReportProgress() {
@@ -354,6 +400,7 @@ absl::Status WorkQueue::Impl::ReportProgress() {
   {
     absl::MutexLock lock(&mu_);
     progress.assign(progress_.begin(), progress_.end());
+    progress_unsent_ = false;
   }
   if (progress.empty()) return absl::OkStatus();
   return backend_->ReportProgress(name_, worker_id_, progress);
@@ -376,8 +423,11 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
   if (!connected.ok()) return connected.status();
   absl::StatusOr<QueueInfo> info = connected->backend->RestoreCheckpoint(*checkpoint, name);
   if (!info.ok()) return info.status();
-  return std::unique_ptr<WorkQueue>(
-      new WorkQueue(ImplFromInfo(std::move(connected->backend), connected->worker_id, *info)));
+  std::unique_ptr<Impl> impl =
+      ImplFromInfo(std::move(connected->backend), connected->worker_id, *info);
+  impl->heartbeat_interval_ = options.heartbeat_interval;
+  impl->take_ahead_ = std::max<int64_t>(0, options.take_ahead);
+  return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::RestoreCheckpoint(
@@ -391,75 +441,6 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::RestoreCheckpoint(
       new WorkQueue(ImplFromInfo(std::move(backend), worker_id, *info)));
 }
 
-void WorkQueue::Impl::StartHeartbeatsIfNeeded() {
-  absl::MutexLock lock(&mu_);
-  if (heartbeat_started_ || stopping_) return;
-  heartbeat_started_ = true;
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
-}
-
-void WorkQueue::Impl::HeartbeatLoop() {
-  // At least three renewals per lease period: one lost heartbeat never
-  // expires a lease of a live worker.
-  const absl::Duration interval = std::min(lease_timeout_ / 3, heartbeat_interval_);
-  // The next heartbeat is due at `due`. While splits are possible the
-  // coordinator holds a heartbeat up to `interval` waiting for a proposal
-  // for us; such a call counts as the wait, and the next follows at once.
-  absl::Time due = absl::Now() + interval;
-  while (true) {
-    std::vector<uint64_t> leases;
-    std::vector<std::pair<uint64_t, int64_t>> progress;
-    {
-      absl::MutexLock lock(&mu_);
-      while (!stopping_ && !stop_changed_.WaitWithDeadline(&mu_, due)) {
-      }
-      if (stopping_) return;
-      for (const auto& [id, item] : held_) leases.push_back(id);
-      progress.assign(progress_.begin(), progress_.end());
-    }
-    const absl::Time started = absl::Now();
-    due = started + interval;
-    if (leases.empty()) continue;
-    // Lost leases stay in held_: completing one later may still count (a
-    // late first completion) and is otherwise recorded as a duplicate. A
-    // lease lost in a coordinator crash is reported here the same way;
-    // Complete tells the two apart (NOT_FOUND, see lost_leases()).
-    absl::StatusOr<HeartbeatReply> reply =
-        backend_->Heartbeat(name_, worker_id_, leases, progress, interval);
-    if (reply.ok() && !reply->splits.empty()) {
-      AnswerSplits(reply->splits);
-      due = absl::Now();  // more may come: ask again at once
-    }
-  }
-}
-
-void WorkQueue::Impl::AnswerSplits(const std::vector<SplitProposal>& proposals) {
-  for (const SplitProposal& p : proposals) {
-    std::shared_ptr<SplittableRange> range;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = held_.find(p.lease_id);
-      if (it == held_.end()) continue;  // completed meanwhile
-      range = it->second.range;
-      split_in_flight_.insert(p.lease_id);
-    }
-    // Where our reader will stop, if it is not already too close to the end.
-    std::optional<int64_t> at;
-    if (range != nullptr) at = range->Split(p.split_point, p.min_residual);
-    absl::StatusOr<bool> recorded =
-        backend_->AcceptSplit(name_, worker_id_, p.lease_id, at.value_or(-1));
-    absl::MutexLock lock(&mu_);
-    split_in_flight_.erase(p.lease_id);
-    // The reader stops at `at` whatever happens; if the coordinator did not
-    // record the split, completing the item would skip [at, end).
-    // (Unless the item was completed meanwhile: then nothing remains to do.)
-    if (at.has_value() && !(recorded.ok() && *recorded) && held_.contains(p.lease_id)) {
-      split_unrecorded_.insert(p.lease_id);
-    }
-    split_settled_.SignalAll();
-  }
-}
-
 // The public face: each call forwards to the worker's state.
 absl::StatusOr<WorkItem> WorkQueue::Take(absl::Duration timeout) { return impl_->Take(timeout); }
 absl::Status WorkQueue::Complete(const WorkItem& item) { return impl_->Complete(item); }
@@ -468,6 +449,7 @@ absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view rea
   return impl_->Fail(item, reason);
 }
 int64_t WorkQueue::lost_leases() const { return impl_->lost_leases(); }
+void WorkQueue::ReleaseReady() { impl_->ReleaseReady(); }
 absl::StatusOr<QueueStats> WorkQueue::Stats() { return impl_->Stats(); }
 void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
   impl_->NoteProgress(item, offset);
@@ -483,6 +465,7 @@ int64_t WorkQueue::num_items() const { return impl_->num_items_; }
 int64_t WorkQueue::num_epochs() const { return impl_->num_epochs_; }
 int64_t WorkQueue::num_clients() const { return impl_->num_clients_; }
 int64_t WorkQueue::held() const { return impl_->held(); }
+int64_t WorkQueue::ready() const { return impl_->ready(); }
 
 std::unique_ptr<ItemStream> WorkQueue::InputDataset() {
   return std::make_unique<ItemStream>(this);

@@ -22,9 +22,10 @@ class WorkQueueFactory {
       const WorkQueueOptions& options, std::shared_ptr<QueueBackend> backend);
 
   // As WorkQueue::Attach, over `backend`; empty worker_id: a unique name.
+  // `take_ahead` as WorkQueueOptions::take_ahead (>= 0).
   static absl::StatusOr<std::unique_ptr<WorkQueue>> Attach(
       const std::string& name, std::shared_ptr<QueueBackend> backend,
-      const std::string& worker_id);
+      const std::string& worker_id, int64_t take_ahead = 1);
 
   // As WorkQueue::RestoreCheckpoint, over `backend`; empty worker_id: a
   // unique name.

@@ -287,6 +287,8 @@ void ItemLedger::ReleaseHeld() {
   // Best effort, as in ~WorkQueue: an item whose lease is gone meanwhile
   // is back in the queue anyway.
   for (const auto& [lease, item] : held) work_queue_->Release(item).IgnoreError();
+  // And the items the queue took ahead for this reader.
+  if (work_queue_ != nullptr) work_queue_->ReleaseReady();
 }
 
 LedgerStats ItemLedger::stats() const {

@@ -1,0 +1,129 @@
+// WorkQueue's private state (include/shardq/work_queue.h hides it behind
+// WorkQueue::Impl). Shared by work_queue.cc (the factories and the per-item
+// calls) and work_queue_background.cc (the thread that renews leases or
+// answers a session's pushed proposals, and the split answers).
+#ifndef SHARDQ_CLIENT_WORK_QUEUE_IMPL_H_
+#define SHARDQ_CLIENT_WORK_QUEUE_IMPL_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/call_once.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "shardq/work_queue.h"
+#include "src/client/backend.h"
+#include "src/core/process.h"
+
+namespace shardq {
+
+// Everything a worker keeps: what it learnt of its queue, its leases (those
+// being read and those taken ahead, ready), their progress, its session
+// with the coordinator if the backend has sessions, and the background
+// thread that renews leases by heartbeat (no session) or answers pushed
+// split proposals and sends progress (session). Thread-safe.
+class WorkQueue::Impl final : public SessionListener {
+ public:
+  Impl(std::shared_ptr<QueueBackend> backend, std::string name, std::string worker_id)
+      : backend_(std::move(backend)), name_(std::move(name)), worker_id_(std::move(worker_id)) {}
+  ~Impl() override;
+
+  absl::StatusOr<WorkItem> Take(absl::Duration timeout);
+  absl::Status Complete(const WorkItem& item);
+  absl::Status Release(const WorkItem& item);
+  absl::StatusOr<bool> Fail(const WorkItem& item, absl::string_view reason);
+  int64_t lost_leases() const;
+  int64_t held() const;
+  int64_t ready() const;
+  void ReleaseReady();
+  void NoteProgress(const WorkItem& item, int64_t offset);
+  absl::Status ReportProgress();
+  absl::Status SaveCheckpoint(const std::string& path);
+  absl::StatusOr<QueueStats> Stats() { return backend_->Stats(name_); }
+
+  // SessionListener (called on the session's thread): queued for the
+  // background thread.
+  void OnSplitProposals(const std::vector<SplitProposal>& proposals) override;
+  void OnLostLeases(const std::vector<uint64_t>& lease_ids) override;
+
+  // Opens the session once (the first Take); false: no sessions here.
+  absl::StatusOr<bool> EnsureSession();
+  void StartBackgroundIfNeeded();
+  // Without a session: renews leases and fetches proposals by heartbeat.
+  void HeartbeatLoop();
+  // With a session: answers pushed proposals and sends noted progress.
+  void SessionLoop();
+  // Answers the coordinator's split proposals (background thread).
+  void AnswerSplits(const std::vector<SplitProposal>& proposals);
+  // A proposal for an item taken ahead and not started: it is given back
+  // whole (split at its start).
+  void GiveBackReady(const SplitProposal& proposal, const WorkItem& item);
+  // Waits until no split answer of `lease_id` is in flight; true when the
+  // item may be completed (false: release it instead).
+  bool SettleSplit(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After NOT_FOUND for `item`'s lease: true (and the lease is forgotten)
+  // when this worker holds it and the queue still exists, i.e. the
+  // coordinator lost the lease; false when the error is the caller's.
+  bool LeaseLostByCoordinator(const WorkItem& item);
+  // Drops a lease from held_, ready_ and progress_; false if it was not held.
+  bool Forget(uint64_t lease_id);
+  // Parses a granted item and holds it; `ready`: taken ahead, not started.
+  WorkItem Hold(WorkItem item, bool ready);
+  // How many items to take ahead now, within take_ahead and num_clients:
+  // beyond the one a take is for, or (`completing`) with a completion.
+  int64_t AheadWanted(bool completing) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::shared_ptr<QueueBackend> backend_;
+  const std::string name_;
+  const std::string worker_id_;
+  uint64_t seed_ = 0;
+  int64_t num_items_ = 0;
+  int64_t num_epochs_ = 0;
+  int64_t num_clients_ = 1;
+  int64_t take_ahead_ = 1;
+  absl::Duration lease_timeout_;
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);
+
+  absl::once_flag session_once_;
+  absl::StatusOr<bool> session_ = false;  // written once, under session_once_
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, WorkItem> held_ ABSL_GUARDED_BY(mu_);
+  // Leases of held_ taken ahead and not handed out yet, oldest first.
+  std::deque<uint64_t> ready_ ABSL_GUARDED_BY(mu_);
+  // Takes (Take) and refills (a completion's take) on their way to the
+  // coordinator; ready_changed_ is signalled when a refill lands.
+  int64_t takes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t refills_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::CondVar ready_changed_;
+  // Consumed offset per held lease, as noted by readers.
+  absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
+  bool progress_unsent_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Signalled when stopping_ is set or a pushed proposal arrives.
+  absl::CondVar stop_changed_;
+  bool background_started_ ABSL_GUARDED_BY(mu_) = false;
+  // Proposals pushed by the session, not yet answered.
+  std::vector<SplitProposal> pushed_splits_ ABSL_GUARDED_BY(mu_);
+  // Leases whose split answer is being sent, and leases whose reader was cut
+  // short by a split the coordinator did not record.
+  absl::flat_hash_set<uint64_t> split_in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> split_unrecorded_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar split_settled_;
+  std::thread background_thread_;
+  OwnerProcess owner_;  // see src/core/process.h
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_CLIENT_WORK_QUEUE_IMPL_H_
