@@ -1,0 +1,16 @@
+// The version of the worker session protocol (coordinator.proto,
+// ProtocolVersion): sent by a client in SessionOpen and by the coordinator
+// in SessionOpened. The same major version works together (a newer minor
+// version only adds fields the other side ignores); a different major
+// version is refused with FAILED_PRECONDITION naming both.
+#ifndef SHARDQ_RPC_PROTOCOL_VERSION_H_
+#define SHARDQ_RPC_PROTOCOL_VERSION_H_
+
+namespace shardq {
+
+inline constexpr int kProtocolMajor = 1;
+inline constexpr int kProtocolMinor = 0;
+
+}  // namespace shardq
+
+#endif  // SHARDQ_RPC_PROTOCOL_VERSION_H_
