@@ -71,10 +71,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
 }
 
 CoordinatorImpl::~CoordinatorImpl() {
+  std::unique_ptr<WaitHub> hub;
   {
     absl::MutexLock lock(&hub_mu_);
-    hub_.reset();
+    hub = std::move(hub_);
+    hub_stopped_ = true;
   }
+  hub.reset();  // joins its thread, which may be asking for Hub() meanwhile
   if (journal_ == nullptr) return;
   std::vector<std::shared_ptr<Entry>> entries;
   {

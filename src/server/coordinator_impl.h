@@ -306,8 +306,9 @@ class CoordinatorImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // The wait hub's work for one queue; returns when to run again.
   absl::Time ServeWaiters(Entry& e);
-  // The wait hub, started on first use.
-  WaitHub& Hub();
+  // The wait hub, started on first use; nullptr once the coordinator is
+  // being destroyed.
+  WaitHub* Hub();
   // Answers every waiting session take and ends every session (Shutdown).
   void ShutdownSessions();
 
@@ -320,9 +321,10 @@ class CoordinatorImpl {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> queues_
       ABSL_GUARDED_BY(mu_);
-  // Serves waiting session takes (Hub()); declared last, stopped first.
+  // Serves waiting session takes (Hub()); stopped first by the destructor.
   absl::Mutex hub_mu_;
   std::unique_ptr<WaitHub> hub_ ABSL_GUARDED_BY(hub_mu_);
+  bool hub_stopped_ ABSL_GUARDED_BY(hub_mu_) = false;
 };
 
 class CoordinatorImpl::Session {

@@ -99,18 +99,19 @@ struct CoordinatorImpl::EntrySessions {
   uint64_t next_waiter = 1;
 };
 
-WaitHub& CoordinatorImpl::Hub() {
+WaitHub* CoordinatorImpl::Hub() {
   absl::MutexLock lock(&hub_mu_);
-  if (hub_ == nullptr) {
+  if (hub_ == nullptr && !hub_stopped_) {
     hub_ = std::make_unique<WaitHub>(
         [this](void* key) { return ServeWaiters(*static_cast<Entry*>(key)); });
   }
-  return *hub_;
+  return hub_.get();
 }
 
 void CoordinatorImpl::NotifyChanged(Entry& e) {
   e.changed.SignalAll();
-  if (e.sessions != nullptr && !e.sessions->waiters.empty()) Hub().Poke(&e);
+  if (e.sessions == nullptr || e.sessions->waiters.empty()) return;
+  if (WaitHub* hub = Hub(); hub != nullptr) hub->Poke(&e);
 }
 
 void CoordinatorImpl::CollectSplitPush(Entry& e, uint64_t lease_id, SplitPushes* pushes) {
@@ -285,7 +286,10 @@ bool CoordinatorImpl::SessionStep(Session& session, const SessionOps& ops, Sessi
     } else if (ops.take > 0) {
       wait = TakeLocked(e, worker, ops.take, now, out, &pushes);
     }
-    if (wait && ops.take_wait > absl::ZeroDuration() && !shutting_down_.load()) {
+    WaitHub* hub = wait && ops.take_wait > absl::ZeroDuration() && !shutting_down_.load()
+                       ? Hub()
+                       : nullptr;
+    if (hub != nullptr) {
       pending = std::make_shared<PendingStep>();
       pending->sink = session.sink_;
       pending->cookie = cookie;
@@ -297,7 +301,7 @@ bool CoordinatorImpl::SessionStep(Session& session, const SessionOps& ops, Sessi
       e.sessions->waiters.emplace(id,
                                   EntrySessions::TakeWaiter{&session, pending, ops.take, deadline});
       session.waiting_.push_back(id);
-      Hub().WakeBy(&e, std::min(deadline, absl::Now() + kMaxWaitSlice));
+      hub->WakeBy(&e, std::min(deadline, absl::Now() + kMaxWaitSlice));
     }
     AppendProposals(e, session, out);
     const uint64_t seq = AfterChange(e);

@@ -209,6 +209,7 @@ class SessionReactor final
     {
       absl::MutexLock lock(&mu_);
       opened_ = true;
+      opened_session_ = session->get();
       session_ = *session;
       ended = ending_;
       std::unique_ptr<v1::SessionResponse> answer = NewResponseLocked();
@@ -238,7 +239,6 @@ class SessionReactor final
     }
     ToOps(req, &ops_);
     Slot* slot;
-    std::shared_ptr<CoordinatorImpl::Session> session;
     {
       // read_in_flight_ stays set until the step is applied: the next
       // request is read only then, so requests apply in order.
@@ -252,9 +252,8 @@ class SessionReactor final
       slot = slots_.back().get();
       slot->request_id = req.request_id();
       slot->ready = false;
-      session = session_;
     }
-    const bool done = coordinator_->SessionStep(*session, ops_, &slot->result,
+    const bool done = coordinator_->SessionStep(*opened_session_, ops_, &slot->result,
                                                 reinterpret_cast<uint64_t>(slot));
     {
       absl::MutexLock lock(&mu_);
@@ -342,8 +341,10 @@ class SessionReactor final
   // are one at a time, and the next starts after they are used).
   v1::SessionRequest request_;
   SessionOps ops_;
-  // Set under mu_ by that thread, which alone reads it unlocked.
+  // Set under mu_ by that thread, which alone reads them unlocked
+  // (session_ below owns the session).
   bool opened_ = false;
+  CoordinatorImpl::Session* opened_session_ = nullptr;
 
   absl::Mutex mu_;
   std::shared_ptr<CoordinatorImpl::Session> session_ ABSL_GUARDED_BY(mu_);
