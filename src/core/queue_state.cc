@@ -502,6 +502,7 @@ void QueueState::SkipLeaseIdsAfterRecovery() {
 int64_t QueueState::ExpireLeases(absl::Time now) {
   int64_t count = 0;
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    if (!sessions_.empty() && KeepAliveBySession(deadlines_.begin()->second, now)) continue;
     journal::Update update = NewUpdate(now);
     update.mutable_expire()->set_lease_id(deadlines_.begin()->second);
     // Cannot fail: the lease is in the table.

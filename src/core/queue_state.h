@@ -29,7 +29,10 @@
 //    AcceptSplit: its item becomes [start, S) and [S, end) a new "extra"
 //    item at the front of the queue. A planned item counts as completed
 //    when its own (head) range is; extras are completed on their own and
-//    the queue is finished only when every extra is too.
+//    the queue is finished only when every extra is too. Take-ahead: an
+//    item a busy worker (holding several) has not started is proposed
+//    first, at its start; the holder answering its start gives it back
+//    whole, as a release (not a failed attempt).
 //
 // Epochs are materialised lazily: the order of epoch e+1 is generated when
 // the pending items of epoch e run out, so memory holds at most two epochs'
@@ -192,8 +195,10 @@ class QueueState {
   // that lets `asker` (at its own rate) and the holder finish together.
   // At most one proposal per asker is outstanding; items whose holder
   // refused, items without a byte/row range and items too short to leave
-  // split_min_residual on both sides are skipped. Proposals are soft
-  // state (not journaled).
+  // split_min_residual on both sides are skipped. Preferred to all that:
+  // the item a worker holding several was granted last, while nothing past
+  // its start is reported, proposed at its start (give it back whole).
+  // Proposals are soft state (not journaled).
   // Returns the lease proposed for, or 0 when none.
   uint64_t ProposeSplit(absl::string_view asker, absl::Time now);
 
@@ -203,7 +208,10 @@ class QueueState {
   // returns true. NOT_FOUND / PERMISSION_DENIED as Release (the holder
   // must then not complete the item: it is read again whole elsewhere);
   // INVALID_ARGUMENT for a point outside (start, end) or before the one
-  // proposed.
+  // proposed. `split_point` equal to the item's start gives the whole item
+  // back (journaled as a release: it goes to the front of the queue, no
+  // failed attempt) and returns true, whatever point was proposed;
+  // INVALID_ARGUMENT when progress past the start was reported.
   absl::StatusOr<bool> AcceptSplit(absl::string_view worker, uint64_t lease_id,
                                    int64_t split_point, absl::Time now);
 
@@ -250,6 +258,22 @@ class QueueState {
 
   // Earliest lease deadline; InfiniteFuture when nothing is leased.
   absl::Time NextDeadline() const;
+
+  // ---- Worker sessions (queue_state_sessions.cc): soft state, not
+  // journaled. While `worker` has a session open, its leases never expire;
+  // once its last session closes they expire lease_timeout after the close
+  // (or later, when renewed by a heartbeat). Nothing runs per session:
+  // ExpireLeases moves a due lease of such a worker to its new deadline
+  // when it comes across it (once per lease timeout per lease at most).
+  void OpenSession(absl::string_view worker);
+  // `now`: when the session closed. Every OpenSession needs one close.
+  void CloseSession(absl::string_view worker, absl::Time now);
+  // Sessions `worker` has open (tests, status).
+  int64_t SessionsOpen(absl::string_view worker) const;
+  // The worker holding `lease_id`; nullptr when it is not held.
+  const std::string* HolderOf(uint64_t lease_id) const;
+  // The split proposal awaiting the answer of `lease_id`'s holder, if any.
+  std::optional<SplitProposal> ProposalFor(uint64_t lease_id) const;
 
   // True when every item of every epoch is done: completed or failed.
   bool Finished() const {
@@ -430,6 +454,20 @@ class QueueState {
   int64_t rate_count_ = 0;
   // Sets lease.start/end from its item string.
   void ParseRange(Lease& lease) const;
+  // Worker sessions (queue_state_sessions.cc).
+  struct SessionPresence {
+    int64_t open = 0;
+    absl::Time closed = absl::InfinitePast();  // when the last one closed
+  };
+  absl::flat_hash_map<std::string, SessionPresence> sessions_;
+  // For ExpireLeases: when lease `lease_id` (due by `now`) belongs to a
+  // worker with a session open, or closed less than lease_timeout ago,
+  // moves its deadline past `now` and returns true.
+  bool KeepAliveBySession(uint64_t lease_id, absl::Time now);
+  // Take-ahead (queue_state_split.cc): proposes that a busy worker (one
+  // holding several items) give back whole an item it has not started.
+  // nullopt: no such item; 0: the asker already has a proposal out.
+  std::optional<uint64_t> ProposeGiveBack(absl::string_view asker);
   UpdateSink sink_;
   // The sequence part of the last lease id issued (mod 2^20 - 1); taken
   // from each applied lease's id, so replay restores it exactly.

@@ -34,7 +34,44 @@ void QueueState::ParseRange(Lease& lease) const {
   }
 }
 
+std::optional<uint64_t> QueueState::ProposeGiveBack(absl::string_view asker) {
+  Lease* best = nullptr;
+  uint64_t best_id = 0;
+  for (auto& [id, lease] : leases_) {
+    if (lease.proposal >= 0) {
+      if (lease.proposed_for == asker) return 0;  // one proposal per asker
+      continue;
+    }
+    // Not started: no progress reported past its start (a reader reports
+    // the offset it has consumed up to).
+    if (lease.no_split || lease.start < 0 || lease.worker == asker ||
+        lease.progress > lease.start) {
+      continue;
+    }
+    auto holder = workers_.find(lease.worker);
+    if (holder == workers_.end() || holder->second.held < 2) continue;
+    // The holder reads its items in the order it got them: the last one
+    // granted is the furthest from being started (at the same time, the
+    // later lease sequence number, the low bits of its id).
+    constexpr uint64_t kSequenceBits = (uint64_t{1} << 20) - 1;
+    if (best != nullptr &&
+        (lease.granted < best->granted ||
+         (lease.granted == best->granted && (id & kSequenceBits) < (best_id & kSequenceBits)))) {
+      continue;
+    }
+    best = &lease;
+    best_id = id;
+  }
+  if (best == nullptr) return std::nullopt;
+  best->proposal = best->start;
+  best->proposed_for = std::string(asker);
+  return best_id;
+}
+
 uint64_t QueueState::ProposeSplit(absl::string_view asker, absl::Time now) {
+  // Take-ahead first: an item a busy worker has not started goes to the
+  // asker whole, before anything is cut.
+  if (std::optional<uint64_t> id = ProposeGiveBack(asker); id.has_value()) return *id;
   const int64_t min_residual = config_.split_min_residual;
   Lease* best = nullptr;
   uint64_t best_id = 0;
@@ -105,6 +142,18 @@ absl::StatusOr<bool> QueueState::AcceptSplit(absl::string_view worker, uint64_t 
   if (split_point < 0) {
     lease.no_split = true;
     return false;
+  }
+  if (lease.start >= 0 && split_point == lease.start) {
+    // An item taken ahead and not started, given back whole: a release.
+    if (lease.progress > lease.start) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "queue '", config_.name, "': lease ", lease_id, " cannot be given back whole at ",
+          split_point, ": its holder reported reading it up to ", lease.progress));
+    }
+    journal::Update update = NewUpdate(now);
+    update.mutable_release()->set_lease_id(lease_id);
+    if (absl::Status s = Commit(update); !s.ok()) return s;
+    return true;
   }
   absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
   if (!spec.ok()) return spec.status();

@@ -71,6 +71,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
 }
 
 CoordinatorImpl::~CoordinatorImpl() {
+  std::unique_ptr<WaitHub> hub;
+  {
+    absl::MutexLock lock(&hub_mu_);
+    hub = std::move(hub_);
+    hub_stopped_ = true;
+  }
+  hub.reset();  // joins its thread, which may be asking for Hub() meanwhile
   if (journal_ == nullptr) return;
   std::vector<std::shared_ptr<Entry>> entries;
   {
@@ -154,7 +161,7 @@ uint64_t CoordinatorImpl::AfterChange(Entry& e) {
 void CoordinatorImpl::ExpireLeases(Entry& e, absl::Time now) {
   const int64_t expired = e.state->ExpireLeases(now);
   if (expired == 0) return;
-  e.changed.SignalAll();
+  NotifyChanged(e);
   SHARDQ_LOG_INFO("queue '{}': {} lease(s) expired (no heartbeat for {}); their items go back "
                   "to the queue",
                   e.state->config().name, expired,
@@ -314,6 +321,7 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
   std::vector<WorkItem> items;
   absl::Status result;
   uint64_t seq = 0;
+  SplitPushes pushes;
   {
     absl::MutexLock lock(&e.mu);
     while (true) {
@@ -334,7 +342,10 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
           continue;
         }
         // A heartbeat of the holder may be waiting for this proposal.
-        if (r->proposed_lease != 0) e.changed.SignalAll();
+        if (r->proposed_lease != 0) {
+          e.changed.SignalAll();
+          CollectSplitPush(e, r->proposed_lease, &pushes);
+        }
         if (items.empty() && r->outcome == TakeOutcome::kEndOfInput) {
           result = absl::OutOfRangeError(absl::StrCat("queue '", queue, "': end of input"));
         }
@@ -346,6 +357,13 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
       // expiry, a change signalled by another call, or a periodic re-check.
       absl::Time wake = std::min(deadline, e.state->NextDeadline());
       wake = std::min(wake, now + kMaxWaitSlice);
+      if (!pushes.empty()) {  // to the holder's sessions, unlocked; then try again
+        e.mu.Unlock();
+        DeliverPushes(pushes);
+        pushes.clear();
+        e.mu.Lock();
+        continue;
+      }
       e.changed.WaitWithDeadline(&e.mu, wake);
     }
     seq = AfterChange(e);
@@ -354,6 +372,7 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
     // other answer (see the header).
     if (result.ok() && (journal_ == nullptr || !TooManyGrantsBehind(e))) seq = 0;
   }
+  DeliverPushes(pushes);
   if (absl::Status s = Durable(seq); !s.ok()) return s;
   if (!result.ok()) return result;
   // A take that waited may wake after the journal failed: its grants will
@@ -392,7 +411,7 @@ absl::StatusOr<CompleteOutcome> CoordinatorImpl::CompleteLocked(Entry& e,
                                                                 absl::string_view worker,
                                                                 uint64_t lease_id) {
   absl::StatusOr<CompleteOutcome> outcome = e.state->Complete(worker, lease_id, clock_->Now());
-  if (outcome.ok()) e.changed.SignalAll();  // a take may wait for the queue to finish
+  if (outcome.ok()) NotifyChanged(e);  // a take may wait for the queue to finish
   return outcome;
 }
 
@@ -426,7 +445,7 @@ absl::Status CoordinatorImpl::Release(absl::string_view queue,
   if (absl::Status s = Writable(); !s.ok()) return s;
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     absl::Status status = e.state->Release(worker, lease_id, clock_->Now());
-    if (status.ok()) e.changed.SignalAll();
+    if (status.ok()) NotifyChanged(e);
     return status;
   });
 }
@@ -438,7 +457,7 @@ absl::StatusOr<bool> CoordinatorImpl::Fail(absl::string_view queue, absl::string
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<bool> {
     absl::StatusOr<bool> failed = e.state->Fail(worker, lease_id, reason, clock_->Now());
     // The item is pending again, or set aside (which may finish the queue).
-    if (failed.ok()) e.changed.SignalAll();
+    if (failed.ok()) NotifyChanged(e);
     return failed;
   });
 }
@@ -476,7 +495,7 @@ absl::StatusOr<bool> CoordinatorImpl::AcceptSplit(absl::string_view queue,
     absl::StatusOr<bool> accepted =
         e.state->AcceptSplit(worker, lease_id, split_point, clock_->Now());
     // A refusal too: a waiting take may propose another split.
-    if (accepted.ok()) e.changed.SignalAll();
+    if (accepted.ok()) NotifyChanged(e);
     return accepted;
   });
 }
@@ -541,6 +560,7 @@ void CoordinatorImpl::Shutdown() {
     absl::MutexLock lock(&entry->mu);
     entry->changed.SignalAll();
   }
+  ShutdownSessions();
 }
 
 absl::StatusOr<QueueStats> CoordinatorImpl::Stats(absl::string_view queue) {

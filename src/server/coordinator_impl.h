@@ -57,6 +57,8 @@
 #include "shardq/work_item.h"
 #include "src/core/clock.h"
 #include "src/core/queue_state.h"
+#include "src/server/session_types.h"
+#include "src/server/wait_hub.h"
 #include "src/store/journal.h"
 #include "src/types/queue_types.h"
 
@@ -185,7 +187,56 @@ class CoordinatorImpl {
   // Every queue, sorted by name.
   std::vector<QueueStats> AllStats();
 
+  // ---- Worker sessions (coordinator_sessions.cc) ----
+  // A worker's session with one queue (one open stream), as the transport
+  // holds it. Opaque; thread-safe.
+  class Session;
+
+  // Opens a session of `worker` with `queue`. While any session of the
+  // worker with the queue is open its leases do not expire; when the last
+  // one closes they expire lease_timeout later (QueueState::OpenSession).
+  // Of `lease_ids` (held from an earlier stream: a re-open), those still
+  // held are kept; the others are listed in `opening->lost_lease_ids`.
+  // `sink` gets the session's late answers and pushed split proposals
+  // until CloseSession returns. Never waits for the disk. NOT_FOUND for an
+  // unknown queue; INVALID_ARGUMENT for a bad name or too many lease ids;
+  // UNAVAILABLE while shutting down or when nothing can be stored.
+  absl::StatusOr<std::shared_ptr<Session>> OpenSession(absl::string_view queue,
+                                                       absl::string_view worker,
+                                                       const std::vector<uint64_t>& lease_ids,
+                                                       std::shared_ptr<SessionSink> sink,
+                                                       SessionOpening* opening);
+  // Applies one request's `ops` in order (split answers, progress,
+  // completions, releases, take) under one hold of the queue's mutex and
+  // writes their results into `*out`; a failed operation is answered in
+  // `*out` and stops nothing. Never blocks. Returns true when `*out` is
+  // final now. Otherwise (a take that waits for an item, or, durable, a
+  // change that must reach the disk before it is answered) `*out` must
+  // stay valid and untouched until the coordinator calls
+  // sink->StepDone(cookie), exactly once, from another thread (or from
+  // CancelSessionTakes / CloseSession / Shutdown). A waiting take is
+  // answered on the next change that lets it proceed (completion, release,
+  // expiry, accepted split, end of input) or at its wait's end (real time)
+  // with no items. Split proposals made by the take are pushed at once to
+  // the sessions of the holder; proposals awaiting this worker's answer
+  // are in every result until answered.
+  bool SessionStep(Session& session, const SessionOps& ops, SessionResult* out,
+                   uint64_t cookie);
+  // Answers the session's waiting takes now, with no items.
+  void CancelSessionTakes(Session& session);
+  // Ends the session (idempotent): its waiting takes are answered with no
+  // items; when it was the worker's last session, the worker's leases
+  // expire lease_timeout from now. The sink is not called after this
+  // returns.
+  void CloseSession(Session& session);
+  // Sessions `worker` has open with `queue` (0 for an unknown queue).
+  int64_t SessionsOpen(absl::string_view queue, absl::string_view worker);
+
  private:
+  struct EntrySessions;  // a queue's sessions and waiting takes
+  struct PendingStep;    // a SessionStep answered later
+  // Split proposals to push to sessions once the queue's mutex is released.
+  using SplitPushes = std::vector<std::pair<std::shared_ptr<SessionSink>, SplitProposal>>;
   struct Entry {
     std::string name;
     absl::Mutex mu;
@@ -197,6 +248,8 @@ class CoordinatorImpl {
     // Journal sequence numbers of grants handed out without waiting that
     // may not be durable yet, oldest first (see the file comment).
     std::deque<uint64_t> grants_behind ABSL_GUARDED_BY(mu);
+    // Open sessions and waiting session takes; null until the first session.
+    std::shared_ptr<EntrySessions> sessions ABSL_GUARDED_BY(mu);
   };
 
   CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal, int64_t snapshot_every,
@@ -235,6 +288,29 @@ class CoordinatorImpl {
   auto Mutate(absl::string_view queue, Change change)
       -> decltype(change(std::declval<Entry&>()));
   static QueueInfo Describe(const QueueConfig& config, bool created);
+  // After a change that may let waiting takes proceed: wakes blocked Takes
+  // and has the wait hub serve the queue's waiting session takes.
+  void NotifyChanged(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // Queues a push of the proposal just made for `lease_id` to the sessions
+  // of its holder.
+  void CollectSplitPush(Entry& e, uint64_t lease_id, SplitPushes* pushes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // Calls the sinks (no lock held).
+  static void DeliverPushes(SplitPushes& pushes);
+  // Leases up to `max_items` to `worker` into out->items (or sets
+  // out->take / out->end_of_input); true when the take must wait.
+  bool TakeLocked(Entry& e, const std::string& worker, int64_t max_items, absl::Time now,
+                  SessionResult* out, SplitPushes* pushes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // The proposals awaiting `session`'s answer, into out->proposals.
+  void AppendProposals(Entry& e, Session& session, SessionResult* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // The wait hub's work for one queue; returns when to run again.
+  absl::Time ServeWaiters(Entry& e);
+  // The wait hub, started on first use; nullptr once the coordinator is
+  // being destroyed.
+  WaitHub* Hub();
+  // Answers every waiting session take and ends every session (Shutdown).
+  void ShutdownSessions();
 
   Clock* const clock_;
   const std::unique_ptr<Journal> journal_;  // null: in memory only
@@ -245,6 +321,24 @@ class CoordinatorImpl {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> queues_
       ABSL_GUARDED_BY(mu_);
+  // Serves waiting session takes (Hub()); stopped first by the destructor.
+  absl::Mutex hub_mu_;
+  std::unique_ptr<WaitHub> hub_ ABSL_GUARDED_BY(hub_mu_);
+  bool hub_stopped_ ABSL_GUARDED_BY(hub_mu_) = false;
+};
+
+class CoordinatorImpl::Session {
+ public:
+  const std::string& worker() const { return worker_; }
+
+ private:
+  friend class CoordinatorImpl;
+  std::shared_ptr<Entry> entry_;
+  std::string worker_;
+  // The members below are guarded by entry_->mu.
+  std::shared_ptr<SessionSink> sink_;  // null once closed
+  std::vector<uint64_t> pushed_;       // leases whose proposal it was sent
+  std::vector<uint64_t> waiting_;      // ids of its waiting takes
 };
 
 // A seed drawn from the operating system's entropy.

@@ -19,6 +19,7 @@
 #include "openssl/x509.h"
 #include "src/rpc/convert.h"
 #include "src/server/listen_address.h"
+#include "src/server/session_service.h"
 
 namespace shardq {
 namespace {
@@ -289,6 +290,11 @@ grpc::Status CoordinatorService::RestoreCheckpoint(grpc::ServerContext* ctx,
   return ToGrpcStatus(info.status());
 }
 
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorService::Session(
+    grpc::CallbackServerContext* ctx) {
+  return StartSession(coordinator_, Authorize(*ctx));
+}
+
 CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator,
                                      const std::string& token)
     : coordinator_(std::move(coordinator)), service_(coordinator_.get(), token) {}
@@ -337,6 +343,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   CoordinatorOptions coordinator_options;
   coordinator_options.state_dir = options.state_dir;
+  coordinator_options.clock = options.clock;
   absl::StatusOr<std::unique_ptr<CoordinatorImpl>> coordinator =
       CoordinatorImpl::Create(coordinator_options);
   if (!coordinator.ok()) return coordinator.status();

@@ -33,6 +33,9 @@ struct ServerOptions {
   // server goes on. 64 MiB carries a CreateQueue of ~600,000 items of
   // ~100 bytes; `shardq serve --max-request-mb` changes it.
   int64_t max_request_bytes = int64_t{64} << 20;
+  // The coordinator's clock (leases, progress); nullptr: the real clock.
+  // Tests pass a FakeClock; it must outlive the server.
+  Clock* clock = nullptr;
 };
 
 // Thread-safe (handlers run on gRPC's threads). Take and Complete, the
@@ -44,8 +47,8 @@ struct ServerOptions {
 // for its hot calls pays a hand-off between gRPC's two thread pools on
 // every call.)
 class CoordinatorService final
-    : public v1::Coordinator::WithCallbackMethod_Take<
-          v1::Coordinator::WithCallbackMethod_Complete<v1::Coordinator::Service>> {
+    : public v1::Coordinator::WithCallbackMethod_Session<v1::Coordinator::WithCallbackMethod_Take<
+          v1::Coordinator::WithCallbackMethod_Complete<v1::Coordinator::Service>>> {
  public:
   // `coordinator` must outlive the service.
   CoordinatorService(CoordinatorImpl* coordinator, std::string token);
@@ -79,6 +82,9 @@ class CoordinatorService final
   grpc::Status RestoreCheckpoint(grpc::ServerContext* ctx,
                                  const v1::RestoreCheckpointRequest* req,
                                  v1::QueueInfo* resp) override;
+  // A worker's session stream (src/server/session_service.h).
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
+      grpc::CallbackServerContext* ctx) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the token (when one is set).

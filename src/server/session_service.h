@@ -1,0 +1,42 @@
+// The gRPC side of worker sessions (coordinator.proto, rpc Session): one
+// callback reactor per stream, a thin adapter over CoordinatorImpl's
+// session calls (OpenSession, SessionStep, CloseSession).
+//
+// Per stream: the first message must carry `open` (else INVALID_ARGUMENT);
+// a client of another major protocol version (src/rpc/protocol_version.h)
+// is refused with FAILED_PRECONDITION naming both versions, another minor
+// version is served. Then requests are applied in arrival order, each
+// under one hold of its queue's mutex, and answered in the same order (a
+// request waiting for an item or for the disk holds back the answers
+// after it, not their effects). At most one write is in flight; answers
+// and pushed split proposals (request_id 0) queue behind it. Handlers
+// never block: a waiting take sits in its queue's waiter list, a durable
+// answer is sent by the journal's callback. At most kMaxUnanswered
+// requests are read ahead of their answers; then reading pauses.
+// The stream ends OK after the client half-closes (its waiting takes are
+// answered at once with no items), CANCELLED when the client goes away,
+// UNAVAILABLE when the coordinator shuts down; closing it starts the
+// worker's lease timeout (CoordinatorImpl::CloseSession).
+#ifndef SHARDQ_SERVER_SESSION_SERVICE_H_
+#define SHARDQ_SERVER_SESSION_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "grpcpp/support/server_callback.h"
+#include "proto/shardq/coordinator.pb.h"
+#include "src/server/coordinator_impl.h"
+
+namespace shardq {
+
+// Requests a session reads ahead of their answers.
+inline constexpr size_t kMaxUnanswered = 64;
+
+// The reactor of one Session stream. `authorized` is the outcome of the
+// service's token check: an error ends the stream with it at once.
+// `coordinator` must outlive the stream. gRPC owns the result until its
+// OnDone.
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* StartSession(
+    CoordinatorImpl* coordinator, const absl::Status& authorized);
+
+}  // namespace shardq
+
+#endif  // SHARDQ_SERVER_SESSION_SERVICE_H_
