@@ -51,6 +51,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -1007,6 +1008,9 @@ int Run(const Flags& flags) {
 }  // namespace shardq
 
 int main(int argc, char** argv) {
+  // Debian's abseil is built without NDEBUG: every absl::Mutex (gRPC's
+  // included) would run the deadlock detector, as `shardq serve` does not.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   shardq::Flags flags;
   CLI::App app{"shardq coordinator vs Redis work queue: take+complete throughput and latency"};
   app.add_option("--shardq", flags.shardq_address, "HOST:PORT of a running `shardq serve`")
