@@ -74,7 +74,9 @@ struct Row {
   SimulationResult sim;
   std::optional<StreamCounts> streams;  // session driver only
   double completions_per_s = 0;
-  double p50_ms = 0, p99_ms = 0, p999_ms = 0;
+  double p50_ms = 0, p99_ms = 0, p999_ms = 0;  // every take
+  int64_t window_takes = 0;
+  double window_p50_ms = 0, window_p99_ms = 0, window_p999_ms = 0;  // the steady window's
   double coord_cores = 0, gen_cores = 0;
   double rss_peak_mb = 0, rss_end_mb = 0;
   int64_t expired = 0, refused = 0;
@@ -274,7 +276,22 @@ absl::StatusOr<Row> RunOne(const Flags& flags, int workers, const std::string& d
   row.p50_ms = Quantile(row.sim.take_latency_ns, 0.50);
   row.p99_ms = Quantile(row.sim.take_latency_ns, 0.99);
   row.p999_ms = Quantile(row.sim.take_latency_ns, 0.999);
+  {
+    // The same over the steady window only (no ramp, no tail).
+    std::vector<int64_t> window;
+    for (size_t i = 0; i < row.sim.take_latency_ns.size(); ++i) {
+      const double at = row.sim.take_answered_s[i];
+      if (at >= row.sim.window_start_s && at <= row.sim.window_end_s) {
+        window.push_back(row.sim.take_latency_ns[i]);
+      }
+    }
+    row.window_takes = static_cast<int64_t>(window.size());
+    row.window_p50_ms = Quantile(window, 0.50);
+    row.window_p99_ms = Quantile(window, 0.99);
+    row.window_p999_ms = Quantile(window, 0.999);
+  }
   row.sim.take_latency_ns.clear();
+  row.sim.take_answered_s.clear();
 
   absl::StatusOr<v1::QueueStatus> status = QueueStatusOf(*control, queue);
   if (absl::StatusOr<ProcSample> end = ReadProc(pid); end.ok()) {
@@ -348,9 +365,12 @@ void PrintTable(const Flags& flags, const std::vector<Row>& rows) {
                              c.first_drop.empty() ? "" : absl::StrCat(" (first drop: ",
                                                                       c.first_drop, ")"));
     }
-    std::printf("  N=%d %s %s: %.1f s, %s%s, empty takes %lld, progress reports %lld, lost "
+    std::printf("  N=%d %s %s: %.1f s (steady window %.1f..%.1f s: %lld takes, p50 / p99 / p999 "
+                "%.2f / %.2f / %.2f ms), %s%s, empty takes %lld, progress reports %lld, lost "
                 "leases %lld, refused completions %lld%s%s%s\n",
                 r.workers, r.driver.c_str(), r.mode.c_str(), r.sim.run_seconds,
+                r.sim.window_start_s, r.sim.window_end_s, static_cast<long long>(r.window_takes),
+                r.window_p50_ms, r.window_p99_ms, r.window_p999_ms,
                 r.streams.has_value() ? "messages" : "RPCs", calls.c_str(),
                 static_cast<long long>(r.sim.empty_takes),
                 static_cast<long long>(r.sim.progress_reports),
@@ -369,12 +389,13 @@ void WriteJson(const std::string& path, const Flags& flags, const std::vector<Ro
         "  {\"workers\": %d, \"driver\": \"%s\", \"mode\": \"%s\", \"items\": %d, "
         "\"connected\": %d, \"dropped\": %d, \"sessions_opened\": %d, \"sessions_dropped\": %d, "
         "\"completions_per_s\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, "
+        "\"window_p99_ms\": %.3f, "
         "\"coord_cores\": %.3f, \"rss_peak_mb\": %.1f, \"rss_end_mb\": %.1f, "
         "\"gen_cores\": %.3f, \"exact\": %s}%s\n",
         r.workers, r.driver, r.mode, r.items, r.sim.workers_connected, r.sim.workers_dropped,
         r.streams.has_value() ? r.streams->opened : 0,
-        r.streams.has_value() ? r.streams->dropped : 0, r.completions_per_s, r.p50_ms, r.p99_ms, r.p999_ms, r.coord_cores, r.rss_peak_mb,
-        r.rss_end_mb, r.gen_cores, r.problems.empty() ? "true" : "false",
+        r.streams.has_value() ? r.streams->dropped : 0, r.completions_per_s, r.p50_ms, r.p99_ms,
+        r.p999_ms, r.window_p99_ms, r.coord_cores, r.rss_peak_mb, r.rss_end_mb, r.gen_cores, r.problems.empty() ? "true" : "false",
         i + 1 < rows.size() ? "," : "");
   }
   out << "]}\n";

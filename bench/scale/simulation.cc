@@ -156,6 +156,7 @@ class Simulation {
     result.progress_reports = progress_reports_;
     result.completed_per_item = completed_;
     result.take_latency_ns = std::move(latencies_);
+    result.take_answered_s = std::move(answered_s_);
     result.window_start_s = Seconds(window_start_);
     result.window_end_s = Seconds(window_end_);
     result.window_completions = window_end_completions_ - window_start_completions_;
@@ -226,6 +227,7 @@ class Simulation {
       } else {
         ++takes_;
         latencies_.push_back(reply->latency_ns);
+        answered_s_.push_back(static_cast<float>(Seconds(SteadyClock::now())));
         if (!w.started) {
           w.started = true;
           if (++started_workers_ == options_.workers) open_window = true;
@@ -359,6 +361,7 @@ class Simulation {
   std::condition_variable done_cv_;
   std::vector<uint32_t> completed_;
   std::vector<int64_t> latencies_;
+  std::vector<float> answered_s_;
   int finished_workers_ = 0, started_workers_ = 0, dropped_ = 0;
   int64_t rpc_errors_ = 0, takes_ = 0, empty_takes_ = 0, completions_ = 0, duplicates_ = 0;
   int64_t lost_leases_ = 0, progress_reports_ = 0;

@@ -45,6 +45,7 @@ struct SimulationResult {
   // Per item (epoch 0): completions the coordinator accepted as first.
   std::vector<uint32_t> completed_per_item;
   std::vector<int64_t> take_latency_ns;  // takes that returned an item
+  std::vector<float> take_answered_s;    // when each was answered, since the start
   // The steady window: from one mean per-item time after every worker
   // held its first item to the last pending item handed out (the tail).
   double window_start_s = 0, window_end_s = 0;  // since the run's start
