@@ -78,10 +78,13 @@ def bars_panel(x0, y0, w, h, groups, series, value_of, title, ylabel, log=False)
             out.append(f'<rect x="{gx + j * bw:.1f}" y="{y0 + h - bh:.1f}" width="{bw - 2:.1f}" '
                        f'height="{bh:.1f}" fill="{colour}"><title>{label}: {v:g}</title></rect>')
         out.append(text(x0 + i * gw + gw / 2, y0 + h + 16, f"N = {g:,}", 11))
+    # The legend under the axis, in two columns, clear of the bars.
+    rows_per_column = (len(series) + 1) // 2
     for j, (_, label, colour) in enumerate(series):
-        ly = y0 + 8 + j * 16
-        out.append(f'<rect x="{x0 + 8}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>')
-        out.append(text(x0 + 22, ly, label, 11, "start"))
+        lx = x0 + 8 + (j // rows_per_column) * (w / 2)
+        ly = y0 + h + 40 + (j % rows_per_column) * 16
+        out.append(f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>')
+        out.append(text(lx + 14, ly, label, 10, "start"))
     return out
 
 
@@ -113,7 +116,7 @@ def main():
         r = row(n, driver, "sustained")
         return r[quantile] if r else None
 
-    width, height = 960, 420
+    width, height = 960, 470
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}">',
            f'<rect width="{width}" height="{height}" fill="white"/>']
