@@ -33,7 +33,8 @@
 //
 // Thread-safe. Each queue has its own mutex; blocked Takes wait on the
 // queue's condition variable and wake on every completion, release and
-// expiry.
+// expiry. Waiting session takes wait in the queue's waiter list instead,
+// served by one thread (WaitHub) for all of them.
 #ifndef SHARDQ_SERVER_COORDINATOR_IMPL_H_
 #define SHARDQ_SERVER_COORDINATOR_IMPL_H_
 

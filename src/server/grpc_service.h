@@ -43,9 +43,10 @@ struct ServerOptions {
 // run on gRPC's callback threads and never park one. A Take that must wait
 // for an item waits on a thread of its own (TakeWaiters); a durable
 // Complete is answered by the journal once its group commit is on disk.
-// The other calls are synchronous handlers. (A server mixing the two kinds
-// for its hot calls pays a hand-off between gRPC's two thread pools on
-// every call.)
+// Session (a worker's stream) is a callback bidi reactor of its own
+// (src/server/session_service.h). The other calls are synchronous
+// handlers. (A server mixing the two kinds for its hot calls pays a
+// hand-off between gRPC's two thread pools on every call.)
 class CoordinatorService final
     : public v1::Coordinator::WithCallbackMethod_Session<v1::Coordinator::WithCallbackMethod_Take<
           v1::Coordinator::WithCallbackMethod_Complete<v1::Coordinator::Service>>> {
