@@ -17,6 +17,7 @@
 #include "shardq/table_reader.h"
 #include "shardq/text_line_reader.h"
 #include "shardq/tfrecord_reader.h"
+#include "src/client/planner.h"
 #include "src/io/compressed_tfrecord.h"
 #include "src/io/file.h"
 #include "src/io/format_sniff.h"
@@ -161,7 +162,8 @@ bool WriteAll(const std::string& bytes) {
 
 CLI::App* AddCount(CLI::App& app, CountOptions* o) {
   CLI::App* cmd = app.add_subcommand(
-      "count", "Count the records of items (files, byte ranges, sqlite: tables); "
+      "count", "Count the records of items (files, byte ranges, sqlite: tables, globs, "
+               "directories); "
                "prints one line per item and the total");
   AddReadFlags(cmd, &o->read);
   cmd->add_option("items", o->items, "items to count")->required();
@@ -169,8 +171,11 @@ CLI::App* AddCount(CLI::App& app, CountOptions* o) {
 }
 
 int RunCount(const CountOptions& o) {
+  // Globs and directories count as the files they name.
+  absl::StatusOr<std::vector<std::string>> items = ExpandWorks(o.items, "");
+  if (!items.ok()) return ReportError("count", items.status());
   int64_t total = 0;
-  for (const std::string& item : o.items) {
+  for (const std::string& item : *items) {
     int64_t records = 0;
     absl::Status status = ReadItem(
         item, o.read, [&](const std::string&, const std::string&) { ++records; });

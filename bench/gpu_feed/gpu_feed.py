@@ -170,7 +170,7 @@ def _write_file(task):
     tmp = path + ".partial"
     with shardq.TFRecordWriter(tmp) as w:
         for r in range(count):
-            w.write(shardq.example.encode_example(
+            w.write(shardq.example.serialize_example(
                 {"image": rng.bytes(size), "label": int((first + r) % classes)}))
     os.replace(tmp, path)
     return os.path.getsize(path)

@@ -17,8 +17,13 @@ struct WorkQueueOptions {
   // empty. Each is prefixed with `prefix` before use.
   std::vector<std::string> works;
 
-  // How many times every item is handed out. Must be >= 1.
+  // How many times every item is handed out: >= 1, or kRepeatEpochs.
   int64_t num_epochs = 1;
+  // num_epochs = kRepeatEpochs: repeat until the job stops, i.e. as many
+  // epochs as the coordinator accepts for the plan: 10^8, or fewer for a
+  // plan of more than ~88,000 items (2^43 hand-outs in all). Python's
+  // num_epochs=None.
+  static constexpr int64_t kRepeatEpochs = -1;
 
   // Re-shuffle the item order at every epoch. The order of epoch e is a pure
   // function of (seed, e, slice plan): identical on every run and machine.

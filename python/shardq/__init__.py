@@ -15,6 +15,8 @@ items, slow ones fewer. With no address (and none in SHARDQ_ADDRESS,
 TF_CONFIG or torchrun's MASTER_ADDR + SHARDQ_PORT) the queue lives in this
 process and its workers are the threads that create WorkQueues.
 """
+import operator
+
 from shardq._version import __version__  # noqa: F401  (from CMake's project())
 from shardq import _shardq
 from shardq.errors import (  # noqa: F401  (re-exported)
@@ -33,17 +35,48 @@ from shardq.errors import (  # noqa: F401  (re-exported)
 from shardq._shardq import (  # noqa: F401
     TableReader, TextLineReader, TFRecordReader, TFRecordWriter)
 from shardq.example import (  # noqa: F401
-    FixedLen, encode_example, parse_example, parse_example_fn)
+    FixedLen, serialize_example, parse_example, parse_example_fn)
 from shardq import data  # noqa: F401,E402
 
 __all__ = [
-    "WorkQueue", "TextLineReader", "TFRecordReader", "TFRecordWriter", "TableReader",
-    "FixedLen", "encode_example",
+    "WorkQueue", "Item", "TextLineReader", "TFRecordReader", "TFRecordWriter", "TableReader",
+    "FixedLen", "serialize_example",
     "parse_example", "parse_example_fn", "serve", "Error", "OutOfRangeError", "InvalidArgumentError",
     "NotFoundError", "DeadlineExceededError", "UnavailableError", "DataLossError",
     "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",
     "CancelledError",
 ]
+
+
+class Item(str):
+    """An item from WorkQueue.take(): the item string (what complete() and
+    release() take), plus ``epoch`` (0-based), ``work`` (the file or table
+    it is part of), and ``start`` / ``end`` (its byte or row range; None
+    for a whole work)."""
+
+    def __new__(cls, item, epoch, work, start, end):
+        self = super().__new__(cls, item)
+        self.epoch, self.work, self.start, self.end = epoch, work, start, end
+        return self
+
+    def __repr__(self):
+        return f"Item({str(self)!r}, epoch={self.epoch})"
+
+
+def _epochs(num_epochs):
+    """num_epochs for the native queue: None repeats (-1)."""
+    if num_epochs is None:
+        return -1
+    try:
+        if isinstance(num_epochs, bool):
+            raise TypeError
+        num_epochs = operator.index(num_epochs)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"num_epochs must be an int >= 1 or None (repeat), got {num_epochs!r}") from None
+    if num_epochs < 1:
+        raise InvalidArgumentError(f"num_epochs must be >= 1 or None (repeat), got {num_epochs}")
+    return num_epochs
 
 
 def _check_works(works):
@@ -66,14 +99,16 @@ class WorkQueue:
     table URIs (``sqlite:PATH?table=T``). Each work is one item unless
     ``num_slices`` is given: then the works are cut into about that many
     byte ranges (rows for tables), items such as ``f.txt?start=0&end=175``.
-    ``num_epochs``: how many times every item is handed out (>= 1).
+    ``num_epochs``: how many times every item is handed out (>= 1); None
+    repeats until the job stops (as many epochs as the coordinator accepts:
+    10^8 for plans up to ~88,000 items).
     ``shuffle``: the item order of each epoch is a permutation drawn from
     ``seed`` (None: drawn once; read it back from ``seed``).
     ``prefix``: prepended to every work (e.g. a directory).
-    ``num_clients``: items one worker may hold at once (>= 1).
     ``name``: the queue; every WorkQueue with this name at one coordinator is
     a worker of the same queue (the first one creates it, with these
-    parameters).
+    parameters). These seven are PAI's positional parameters, in PAI's order.
+    Keywords: ``num_clients`` (items one worker may hold at once, >= 1);
     ``address``: the coordinator, ``HOST:PORT`` or ``unix:PATH``; None: from
     SHARDQ_ADDRESS, TF_CONFIG (a "shardq" job) or torchrun's MASTER_ADDR +
     SHARDQ_PORT, else the queue lives in this process.
@@ -91,11 +126,11 @@ class WorkQueue:
     """
 
     def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
-                 num_slices=None, num_clients=1, name="work_queue", address=None, *,
+                 num_slices=None, name="work_queue", *, num_clients=1, address=None,
                  lease_timeout=30.0, worker_id=None, token=None, tls_ca=None, split=True,
                  split_min_residual=1, connect_timeout=60.0):
         self._native = _shardq._WorkQueue(
-            _check_works(works), int(num_epochs), bool(shuffle),
+            _check_works(works), _epochs(num_epochs), bool(shuffle),
             None if seed is None else int(seed), prefix,
             None if num_slices is None else int(num_slices), int(num_clients), str(name),
             address, float(lease_timeout), worker_id, token, tls_ca, False, bool(split),
@@ -112,7 +147,9 @@ class WorkQueue:
         return self
 
     def take(self, timeout=None):
-        """Leases the next item and returns it (a string).
+        """Leases the next item and returns it: an Item, a str (the item
+        string) that also carries ``.epoch``, ``.work``, ``.start`` and
+        ``.end``.
 
         Waits while every remaining item is held by other workers; raises
         OutOfRangeError once every item of every epoch is completed, and
@@ -120,7 +157,7 @@ class WorkQueue:
         Like PAI's take(), when this worker already holds ``num_clients``
         items, the oldest of them counts as finished and is completed.
         """
-        return self._native.take(timeout)
+        return Item(*self._native.take(timeout))
 
     def complete(self, item):
         """Marks an item returned by take() as done."""
@@ -153,11 +190,14 @@ class WorkQueue:
         """Saves which items are done and the unread rest of held ones."""
         self._native.save_checkpoint(path)
 
-    def add_summary(self, logdir, interval=10.0):
+    def add_summary(self, logdir=None, interval=10.0):
         """Publishes the queue's water level to TensorBoard event files in
-        ``logdir`` (see shardq.summary)."""
+        ``logdir`` (see shardq.summary): a directory, or a
+        ``torch.utils.tensorboard.SummaryWriter`` (written next to its own
+        events), or None: ``$SHARDQ_SUMMARY_DIR``, else
+        ``runs/<date>_<host>`` as torch's SummaryWriter does."""
         from shardq import summary
-        return summary.start(self, logdir, interval)
+        return summary.start(self, summary.resolve_logdir(logdir), interval)
 
     def close(self):
         """Gives back every item still held through take()."""

@@ -95,7 +95,7 @@ def _field(number, payload):
 
 
 def _feature(name, value):
-    """The serialised Feature for one value of encode_example."""
+    """The serialised Feature for one value of serialize_example."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         value = [value]
     kind = getattr(getattr(value, "dtype", None), "kind", None)  # numpy arrays
@@ -128,7 +128,7 @@ def _feature(name, value):
         f"got {sorted({type(v).__name__ for v in value})}")
 
 
-def encode_example(features):
+def serialize_example(features):
     """Serialises one tf.Example from {name: value}, readable by TensorFlow
     and by parse_example. A value is bytes or a list of bytes (bytes_list),
     an int or list of ints (int64_list), a float or list of numbers
@@ -138,7 +138,7 @@ def encode_example(features):
     name order, as protobuf writes a map. InvalidArgumentError names a
     feature whose value has no such type (an empty list, mixed values)."""
     if not features:
-        raise InvalidArgumentError("encode_example needs at least one feature")
+        raise InvalidArgumentError("serialize_example needs at least one feature")
     entries = b"".join(
         _field(1, _field(1, str(name).encode()) + _field(2, _feature(name, features[name])))
         for name in sorted(features))

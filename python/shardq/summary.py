@@ -1,6 +1,9 @@
 """WorkQueue.add_summary: a background thread samples the queue's water
 level (pending, leased, completed, per epoch; take rate; per-worker
 progress; lease expiries; duplicates) into TensorBoard event files."""
+import datetime
+import os
+import socket
 import threading
 
 from shardq import _shardq
@@ -36,6 +39,24 @@ class SummaryThread:
         self._stop.set()
         self._thread.join()
         self._writer.sample()
+
+
+def resolve_logdir(logdir):
+    """Where add_summary writes: a directory as given; a torch SummaryWriter's
+    log dir; None: $SHARDQ_SUMMARY_DIR, else runs/<Mon DD_HH-MM-SS>_<host>
+    (torch's SummaryWriter default), made if missing."""
+    if logdir is None:
+        logdir = os.environ.get("SHARDQ_SUMMARY_DIR") or os.path.join(
+            "runs", datetime.datetime.now().strftime("%b%d_%H-%M-%S") + "_" +
+            socket.gethostname())
+    elif not isinstance(logdir, (str, os.PathLike)):
+        get = getattr(logdir, "get_logdir", None)
+        if get is None:
+            raise TypeError(f"logdir must be a path or a SummaryWriter, got "
+                            f"{type(logdir).__name__}")
+        logdir = get()
+    os.makedirs(logdir, exist_ok=True)
+    return os.fspath(logdir)
 
 
 def start(queue, logdir, interval=10.0):

@@ -2,6 +2,7 @@
 // returns (keys, values) like TF's readers, and raises OutOfRangeError once
 // the source is exhausted.
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <variant>
 #include <string>
@@ -14,11 +15,60 @@
 #include "shardq/table_reader.h"
 #include "shardq/text_line_reader.h"
 #include "shardq/tfrecord_reader.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "src/io/compression.h"
 #include "src/io/tfrecord.h"
 
 namespace py = pybind11;
 
 namespace shardq::python {
+
+namespace {
+
+// Python's TFRecordWriter: plain (src/io/tfrecord.h), or GZIP / ZLIB
+// compressed (each record framed, then compressed as one stream).
+class PyTFRecordWriter {
+ public:
+  // compression: "" or "NONE" (any case), "GZIP" or "ZLIB"; INVALID_ARGUMENT
+  // naming anything else.
+  static absl::StatusOr<std::unique_ptr<PyTFRecordWriter>> Create(const std::string& path,
+                                                                  const std::string& compression) {
+    const std::string kind = absl::AsciiStrToUpper(compression);
+    auto writer = std::unique_ptr<PyTFRecordWriter>(new PyTFRecordWriter());
+    if (kind.empty() || kind == "NONE") {
+      absl::StatusOr<std::unique_ptr<TFRecordWriter>> plain = TFRecordWriter::Create(path);
+      if (!plain.ok()) return plain.status();
+      writer->plain_ = *std::move(plain);
+      return writer;
+    }
+    if (kind != "GZIP" && kind != "ZLIB") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TFRecordWriter '", path, "': compression must be None, \"GZIP\" or \"ZLIB\", got \"",
+          compression, "\""));
+    }
+    absl::StatusOr<std::unique_ptr<CompressedFileWriter>> compressed = CompressedFileWriter::Create(
+        path, kind == "GZIP" ? FileCompression::kGzip : FileCompression::kZlib);
+    if (!compressed.ok()) return compressed.status();
+    writer->compressed_ = *std::move(compressed);
+    return writer;
+  }
+  absl::Status Write(absl::string_view record) {
+    return plain_ != nullptr ? plain_->Write(record)
+                             : compressed_->Append(EncodeTFRecord(record));
+  }
+  // Compressed: the stream reaches the file as zlib's buffer fills and at
+  // Close (a partial deflate stream is not readable anyway).
+  absl::Status Flush() { return plain_ != nullptr ? plain_->Flush() : absl::OkStatus(); }
+  absl::Status Close() { return plain_ != nullptr ? plain_->Close() : compressed_->Close(); }
+
+ private:
+  PyTFRecordWriter() = default;
+  std::unique_ptr<TFRecordWriter> plain_;
+  std::unique_ptr<CompressedFileWriter> compressed_;
+};
+
+}  // namespace
 
 ItemSource* SourceOf(py::handle source) {
   py::handle native = source;
@@ -122,19 +172,22 @@ void BindReaders(py::module_& m) {
         return d;
       });
 
-  py::class_<TFRecordWriter>(m, "TFRecordWriter", "Writes a TFRecord file (CRC32C framed).")
-      .def(py::init([](const std::string& path) {
-             return ValueOrThrow(TFRecordWriter::Create(path));
+  py::class_<PyTFRecordWriter>(
+      m, "TFRecordWriter",
+      "Writes a TFRecord file (CRC32C framed); compression \"GZIP\" or \"ZLIB\" writes it "
+      "compressed as TensorFlow's TFRecordOptions(compression_type=...) does.")
+      .def(py::init([](const std::string& path, const std::optional<std::string>& compression) {
+             return ValueOrThrow(PyTFRecordWriter::Create(path, compression.value_or("")));
            }),
-           py::arg("path"))
-      .def("write", [](TFRecordWriter& w, py::bytes record) {
+           py::arg("path"), py::arg("compression") = py::none())
+      .def("write", [](PyTFRecordWriter& w, py::bytes record) {
              ThrowIfError(w.Write(std::string(record)));
            }, py::arg("record"))
-      .def("flush", [](TFRecordWriter& w) { ThrowIfError(w.Flush()); })
-      .def("close", [](TFRecordWriter& w) { ThrowIfError(w.Close()); })
-      .def("__enter__", [](TFRecordWriter& w) -> TFRecordWriter& { return w; },
+      .def("flush", [](PyTFRecordWriter& w) { ThrowIfError(w.Flush()); })
+      .def("close", [](PyTFRecordWriter& w) { ThrowIfError(w.Close()); })
+      .def("__enter__", [](PyTFRecordWriter& w) -> PyTFRecordWriter& { return w; },
            py::return_value_policy::reference)
-      .def("__exit__", [](TFRecordWriter& w, py::args) { ThrowIfError(w.Close()); });
+      .def("__exit__", [](PyTFRecordWriter& w, py::args) { ThrowIfError(w.Close()); });
 
   py::class_<TableReader>(m, "TableReader", "Reads typed rows of sqlite: table items.")
       .def(py::init<>())

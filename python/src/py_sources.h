@@ -28,7 +28,9 @@ class PyWorkQueue {
 
   // Blocks (GIL released, Ctrl-C honoured); raises OutOfRangeError at end.
   WorkItem TakeItem(std::optional<double> timeout_seconds);
-  std::string Take(std::optional<double> timeout_seconds);
+  // PAI's take(): (item string, epoch, work, start, end); start and end are
+  // None for a whole work. shardq.WorkQueue.take wraps it in an Item.
+  pybind11::tuple Take(std::optional<double> timeout_seconds);
   void Complete(const std::string& item);
   void Release(const std::string& item);
   pybind11::dict Stats();

@@ -120,7 +120,7 @@ WorkItem PyWorkQueue::TakeItem(std::optional<double> timeout_seconds) {
   }
 }
 
-std::string PyWorkQueue::Take(std::optional<double> timeout_seconds) {
+py::tuple PyWorkQueue::Take(std::optional<double> timeout_seconds) {
   // PAI's take() has no complete(): at the num_clients limit, the oldest
   // item taken through take() is the one the worker has finished.
   if (static_cast<int64_t>(taken_.size()) >= queue_->num_clients()) {
@@ -135,7 +135,14 @@ std::string PyWorkQueue::Take(std::optional<double> timeout_seconds) {
   }
   WorkItem item = TakeItem(timeout_seconds);
   taken_.push_back(item);
-  return item.item;
+  const auto bound = [](const std::optional<int64_t>& v) -> py::object {
+    return v.has_value() ? py::object(py::int_(*v)) : py::object(py::none());
+  };
+  if (!item.spec.has_value()) {
+    return py::make_tuple(item.item, item.epoch, item.item, py::none(), py::none());
+  }
+  return py::make_tuple(item.item, item.epoch, item.spec->work, bound(item.spec->start),
+                        bound(item.spec->end));
 }
 
 WorkItem PyWorkQueue::Untrack(const std::string& item) {

@@ -1,6 +1,13 @@
 #include "src/client/planner.h"
 
+#include <dirent.h>
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -44,7 +51,94 @@ absl::StatusOr<SizedWork> MeasureWork(std::string name) {
   return work;
 }
 
+// A pattern: * ? or [ in a path that is not an item string with a range or
+// parameters ("f.txt?start=0&end=9" is a byte range, not a glob).
+bool IsPattern(const std::string& path) {
+  if (path.find_first_of("*?[") == std::string::npos) return false;
+  absl::StatusOr<SliceSpec> spec = ParseItem(path);
+  return !spec.ok() || (spec->whole() && spec->params.empty());
+}
+
+// The regular files directly in `dir` (not its subdirectories, not names
+// starting with '.'), sorted. NOT_FOUND when there are none.
+absl::StatusOr<std::vector<std::string>> FilesIn(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot list directory '", dir, "': ", std::strerror(errno)));
+  }
+  std::vector<std::string> files;
+  const std::string base = absl::EndsWith(dir, "/") ? dir : dir + "/";
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string path = base + e->d_name;
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(std::move(path));
+  }
+  ::closedir(d);
+  if (files.empty()) {
+    return absl::NotFoundError(absl::StrCat("directory '", dir, "' holds no files to read"));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The files a glob pattern matches, sorted. NOT_FOUND naming the pattern
+// when it matches none.
+absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) {
+  glob_t g;
+  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> files;
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) {
+      struct stat st;
+      if (::stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode)) files.push_back(g.gl_pathv[i]);
+    }
+  }
+  ::globfree(&g);
+  if (rc == GLOB_ABORTED) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("pattern '", pattern, "': a directory on its way cannot be read"));
+  }
+  if (files.empty()) {
+    return absl::NotFoundError(absl::StrCat("pattern '", pattern, "' matches no file"));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::string>& works,
+                                                     const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const std::string& work : works) {
+    if (work.empty()) {
+      return absl::InvalidArgumentError("works contains an empty work name");
+    }
+    // The prefix goes before the path of a table work, not its scheme.
+    constexpr absl::string_view kTable = "sqlite:";
+    if (absl::StartsWith(work, kTable)) {
+      out.push_back(absl::StrCat(kTable, prefix, work.substr(kTable.size())));
+      continue;
+    }
+    const std::string path = prefix + work;
+    struct stat st;
+    const bool exists = ::stat(path.c_str(), &st) == 0;
+    absl::StatusOr<std::vector<std::string>> files;
+    if (exists && S_ISDIR(st.st_mode)) {
+      files = FilesIn(path);
+    } else if (!exists && IsPattern(path)) {
+      files = Glob(path);
+    } else {
+      out.push_back(path);  // a file, or a missing one MeasureWork names
+      continue;
+    }
+    if (!files.ok()) return files.status();
+    out.insert(out.end(), files->begin(), files->end());
+  }
+  return out;
+}
 
 absl::StatusOr<std::vector<std::string>> PlanWorks(
     const std::vector<std::string>& works, const std::string& prefix,
@@ -56,26 +150,20 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
     return absl::InvalidArgumentError(
         absl::StrCat("num_slices must be >= 1, got ", *num_slices));
   }
+  absl::StatusOr<std::vector<std::string>> expanded = ExpandWorks(works, prefix);
+  if (!expanded.ok()) return expanded.status();
   std::vector<SizedWork> sized;
-  sized.reserve(works.size());
+  sized.reserve(expanded->size());
   int64_t total = 0;
-  for (const std::string& work : works) {
-    if (work.empty()) {
-      return absl::InvalidArgumentError("works contains an empty work name");
-    }
-    // The prefix goes before the path of a table work, not its scheme.
-    constexpr absl::string_view kTable = "sqlite:";
-    absl::StatusOr<SizedWork> w = MeasureWork(
-        absl::StartsWith(work, kTable)
-            ? absl::StrCat(kTable, prefix, work.substr(kTable.size()))
-            : prefix + work);
+  for (const std::string& work : *expanded) {
+    absl::StatusOr<SizedWork> w = MeasureWork(work);
     if (!w.ok()) return w.status();
     total += w->size;
     sized.push_back(*std::move(w));
   }
   if (num_slices.has_value() && total == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "all ", works.size(), " works are empty: nothing to slice"));
+        "all ", expanded->size(), " works are empty: nothing to slice"));
   }
   return PlanSlices(sized, num_slices);
 }

@@ -13,7 +13,17 @@
 
 namespace shardq {
 
-// Every work must exist and be readable (NOT_FOUND / PERMISSION_DENIED name
+// The works with `prefix` before each path (after the "sqlite:" scheme of a
+// table work), and patterns expanded: a directory becomes the regular files
+// directly in it, and a path with * ? or [ that names no existing file
+// becomes the files the glob matches (an item string with a range, such as
+// "f.txt?start=0&end=9", is not a pattern); each expansion sorted by name.
+// NOT_FOUND names a pattern that matches nothing or a directory with no
+// files; INVALID_ARGUMENT an empty work name.
+absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::string>& works,
+                                                     const std::string& prefix);
+
+// Expands the works (ExpandWorks), then every work must exist and be readable (NOT_FOUND / PERMISSION_DENIED name
 // the path). INVALID_ARGUMENT for empty works or num_slices < 1. When every
 // work is empty and slices were asked for, INVALID_ARGUMENT says so (a queue
 // with nothing to hand out is a mistake, not an empty epoch). A GZIP/ZLIB

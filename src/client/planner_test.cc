@@ -1,5 +1,6 @@
 #include "src/client/planner.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
@@ -44,10 +45,17 @@ TEST(PlanWorks, EmptyWorksAndBadSliceCountsAreRejected) {
   EXPECT_NE(s.message().find("empty"), std::string::npos);
 }
 
-TEST(PlanWorks, DirectoryIsNotAWork) {
-  absl::Status s = PlanWorks({testing::TempDir()}, "", 2).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("not a regular file"), std::string::npos);
+// Issue 19: a directory is the files in it (it used to be refused as "not a
+// regular file").
+TEST(PlanWorks, DirectoryIsTheFilesInIt) {
+  const std::string dir = testing::TempDir() + "/planner-dir";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/b.txt") << "b\n";
+  std::ofstream(dir + "/a.txt") << "a\n";
+  absl::StatusOr<std::vector<std::string>> plan = PlanWorks({dir}, "", std::nullopt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, (std::vector<std::string>{dir + "/a.txt", dir + "/b.txt"}));
 }
 
 // Issue 15 item 1: 500 gzip + 500 plain records in 7 slices: the gzip file
@@ -79,6 +87,64 @@ TEST(PlanWorks, CompressedFileIsOneWholeItemAndPlainFilesGetTheirShare) {
   plan = PlanWorks({gz, plain}, "", std::nullopt);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(*plan, (std::vector<std::string>{gz, plain}));
+}
+
+}  // namespace
+}  // namespace shardq
+
+namespace shardq {
+namespace {
+
+// A fresh directory under the test temp dir.
+std::string MakeDir(const std::string& name) {
+  const std::string dir = testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/sub");
+  return dir;
+}
+
+TEST(ExpandWorks, DirectoryAndGlobBecomeTheirFilesSortedByName) {
+  const std::string dir = MakeDir("expand-a");
+  for (const char* name : {"b.tfrecord", "a.tfrecord", "c.txt", ".hidden"}) {
+    std::ofstream(dir + "/" + name) << "x\n";
+  }
+  std::ofstream(dir + "/sub/d.tfrecord") << "x\n";  // subdirectories are not read
+  absl::StatusOr<std::vector<std::string>> all = ExpandWorks({"expand-a"}, testing::TempDir() + "/");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all, (std::vector<std::string>{dir + "/a.tfrecord", dir + "/b.tfrecord",
+                                            dir + "/c.txt"}));
+  absl::StatusOr<std::vector<std::string>> some = ExpandWorks({dir + "/*.tfrecord", dir + "/c.txt"}, "");
+  ASSERT_TRUE(some.ok()) << some.status();
+  EXPECT_EQ(*some, (std::vector<std::string>{dir + "/a.tfrecord", dir + "/b.tfrecord",
+                                             dir + "/c.txt"}));
+  // Tables keep their scheme first; a plain missing file is left for
+  // MeasureWork to name.
+  absl::StatusOr<std::vector<std::string>> other =
+      ExpandWorks({"sqlite:x.db?table=t", "missing.txt"}, "p/");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(*other, (std::vector<std::string>{"sqlite:p/x.db?table=t", "p/missing.txt"}));
+}
+
+TEST(ExpandWorks, PatternMatchingNothingAndEmptyDirectoryAreNotFoundNamingThem) {
+  const std::string dir = MakeDir("expand-b");
+  absl::Status s = ExpandWorks({dir + "/*.tfrecord"}, "").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find(dir + "/*.tfrecord"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("matches no file"), std::string::npos) << s;
+  s = ExpandWorks({dir + "/sub"}, "").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("holds no files"), std::string::npos) << s;
+  // Through PlanWorks too.
+  EXPECT_EQ(PlanWorks({dir + "/*.txt"}, "", 4).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ExpandWorks, AnExistingFileWhoseNameHasGlobCharactersIsThatFile) {
+  const std::string dir = MakeDir("expand-c");
+  std::ofstream(dir + "/odd[1].txt") << "x\n";
+  std::ofstream(dir + "/odd1.txt") << "x\n";
+  absl::StatusOr<std::vector<std::string>> got = ExpandWorks({dir + "/odd[1].txt"}, "");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, std::vector<std::string>{dir + "/odd[1].txt"});
 }
 
 }  // namespace

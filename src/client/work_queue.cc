@@ -24,6 +24,7 @@
 #include "src/client/planner.h"
 #include "src/client/work_queue_backend.h"
 #include "src/core/process.h"
+#include "src/core/queue_state.h"  // kMaxEpochs, kMaxHandOutSlots
 #include "src/log/log.h"
 
 namespace shardq {
@@ -159,7 +160,7 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Attach(
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Create(
     const WorkQueueOptions& options, std::shared_ptr<QueueBackend> backend) {
-  if (options.num_epochs < 1) {
+  if (options.num_epochs < 1 && options.num_epochs != WorkQueueOptions::kRepeatEpochs) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_epochs must be >= 1, got ", options.num_epochs));
   }
@@ -174,6 +175,10 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Create(
   config.name = options.name;
   config.items = *std::move(items);
   config.num_epochs = options.num_epochs;
+  if (options.num_epochs == WorkQueueOptions::kRepeatEpochs) {
+    config.num_epochs = std::min<int64_t>(
+        kMaxEpochs, kMaxHandOutSlots / std::max<int64_t>(1, config.items.size()));
+  }
   config.shuffle = options.shuffle;
   config.seed = options.seed;
   config.num_clients = options.num_clients;

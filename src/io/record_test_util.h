@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -19,6 +20,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "shardq/item_source.h"
+#include "shardq/slice.h"
+#include "shardq/splittable_range.h"
 #include "src/io/crc32c.h"
 #include "src/io/tfrecord.h"
 
@@ -143,6 +147,38 @@ inline std::vector<std::pair<int64_t, std::string>> LinesOf(const std::string& t
   }
   return lines;
 }
+
+// Hands out `item` once, then OUT_OF_RANGE, and counts ItemDone calls in
+// `done`. With `splittable`, the item carries a SplittableRange over its
+// parsed range (range()), for tests that split it as the coordinator would.
+class OneItemSource final : public ItemSource {
+ public:
+  explicit OneItemSource(std::string item, bool splittable = false) : item_(std::move(item)) {
+    if (!splittable) return;
+    absl::StatusOr<SliceSpec> spec = ParseItem(item_);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (spec.ok()) {
+      range_ = std::make_shared<SplittableRange>(spec->start.value_or(0), spec->end.value_or(0));
+    }
+  }
+  absl::StatusOr<WorkItem> NextItem() override {
+    if (given_) return absl::OutOfRangeError("no more items");
+    given_ = true;
+    return WorkItem{item_, 0, 0, 1, range_, std::nullopt};
+  }
+  absl::Status ItemDone(const WorkItem&) override {
+    ++done;
+    return absl::OkStatus();
+  }
+  SplittableRange& range() { return *range_; }
+
+  int done = 0;
+
+ private:
+  std::string item_;
+  std::shared_ptr<SplittableRange> range_;
+  bool given_ = false;
+};
 
 // Keys of the public readers are "<item>:<offset or rowid>".
 inline bool SplitKey(const std::string& key, std::string* item, int64_t* number) {

@@ -42,40 +42,12 @@ namespace {
 using ::shardq::testing_util::EncodeAll;
 using ::shardq::testing_util::ExecSql;
 using ::shardq::testing_util::LinesOf;
+using ::shardq::testing_util::OneItemSource;
 using ::shardq::testing_util::RandomPayload;
 using ::shardq::testing_util::RecordOffsets;
 using ::shardq::testing_util::SplitKey;
 using ::shardq::testing_util::TempPath;
 using ::shardq::testing_util::WriteBytes;
-
-// A source of one item whose range the test holds.
-class OneItemSource final : public ItemSource {
- public:
-  explicit OneItemSource(std::string item) {
-    absl::StatusOr<SliceSpec> spec = ParseItem(item);
-    EXPECT_TRUE(spec.ok()) << spec.status();
-    range_ = std::make_shared<SplittableRange>(spec->start.value_or(0),
-                                               spec->end.value_or(0));
-    item_ = std::move(item);
-  }
-  absl::StatusOr<WorkItem> NextItem() override {
-    if (given_) return absl::OutOfRangeError("no more items");
-    given_ = true;
-    return WorkItem{item_, 0, 0, 1, range_, std::nullopt};
-  }
-  absl::Status ItemDone(const WorkItem&) override {
-    ++done_;
-    return absl::OkStatus();
-  }
-  SplittableRange& range() { return *range_; }
-  int done() const { return done_; }
-
- private:
-  std::string item_;
-  std::shared_ptr<SplittableRange> range_;
-  bool given_ = false;
-  int done_ = 0;
-};
 
 std::string Item(const std::string& path, int64_t start, int64_t end) {
   return FormatItem(SliceSpec{path, start, end, {}});
@@ -106,7 +78,7 @@ TEST(SplitCoverage, SplitIsRefusedUntilTheReaderClaimsARecord) {
   TempPath path(".txt");
   WriteBytes(path.path(), kText);
   const int64_t size = static_cast<int64_t>(sizeof(kText) - 1);
-  OneItemSource source(Item(path.path(), 0, size));
+  OneItemSource source(Item(path.path(), 0, size), /*splittable=*/true);
   EXPECT_EQ(source.range().Split(10, 1), std::nullopt);
   TextLineReader reader;
   absl::StatusOr<std::vector<Record>> first = reader.ReadUpTo(source, 1);
@@ -118,10 +90,11 @@ TEST(SplitCoverage, SplitIsRefusedUntilTheReaderClaimsARecord) {
 TEST(SplitCoverage, ItemWithNoLineStartCannotBeSplitAndYieldsNothing) {
   TempPath path(".txt");
   WriteBytes(path.path(), std::string(1000, 'x') + "\nnext\n");
-  OneItemSource source(Item(path.path(), 100, 900));  // inside line 0
+  // Starts inside line 0.
+  OneItemSource source(Item(path.path(), 100, 900), /*splittable=*/true);
   TextLineReader reader;
   EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 10).status()));
-  EXPECT_EQ(source.done(), 1);
+  EXPECT_EQ(source.done, 1);
   EXPECT_EQ(source.range().Split(500, 1), std::nullopt);
   EXPECT_EQ(source.range().end(), 900);
 }
@@ -132,7 +105,7 @@ TEST(SplitCoverage, SplitBehindTheReaderLandsOnTheFirstUnclaimedOffset) {
   const int64_t size = static_cast<int64_t>(sizeof(kText) - 1);
   const std::vector<std::pair<int64_t, std::string>> all = LinesOf(kText);
   for (size_t keep = 1; keep < all.size(); ++keep) {
-    OneItemSource source(Item(path.path(), 0, size));
+    OneItemSource source(Item(path.path(), 0, size), /*splittable=*/true);
     TextLineReader reader;
     absl::StatusOr<std::vector<Record>> head =
         reader.ReadUpTo(source, static_cast<int64_t>(keep));
@@ -147,8 +120,8 @@ TEST(SplitCoverage, SplitBehindTheReaderLandsOnTheFirstUnclaimedOffset) {
                                                       all.begin() + keep);
     // The head has nothing more; the residual holds exactly the rest.
     for (auto& line : ReadLines(reader, source)) lines.push_back(line);
-    EXPECT_EQ(source.done(), 1);
-    OneItemSource residual(Item(path.path(), last + 1, size));
+    EXPECT_EQ(source.done, 1);
+    OneItemSource residual(Item(path.path(), last + 1, size), /*splittable=*/true);
     TextLineReader residual_reader;
     for (auto& line : ReadLines(residual_reader, residual)) lines.push_back(line);
     EXPECT_EQ(lines, all) << "after " << keep << " lines";
@@ -160,7 +133,7 @@ TEST(SplitCoverage, SplitTooCloseToTheEndIsRefusedAndTheReaderReadsToTheEnd) {
   WriteBytes(path.path(), kText);
   const int64_t size = static_cast<int64_t>(sizeof(kText) - 1);
   const std::vector<std::pair<int64_t, std::string>> all = LinesOf(kText);
-  OneItemSource source(Item(path.path(), 0, size));
+  OneItemSource source(Item(path.path(), 0, size), /*splittable=*/true);
   TextLineReader reader;
   absl::StatusOr<std::vector<Record>> first = reader.ReadUpTo(source, 1);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -171,7 +144,7 @@ TEST(SplitCoverage, SplitTooCloseToTheEndIsRefusedAndTheReaderReadsToTheEnd) {
   std::vector<std::pair<int64_t, std::string>> lines = {{0, (*first)[0].value}};
   for (auto& line : ReadLines(reader, source)) lines.push_back(line);
   EXPECT_EQ(lines, all);
-  EXPECT_EQ(source.done(), 1);
+  EXPECT_EQ(source.done, 1);
 }
 
 TEST(SplitCoverage, SplitLeavingExactlyMinResidualCutsTheLastLineOff) {
@@ -180,7 +153,7 @@ TEST(SplitCoverage, SplitLeavingExactlyMinResidualCutsTheLastLineOff) {
   const int64_t size = static_cast<int64_t>(sizeof(kText) - 1);
   std::vector<std::pair<int64_t, std::string>> all = LinesOf(kText);
   const int64_t last_line = all.back().first;
-  OneItemSource source(Item(path.path(), 0, size));
+  OneItemSource source(Item(path.path(), 0, size), /*splittable=*/true);
   TextLineReader reader;
   ASSERT_TRUE(reader.ReadUpTo(source, 1).ok());
   EXPECT_EQ(source.range().Split(last_line, size - last_line),
@@ -189,7 +162,7 @@ TEST(SplitCoverage, SplitLeavingExactlyMinResidualCutsTheLastLineOff) {
   for (auto& line : ReadLines(reader, source)) lines.push_back(line);
   all.pop_back();
   EXPECT_EQ(lines, all);
-  OneItemSource residual(Item(path.path(), last_line, size));
+  OneItemSource residual(Item(path.path(), last_line, size), /*splittable=*/true);
   TextLineReader residual_reader;
   const std::vector<std::pair<int64_t, std::string>> tail =
       ReadLines(residual_reader, residual);
@@ -208,7 +181,7 @@ TEST(SplitCoverage, TFRecordSplitBehindTheReaderKeepsReturnedRecords) {
   const int64_t size = static_cast<int64_t>(bytes.size());
   const std::vector<int64_t> offsets = RecordOffsets(records);
   for (size_t keep = 1; keep < records.size(); ++keep) {
-    OneItemSource source(Item(path.path(), 0, size));
+    OneItemSource source(Item(path.path(), 0, size), /*splittable=*/true);
     TFRecordReader reader;
     absl::StatusOr<std::vector<Record>> head =
         reader.ReadUpTo(source, static_cast<int64_t>(keep));
@@ -217,10 +190,11 @@ TEST(SplitCoverage, TFRecordSplitBehindTheReaderKeepsReturnedRecords) {
     EXPECT_EQ(source.range().Split(offsets[keep - 1] - 3, 1),
               std::optional<int64_t>(offsets[keep - 1] + 1));
     EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 100).status()));
-    EXPECT_EQ(source.done(), 1);
+    EXPECT_EQ(source.done, 1);
     // The residual starts one byte into the last returned record and
     // resynchronises at the next one.
-    OneItemSource residual(Item(path.path(), offsets[keep - 1] + 1, size));
+    OneItemSource residual(Item(path.path(), offsets[keep - 1] + 1, size),
+                           /*splittable=*/true);
     TFRecordReader residual_reader;
     std::vector<std::string> got;
     for (const Record& r : *head) got.push_back(r.value);
@@ -247,7 +221,7 @@ TEST(SplitCoverage, TableSplitCountsRowsByRankNotRowid) {
     sqlite3_close(db);
   }
   const std::string work = absl::StrCat("sqlite:", path.path(), "?table=t");
-  OneItemSource source(absl::StrCat(work, "&start=0&end=6"));
+  OneItemSource source(absl::StrCat(work, "&start=0&end=6"), /*splittable=*/true);
   TableReader reader;
   absl::StatusOr<std::vector<Row>> head = reader.ReadUpTo(source, 2);
   ASSERT_TRUE(head.ok()) << head.status();
@@ -256,7 +230,7 @@ TEST(SplitCoverage, TableSplitCountsRowsByRankNotRowid) {
   EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 10).status()));
   SliceSpec residual_spec = *ParseItem(absl::StrCat(work, "&start=0&end=6"));
   residual_spec.start = 2;
-  OneItemSource residual(FormatItem(residual_spec));
+  OneItemSource residual(FormatItem(residual_spec), /*splittable=*/true);
   TableReader residual_reader;
   absl::StatusOr<std::vector<Row>> tail = residual_reader.ReadUpTo(residual, 10);
   ASSERT_TRUE(tail.ok()) << tail.status();

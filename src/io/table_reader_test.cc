@@ -296,25 +296,7 @@ TEST(TableReader, CompletesAnItemOnlyAfterItsLastRow) {
     db.Exec("CREATE TABLE t(v)");
     db.InsertRowids("t", {1, 2, 3});
   }
-  class Recorder : public ItemSource {
-   public:
-    explicit Recorder(std::string item) : item_(std::move(item)) {}
-    absl::StatusOr<WorkItem> NextItem() override {
-      if (given_) return absl::OutOfRangeError("end");
-      given_ = true;
-      return WorkItem{item_, 0, 0, 1, nullptr, std::nullopt};
-    }
-    absl::Status ItemDone(const WorkItem&) override {
-      ++done;
-      return absl::OkStatus();
-    }
-    int done = 0;
-
-   private:
-    std::string item_;
-    bool given_ = false;
-  };
-  Recorder source(TableItem(path.path(), "t"));
+  testing_util::OneItemSource source(TableItem(path.path(), "t"));
   TableReader reader;
   ASSERT_EQ(reader.ReadUpTo(source, 2)->size(), 2u);
   EXPECT_EQ(source.done, 0);

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "src/io/record_test_util.h"
 #include "shardq/slice.h"
 #include "src/core/rng.h"
 #include "src/core/slice_plan.h"
@@ -116,25 +117,7 @@ TEST(TextLineReader, MissingFileIsNotFoundWithItsPath) {
 }
 
 TEST(TextLineReader, CompletesAnItemOnlyAfterItsLastLine) {
-  class Recorder : public ItemSource {
-   public:
-    explicit Recorder(std::string item) : item_(std::move(item)) {}
-    absl::StatusOr<WorkItem> NextItem() override {
-      if (given_) return absl::OutOfRangeError("end");
-      given_ = true;
-      return WorkItem{item_, 0, 0, 1, nullptr, std::nullopt};
-    }
-    absl::Status ItemDone(const WorkItem&) override {
-      ++done;
-      return absl::OkStatus();
-    }
-    int done = 0;
-
-   private:
-    std::string item_;
-    bool given_ = false;
-  };
-  Recorder source(WriteFile("three", "1\n2\n3\n"));
+  testing_util::OneItemSource source(WriteFile("three", "1\n2\n3\n"));
   TextLineReader reader;
   ASSERT_EQ(reader.ReadUpTo(source, 2)->size(), 2u);
   EXPECT_EQ(source.done, 0);

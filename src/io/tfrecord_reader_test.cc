@@ -22,6 +22,7 @@ namespace shardq {
 namespace {
 
 using ::shardq::testing_util::EncodeAll;
+using ::shardq::testing_util::OneItemSource;
 using ::shardq::testing_util::RandomPayload;
 using ::shardq::testing_util::RecordOffsets;
 using ::shardq::testing_util::TempPath;
@@ -46,26 +47,6 @@ std::vector<Record> ReadAll(const std::vector<std::string>& items,
   if (stats != nullptr) *stats = reader.stats();
   return out;
 }
-
-// Counts ItemDone calls; hands out one item.
-class OneItemSource : public ItemSource {
- public:
-  explicit OneItemSource(std::string item) : item_(std::move(item)) {}
-  absl::StatusOr<WorkItem> NextItem() override {
-    if (given_) return absl::OutOfRangeError("end");
-    given_ = true;
-    return WorkItem{item_, 0, 0, 1, nullptr, std::nullopt};
-  }
-  absl::Status ItemDone(const WorkItem&) override {
-    ++done;
-    return absl::OkStatus();
-  }
-  int done = 0;
-
- private:
-  std::string item_;
-  bool given_ = false;
-};
 
 std::string WriteRecordsFile(const std::string& path,
                              const std::vector<std::string>& records) {

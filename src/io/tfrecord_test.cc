@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/io/crc32c.h"
+#include "src/io/record_test_util.h"
 
 namespace shardq {
 namespace {
@@ -28,6 +29,11 @@ namespace {
 // replacement operator new at the end of this file).
 std::atomic<size_t> g_largest_allocation{0};
 
+using ::shardq::testing_util::EncodeAll;
+using ::shardq::testing_util::RandomBytes;
+using ::shardq::testing_util::RandomPayload;
+using ::shardq::testing_util::ReadBytes;
+using ::shardq::testing_util::WriteBytes;
 using ::testing::HasSubstr;
 
 constexpr int64_t kFraming = kTFRecordHeaderBytes + kTFRecordFooterBytes;
@@ -45,36 +51,11 @@ std::ostream& operator<<(std::ostream& os, const Rec& rec) {
             << " bytes}";
 }
 
-// A fresh path per test, so that parallel test binaries do not collide.
-std::string TestPath() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string dir = ::testing::TempDir();
-  if (dir.empty() || dir.back() != '/') dir += '/';
-  return absl::StrCat(dir, "shardq_", info->test_suite_name(), "_",
-                      info->name(), "_", ::getpid(), ".tfrecord");
-}
-
-// Removes the test's file when the test ends.
-class TempFile {
+// A .tfrecord path removed when the test ends.
+class TempFile : public testing_util::TempPath {
  public:
-  TempFile() : path_(TestPath()) {}
-  ~TempFile() { ::unlink(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  const std::string path_;
+  TempFile() : TempPath(".tfrecord") {}
 };
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::vector<Rec> WithOffsets(const std::vector<std::string>& records) {
   std::vector<Rec> out;
@@ -84,12 +65,6 @@ std::vector<Rec> WithOffsets(const std::vector<std::string>& records) {
     offset += kFraming + static_cast<int64_t>(data.size());
   }
   return out;
-}
-
-std::string Encode(const std::vector<std::string>& records) {
-  std::string bytes;
-  for (const std::string& data : records) bytes += EncodeTFRecord(data);
-  return bytes;
 }
 
 absl::StatusOr<std::vector<Rec>> ReadSlice(
@@ -130,42 +105,6 @@ absl::StatusOr<std::vector<Rec>> ReadAllSlices(
   return out;
 }
 
-std::string RandomBytes(std::mt19937_64& rng, size_t n) {
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(&s[i], &r, std::min<size_t>(8, n - i));
-  }
-  return s;
-}
-
-// Mostly small, sometimes up to 1 MiB; random bytes, text or zeros.
-std::string RandomPayload(std::mt19937_64& rng) {
-  const int size_class = static_cast<int>(rng() % 100);
-  size_t n;
-  if (size_class < 75) {
-    n = rng() % 65;
-  } else if (size_class < 97) {
-    n = rng() % 4097;
-  } else if (size_class < 99) {
-    n = rng() % 65537;
-  } else {
-    n = rng() % ((1 << 20) + 1);
-  }
-  switch (rng() % 3) {
-    case 0:
-      return RandomBytes(rng, n);
-    case 1: {
-      std::string text;
-      while (text.size() < n) absl::StrAppend(&text, "line ", rng() % 1000, "\n");
-      text.resize(n);
-      return text;
-    }
-    default:
-      return std::string(n, '\0');
-  }
-}
-
 // ---------------------------------------------------------------------------
 // Writer
 
@@ -193,7 +132,8 @@ TEST(TFRecordWriter, WritesTheTFRecordLayout) {
 }
 
 TEST(TFRecordWriter, CreateInMissingDirectoryIsNotFoundNamingThePath) {
-  const std::string path = TestPath() + ".missing_dir/file.tfrecord";
+  TempFile base;
+  const std::string path = base.path() + ".missing_dir/file.tfrecord";
   absl::StatusOr<std::unique_ptr<TFRecordWriter>> writer =
       TFRecordWriter::Create(path);
   ASSERT_FALSE(writer.ok());
@@ -252,7 +192,7 @@ TEST(TFRecordSliceReader, EmptyFileAndEmptyRangesHaveNoRecords) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(got->empty());
 
-  WriteBytes(path, Encode({"x", "y"}));  // 34 bytes
+  WriteBytes(path, EncodeAll({"x", "y"}));  // 34 bytes
   for (auto [start, end] : {std::pair<int64_t, int64_t>{0, 0}, {17, 17},
                             {34, 34}, {34, -1}}) {
     got = ReadSlice(path, start, end);
@@ -265,7 +205,7 @@ TEST(TFRecordSliceReader, EndMinusOneMeansEndOfFile) {
   const TempFile temp;
   const std::string& path = temp.path();
   const std::vector<std::string> records = {"one", "two", "three"};
-  WriteBytes(path, Encode(records));
+  WriteBytes(path, EncodeAll(records));
   absl::StatusOr<std::vector<Rec>> got = ReadSlice(path, 0, -1);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, WithOffsets(records));
@@ -276,7 +216,7 @@ TEST(TFRecordSliceReader, EndMinusOneMeansEndOfFile) {
 TEST(TFRecordSliceReader, RangePastTheEndOfTheFileIsRefusedAsChanged) {
   const TempFile temp;
   const std::string& path = temp.path();
-  WriteBytes(path, Encode({"one", "two", "three"}));  // 59 bytes
+  WriteBytes(path, EncodeAll({"one", "two", "three"}));  // 59 bytes
   for (auto [start, end] : {std::pair<int64_t, int64_t>{0, 60}, {0, int64_t{1} << 40},
                             {1000, 2000}, {1000, -1}}) {
     absl::StatusOr<std::vector<Rec>> got = ReadSlice(path, start, end);
@@ -293,7 +233,7 @@ TEST(TFRecordSliceReader, RecordBelongsToTheSliceWhereItsHeaderStarts) {
   const TempFile temp;
   const std::string& path = temp.path();
   const std::vector<std::string> records = {"first record", "second", "third"};
-  WriteBytes(path, Encode(records));
+  WriteBytes(path, EncodeAll(records));
   const std::vector<Rec> all = WithOffsets(records);
   // [0, 1) holds only the first header byte, yet yields the whole record.
   auto got = ReadSlice(path, 0, 1);
@@ -319,7 +259,7 @@ TEST(TFRecordSliceReader, RandomSlicingsYieldEveryRecordOnceInOrder) {
     if (trial % 4 == 0) {  // make sure large records are covered
       records[rng() % records.size()] = RandomBytes(rng, (1 << 20) - rng() % 1000);
     }
-    WriteBytes(path, Encode(records));
+    WriteBytes(path, EncodeAll(records));
     const std::vector<Rec> expected = WithOffsets(records);
     const int64_t size = static_cast<int64_t>(ReadBytes(path).size());
     TFRecordReadOptions options;
@@ -344,7 +284,7 @@ TEST(TFRecordSliceReader, OneByteSlicesAtEveryOffsetYieldEveryRecordOnce) {
   for (std::string& r : records) r = RandomBytes(rng, rng() % 40);
   const TempFile temp;
   const std::string& path = temp.path();
-  WriteBytes(path, Encode(records));
+  WriteBytes(path, EncodeAll(records));
   const int64_t size = static_cast<int64_t>(ReadBytes(path).size());
   absl::StatusOr<std::vector<Rec>> got = ReadAllSlices(path, size, size);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -383,7 +323,7 @@ TEST(TFRecordSliceReader, PayloadsHoldingPartsOfRecordsDoNotMoveTheBoundaries) {
   };
   const TempFile temp;
   const std::string& path = temp.path();
-  WriteBytes(path, Encode(records));
+  WriteBytes(path, EncodeAll(records));
   const int64_t size = static_cast<int64_t>(ReadBytes(path).size());
   for (int64_t k : {int64_t{2}, int64_t{7}, size}) {
     SCOPED_TRACE(k);
@@ -402,7 +342,7 @@ TEST(TFRecordSliceReader, FalseBoundaryInsideAPayloadIsReportedNotSilent) {
   const std::vector<std::string> records = {outer, "after"};
   const TempFile temp;
   const std::string& path = temp.path();
-  WriteBytes(path, Encode(records));
+  WriteBytes(path, EncodeAll(records));
   const int64_t inner_offset = kTFRecordHeaderBytes + 2;
   const int64_t break_offset = inner_offset + kFraming + 5;
 
@@ -513,7 +453,7 @@ TEST(TFRecordSliceReader, EachCorruptionFailsWithDataLossNamingFileAndOffset) {
   const std::vector<Rec> all = WithOffsets(FiveRecords());
   for (const CorruptCase& c : CorruptCases()) {
     SCOPED_TRACE(absl::StrCat(DamageName(c.damage), " in record ", c.victim));
-    std::string bytes = Encode(FiveRecords());
+    std::string bytes = EncodeAll(FiveRecords());
     Apply(c.damage, all[c.victim], &bytes);
     WriteBytes(path, bytes);
 
@@ -546,7 +486,7 @@ TEST(TFRecordSliceReader, SkipPolicyRecoversTheRecordsAfterEachCorruption) {
   skip.on_corrupt = TFRecordReadOptions::kSkip;
   for (const CorruptCase& c : CorruptCases()) {
     SCOPED_TRACE(absl::StrCat(DamageName(c.damage), " in record ", c.victim));
-    std::string bytes = Encode(FiveRecords());
+    std::string bytes = EncodeAll(FiveRecords());
     Apply(c.damage, all[c.victim], &bytes);
     WriteBytes(path, bytes);
     std::vector<Rec> expected = all;
@@ -578,7 +518,7 @@ TEST(TFRecordSliceReader, CorruptRecordIsCaughtWhereverTheSliceBoundaryFalls) {
   for (Damage damage : {Damage::kLengthCrc, Damage::kDataByte,
                         Damage::kLengthPastEnd}) {
     const Rec& victim = all[2];
-    std::string bytes = Encode(FiveRecords());
+    std::string bytes = EncodeAll(FiveRecords());
     Apply(damage, victim, &bytes);
     WriteBytes(path, bytes);
     const int64_t size = static_cast<int64_t>(bytes.size());
@@ -651,7 +591,7 @@ TEST(TFRecordSliceReader, HugeLengthWithValidCrcIsRejectedWithoutAllocating) {
 TEST(TFRecordSliceReader, TruncatedHeaderIsDataLoss) {
   const TempFile temp;
   const std::string& path = temp.path();
-  const std::string full = Encode({"complete", "cut"});
+  const std::string full = EncodeAll({"complete", "cut"});
   WriteBytes(path, full.substr(0, kFraming + 8 + 5));
   absl::StatusOr<std::vector<Rec>> got = ReadSlice(path, 0, -1);
   ASSERT_FALSE(got.ok());
@@ -662,7 +602,8 @@ TEST(TFRecordSliceReader, TruncatedHeaderIsDataLoss) {
 }
 
 TEST(TFRecordSliceReader, MissingFileIsNotFoundNamingThePath) {
-  const std::string path = TestPath() + ".does_not_exist";
+  const TempFile base;
+  const std::string path = base.path() + ".does_not_exist";
   auto reader = TFRecordSliceReader::Open(path, 0, -1, {});
   ASSERT_FALSE(reader.ok());
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kNotFound);
@@ -672,7 +613,7 @@ TEST(TFRecordSliceReader, MissingFileIsNotFoundNamingThePath) {
 TEST(TFRecordSliceReader, BadByteRangeIsInvalidArgument) {
   const TempFile temp;
   const std::string& path = temp.path();
-  WriteBytes(path, Encode({"x"}));
+  WriteBytes(path, EncodeAll({"x"}));
   for (auto [start, end] : {std::pair<int64_t, int64_t>{-1, 10}, {5, 4},
                             {0, -2}}) {
     auto reader = TFRecordSliceReader::Open(path, start, end, {});

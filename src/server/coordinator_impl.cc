@@ -239,16 +239,10 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::CreateQueue(QueueConfig config) {
     absl::StatusOr<std::shared_ptr<Entry>> added =
         AddQueue(QueueState::CreationUpdate(resolved, clock_->Now()), true);
     if (added.ok()) {
-      uint64_t seq;
-      QueueInfo info;
-      {
-        absl::MutexLock lock(&(*added)->mu);
-        seq = (*added)->last_seq;
-        info = Describe((*added)->state->config(), true);
-      }
-      if (absl::Status s = Durable(seq); !s.ok()) return s;
+      absl::StatusOr<QueueInfo> info = AddedQueueInfo(**added);
+      if (!info.ok()) return info.status();
       SHARDQ_LOG_INFO("queue '{}' created: {} item(s) per epoch, {} epoch(s), seed {}",
-                      info.name, info.num_items, resolved.num_epochs, info.seed);
+                      info->name, info->num_items, resolved.num_epochs, info->seed);
       return info;
     }
     if (!absl::IsFailedPrecondition(added.status())) return added.status();
@@ -528,6 +522,18 @@ absl::StatusOr<journal::Checkpoint> CoordinatorImpl::ExportCheckpoint(absl::stri
   return (*entry)->state->ToCheckpoint();
 }
 
+absl::StatusOr<QueueInfo> CoordinatorImpl::AddedQueueInfo(Entry& e) {
+  uint64_t seq;
+  QueueInfo info;
+  {
+    absl::MutexLock lock(&e.mu);
+    seq = e.last_seq;
+    info = Describe(e.state->config(), true);
+  }
+  if (absl::Status s = Durable(seq); !s.ok()) return s;
+  return info;
+}
+
 absl::StatusOr<QueueInfo> CoordinatorImpl::RestoreCheckpoint(
     const journal::Checkpoint& checkpoint, const std::string& name) {
   absl::StatusOr<journal::Update> update =
@@ -536,16 +542,10 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::RestoreCheckpoint(
   if (absl::Status s = Writable(); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<Entry>> added = AddQueue(*update, true);
   if (!added.ok()) return added.status();
-  uint64_t seq;
-  QueueInfo info;
-  {
-    absl::MutexLock lock(&(*added)->mu);
-    seq = (*added)->last_seq;
-    info = Describe((*added)->state->config(), true);
-  }
-  if (absl::Status s = Durable(seq); !s.ok()) return s;
-  SHARDQ_LOG_INFO("queue '{}' restored from a checkpoint: {} item(s) per epoch", info.name,
-                  info.num_items);
+  absl::StatusOr<QueueInfo> info = AddedQueueInfo(**added);
+  if (!info.ok()) return info.status();
+  SHARDQ_LOG_INFO("queue '{}' restored from a checkpoint: {} item(s) per epoch", info->name,
+                  info->num_items);
   return info;
 }
 

@@ -261,6 +261,9 @@ class CoordinatorImpl {
   // it, and returns it. FAILED_PRECONDITION if the name exists.
   absl::StatusOr<std::shared_ptr<Entry>> AddQueue(const journal::Update& creation,
                                                   bool journal_it);
+  // The QueueInfo of a queue AddQueue just made, once its creation is
+  // durable (the journal's error otherwise).
+  absl::StatusOr<QueueInfo> AddedQueueInfo(Entry& e);
   // Routes the state's updates to the journal (under e.mu).
   void AttachJournal(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Called with e.mu held after a change: snapshots if due (see

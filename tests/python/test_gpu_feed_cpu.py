@@ -81,7 +81,7 @@ def test_the_python_peer_decodes_what_shardq_parses():
         sys.path.pop(0)
     images = [bytes((i * 7 + j) % 256 for j in range(3 * 4 * 5)) for i in range(3)]
     labels = [0, 300, 2**40 + 5]  # one-, two- and six-byte varints
-    records = [shardq.encode_example({"image": img, "label": lab})
+    records = [shardq.serialize_example({"image": img, "label": lab})
                for img, lab in zip(images, labels)]
     parsed = shardq.parse_example(records, {"image": shardq.FixedLen((3, 4, 5), "uint8"),
                                             "label": shardq.FixedLen((), "int64")})

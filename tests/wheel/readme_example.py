@@ -15,7 +15,7 @@ import shardq
 
 def make_example(label, width):
     """A tf.Example with "x" (width floats) and "y" (one int64)."""
-    return shardq.example.encode_example(
+    return shardq.example.serialize_example(
         {"x": [label + i / 1000.0 for i in range(width)], "y": label})
 
 

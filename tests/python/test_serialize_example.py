@@ -1,4 +1,4 @@
-"""shardq.encode_example writes the bytes protobuf writes for the same
+"""shardq.serialize_example writes the bytes protobuf writes for the same
 tf.Example, and parse_example reads them back."""
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ def _protobuf_example(features):
 
 
 def test_bytes_match_protobuf_for_every_kind():
-    ours = shardq.encode_example({
+    ours = shardq.serialize_example({
         "label": 7, "neg": [-1, -(1 << 63), (1 << 63) - 1], "x": [0.5, -2.25, 3],
         "img": b"\x00\x01\xff", "names": [b"a", b""]})
     theirs = _protobuf_example({
@@ -32,7 +32,7 @@ def test_bytes_match_protobuf_for_every_kind():
 
 def test_numpy_arrays_and_round_trip_through_parse_example():
     img = np.arange(12, dtype=np.uint8).reshape(3, 4)
-    rec = shardq.encode_example({"img": img, "f": np.array([1.5, 2.5], dtype=np.float64),
+    rec = shardq.serialize_example({"img": img, "f": np.array([1.5, 2.5], dtype=np.float64),
                                  "i": np.array([3, -4], dtype=np.int32)})
     out = shardq.parse_example([rec, rec], {
         "img": shardq.FixedLen((3, 4), "uint8"), "f": shardq.FixedLen((2,), "float32"),
@@ -47,6 +47,6 @@ def test_numpy_arrays_and_round_trip_through_parse_example():
     ([1 << 63], "does not fit in int64"), (np.array(["a"]), "cannot encode an array")])
 def test_values_without_a_feature_type_are_refused_naming_the_feature(value, words):
     with pytest.raises(shardq.InvalidArgumentError, match=f"feature 'bad'.*{words}"):
-        shardq.encode_example({"ok": 1, "bad": value})
+        shardq.serialize_example({"ok": 1, "bad": value})
     with pytest.raises(shardq.InvalidArgumentError, match="at least one feature"):
-        shardq.encode_example({})
+        shardq.serialize_example({})
