@@ -7,9 +7,12 @@
 // connection (a gRPC channel per thread for shardq, a hiredis context per
 // thread for Redis), the queue holds the same number of items, and each
 // client takes one item, completes it, and loops until the queue is drained.
-// A second shardq variant, "batched", asks for up to 8 items per take (a
-// shardq feature, the queue's num_clients = 8) and completes them one by one;
-// it is labelled as such and is not the apples-to-apples row.
+// shardq's like-for-like row is "session" (session_driver.h): one Session
+// stream per client, the completion and the next take in one message. "1
+// item" is the unary Take then Complete (two RPCs per pair); "batched" asks
+// for up to 8 items per unary take (a shardq feature, the queue's
+// num_clients = 8) and completes them one by one; it is labelled as such and
+// is not the apples-to-apples row.
 //
 // Measurement: each client first drains a small warm-up queue (connection
 // set-up, server threads, allocators; not measured), then waits at a start
@@ -48,6 +51,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -57,6 +61,8 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/coordinator_throughput/harness.h"
+#include "bench/coordinator_throughput/session_driver.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
@@ -68,6 +74,11 @@
 namespace shardq {
 namespace {
 
+using throughput::ClientSession;
+using throughput::ItemIndex;
+using throughput::ItemName;
+using throughput::System;
+using throughput::Taken;
 using SteadyClock = std::chrono::steady_clock;
 
 int64_t NanosSince(SteadyClock::time_point start) {
@@ -145,51 +156,6 @@ class LatencyHistogram {
   uint64_t min_ = UINT64_MAX;
   uint64_t max_ = 0;
 };
-
-// ---------------------------------------------------------------------------
-// What the harness needs from a system under test.
-
-// One leased item as the harness sees it.
-struct Taken {
-  int64_t index = 0;      // position in the item list, for the exactly-once check
-  uint64_t lease_id = 0;  // shardq only
-  std::string item;       // Redis only (LREM needs the value)
-};
-
-// One client's connection. Used by one thread only.
-class ClientSession {
- public:
-  virtual ~ClientSession() = default;
-  // Leases the next item(s) of `queue` into `out` (cleared first). An empty
-  // `out` means the queue is drained.
-  virtual absl::Status Take(const std::string& queue, std::vector<Taken>* out) = 0;
-  // Completes one taken item; an error if the server did not count it as the
-  // item's first completion.
-  virtual absl::Status Complete(const std::string& queue, const Taken& taken) = 0;
-};
-
-// A system under test. Thread-safe: Connect is called from every client thread.
-class System {
- public:
-  virtual ~System() = default;
-  // Creates `queue` holding `num_items` items named ItemName(0..num_items-1).
-  virtual absl::Status CreateQueue(const std::string& queue, int64_t num_items) = 0;
-  virtual absl::StatusOr<std::unique_ptr<ClientSession>> Connect(const std::string& worker) = 0;
-  // Checks on the server side that every item of the drained `queue` was
-  // completed exactly once and nothing is left; returns what it checked.
-  virtual absl::StatusOr<std::string> CheckDrained(const std::string& queue,
-                                                   int64_t num_items) = 0;
-};
-
-std::string ItemName(int64_t index) { return absl::StrFormat("item-%08d", index); }
-
-absl::StatusOr<int64_t> ItemIndex(absl::string_view item) {
-  int64_t index = 0;
-  if (!absl::ConsumePrefix(&item, "item-") || !absl::SimpleAtoi(item, &index)) {
-    return absl::InternalError(absl::StrCat("unexpected item '", item, "'"));
-  }
-  return index;
-}
 
 // ---------------------------------------------------------------------------
 // shardq: the internal remote client (src/client/remote_backend.h).
@@ -586,12 +552,17 @@ struct ClientResult {
 // Takes and completes items of `queue` until it is drained. With `result`,
 // records every take that leased something and every completion; without,
 // it is a warm-up.
+// A session's completion rides in the next take: that take's round trip is
+// also the completion's latency.
 absl::Status Drain(ClientSession& session, const std::string& queue, ClientResult* result) {
   std::vector<Taken> batch;
+  bool completion_rides = false;
   while (true) {
     const SteadyClock::time_point start = SteadyClock::now();
     if (absl::Status s = session.Take(queue, &batch); !s.ok()) return s;
     const int64_t nanos = NanosSince(start);
+    if (completion_rides && result != nullptr) result->complete_latency.Record(nanos);
+    completion_rides = session.CompletesWithNextTake();
     if (batch.empty()) return absl::OkStatus();  // drained: not a lease, not timed
     if (result != nullptr) {
       result->take_latency.Record(nanos);
@@ -601,7 +572,7 @@ absl::Status Drain(ClientSession& session, const std::string& queue, ClientResul
       const SteadyClock::time_point complete_start = SteadyClock::now();
       if (absl::Status s = session.Complete(queue, taken); !s.ok()) return s;
       if (result != nullptr) {
-        result->complete_latency.Record(NanosSince(complete_start));
+        if (!completion_rides) result->complete_latency.Record(NanosSince(complete_start));
         result->taken.push_back(taken.index);
         ++result->completed;
       }
@@ -629,23 +600,28 @@ absl::StatusOr<RowResult> RunRow(System& system, const std::string& label, int c
   if (absl::Status s = system.CreateQueue(queue, num_items); !s.ok()) return s;
 
   std::vector<ClientResult> results(clients);
+  // Closed (a session stream half-closed and ended) after the clock stops.
+  std::vector<std::unique_ptr<ClientSession>> sessions(clients);
   StartGate gate(clients);
   std::vector<std::thread> threads;
   threads.reserve(clients);
   for (int i = 0; i < clients; ++i) {
     threads.emplace_back([&, i] {
       ClientResult& result = results[i];
-      absl::StatusOr<std::unique_ptr<ClientSession>> session =
+      absl::StatusOr<std::unique_ptr<ClientSession>> connected =
           system.Connect(absl::StrCat(label, "-c", clients, "-worker-", i));
-      if (session.ok()) {
-        result.status = Drain(**session, warmup_queue, nullptr);
+      if (connected.ok()) {
+        sessions[i] = *std::move(connected);
+        result.status = sessions[i]->Open(warmup_queue);
+        if (result.status.ok()) result.status = Drain(*sessions[i], warmup_queue, nullptr);
+        if (result.status.ok()) result.status = sessions[i]->Open(queue);
       } else {
-        result.status = session.status();
+        result.status = connected.status();
       }
       gate.ArriveAndWait();
       if (result.status.ok()) {
         result.taken.reserve(2 * num_items / clients + 16);
-        result.status = Drain(**session, queue, &result);
+        result.status = Drain(*sessions[i], queue, &result);
       }
     });
   }
@@ -654,6 +630,7 @@ absl::StatusOr<RowResult> RunRow(System& system, const std::string& label, int c
   gate.Open();
   for (std::thread& t : threads) t.join();
   const double seconds = static_cast<double>(NanosSince(start)) / 1e9;
+  sessions.clear();
 
   RowResult row;
   row.items = num_items;
@@ -824,7 +801,8 @@ int Run(const Flags& flags) {
   }
   const std::string redis_version = (*redis)->Version();
 
-  // Run order within a row: shardq, Redis, then the extra shardq variants.
+  // Run order within a row: the session (shardq's like-for-like row),
+  // Redis, then the unary shardq variants, then the durable server's.
   std::vector<Variant> variants;
   auto add_shardq = [&](std::string label, std::string table_name, int64_t batch,
                         bool own_connection, const std::string& address) -> absl::Status {
@@ -834,10 +812,22 @@ int Run(const Flags& flags) {
     variants.push_back({std::move(label), std::move(table_name), *std::move(system)});
     return absl::OkStatus();
   };
+  // Session clients; queues made and checked by a unary system (batch 1).
+  auto add_session = [&](std::string label, const std::string& address) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<ShardqSystem>> control = ShardqSystem::Create(address, 1);
+    if (!control.ok()) return control.status();
+    variants.push_back(
+        {std::move(label), "session", throughput::NewSessionSystem(address, *std::move(control))});
+    return absl::OkStatus();
+  };
   const std::string batched_name =
       absl::StrCat("batched, ≤", flags.batch, " items per take (shardq feature)");
-  absl::Status added = add_shardq("shardq", "1 item", 1, false, flags.shardq_address);
+  absl::Status added = add_session("session", flags.shardq_address);
+  const size_t redis_variant = variants.size();
   variants.push_back({"redis", "", *std::move(redis)});
+  const size_t unary_variant = variants.size();
+  if (added.ok()) added = add_shardq("shardq", "1 item", 1, false, flags.shardq_address);
+  const size_t batched_variant = variants.size();
   if (added.ok()) {
     added = add_shardq("shardq-batched", batched_name, flags.batch, false, flags.shardq_address);
   }
@@ -850,21 +840,25 @@ int Run(const Flags& flags) {
   // repeat, each paired with the in-memory variant it is compared with.
   std::vector<std::pair<size_t, size_t>> durable_pairs;  // (in memory, durable)
   if (added.ok() && !flags.durable_address.empty()) {
-    added = add_shardq("durable", "1 item", 1, false, flags.durable_address);
+    added = add_session("durable-session", flags.durable_address);
     if (added.ok()) variants.back().durable = true;
     durable_pairs.emplace_back(0, variants.size() - 1);
+  }
+  if (added.ok() && !flags.durable_address.empty()) {
+    added = add_shardq("durable", "1 item", 1, false, flags.durable_address);
+    if (added.ok()) variants.back().durable = true;
+    durable_pairs.emplace_back(unary_variant, variants.size() - 1);
   }
   if (added.ok() && !flags.durable_address.empty()) {
     added = add_shardq("durable-batched", batched_name, flags.batch, false,
                        flags.durable_address);
     if (added.ok()) variants.back().durable = true;
-    durable_pairs.emplace_back(2, variants.size() - 1);
+    durable_pairs.emplace_back(batched_variant, variants.size() - 1);
   }
   if (!added.ok()) {
     std::fprintf(stderr, "coordinator_throughput: %s\n", added.ToString().c_str());
     return 1;
   }
-  const size_t redis_variant = 1;
 
   std::printf("coordinator_throughput: %u hardware threads (%s); shardq serve at %s, "
               "redis-server %s at %s%s%s\n",
@@ -928,28 +922,37 @@ int Run(const Flags& flags) {
     }
   }
 
-  std::printf("\n| clients | shardq take | items | shardq pairs/s | shardq take p50 / p99 (µs) "
-              "| Redis pairs/s | Redis take p50 / p99 (µs) | shardq / Redis |\n");
-  std::printf("|--:|---|--:|--:|--:|--:|--:|--:|\n");
-  for (size_t r = 0; r < summaries.size(); ++r) {
-    const Summary& redis_row = summaries[r][redis_variant];
-    for (size_t v = 0; v < variants.size(); ++v) {
-      if (v == redis_variant || variants[v].durable) continue;
-      const Summary& s = summaries[r][v];
-      std::printf("| %d | %s | %d | %.0f | %s | %.0f | %s | %.2f |\n", flags.clients[r],
-                  variants[v].table_name.c_str(), static_cast<int>(flags.items[r]),
-                  s.MedianRate(), LatencyCell(s.take_latency).c_str(), redis_row.MedianRate(),
-                  LatencyCell(redis_row.take_latency).c_str(),
-                  s.MedianRate() / redis_row.MedianRate());
+  // The in-memory rows, then (with --shardq-durable) the durable rows, each
+  // against the same Redis runs.
+  for (const bool durable : {false, true}) {
+    if (durable && durable_pairs.empty()) break;
+    if (durable) std::printf("\nDurable (`shardq serve --state-dir`), same run:\n");
+    std::printf("\n| clients | shardq take | items | shardq pairs/s | shardq take p50 / p99 (µs) "
+                "| Redis pairs/s | Redis take p50 / p99 (µs) | shardq / Redis |\n");
+    std::printf("|--:|---|--:|--:|--:|--:|--:|--:|\n");
+    for (size_t r = 0; r < summaries.size(); ++r) {
+      const Summary& redis_row = summaries[r][redis_variant];
+      for (size_t v = 0; v < variants.size(); ++v) {
+        if (v == redis_variant || variants[v].durable != durable) continue;
+        const Summary& s = summaries[r][v];
+        std::printf("| %d | %s | %d | %.0f | %s | %.0f | %s | %.2f |\n", flags.clients[r],
+                    variants[v].table_name.c_str(), static_cast<int>(flags.items[r]),
+                    s.MedianRate(), LatencyCell(s.take_latency).c_str(), redis_row.MedianRate(),
+                    LatencyCell(redis_row.take_latency).c_str(),
+                    s.MedianRate() / redis_row.MedianRate());
+      }
     }
   }
   std::printf("\nA pair is one take and one completion of one item; pairs/s = items / wall time "
               "from the start gate until the queue is drained, the median of %d runs (latencies: "
               "all runs' takes). Redis: LMOVE pending -> "
               "processing, then LREM from processing, one item at a time; one Redis run per "
-              "client count, repeated on every line of that count. The 1-item line is the "
-              "like-for-like comparison. Batched: up to %d items per take call (latency is per "
-              "call), completed one by one.\n",
+              "client count, repeated on every line of that count. The session line is the "
+              "like-for-like comparison: one Session stream per client, one item in flight, the "
+              "completion of the previous item and the next take in one request answered by one "
+              "response (its take latency is that round trip). 1 item: unary Take, then "
+              "Complete. Batched: up to %d items per take call (latency is per call), completed "
+              "one by one.\n",
               flags.repeats, static_cast<int>(flags.batch));
   if (!durable_pairs.empty()) {
     const bool probed = !flags.fsync_probe_dir.empty();
@@ -990,10 +993,11 @@ int Run(const Flags& flags) {
         const Summary& d = summaries[r][durable_pairs.front().second];
         const double lone = Median(lone_commits[r]);
         const double bound = 1 / (1 / m.MedianRate() + 1 / lone);
-        std::printf("1 client, 1 item: nothing shares a lone client's commit, so durable pairs/s "
+        std::printf("1 client, %s: nothing shares a lone client's commit, so durable pairs/s "
                     "is at most an in-memory pair plus one lone commit: %.0f pairs/s, %.2f of "
                     "in-memory; durable reached %.0f, %.2f of that bound.\n",
-                    bound, bound / m.MedianRate(), d.MedianRate(), d.MedianRate() / bound);
+                    variants[durable_pairs.front().second].table_name.c_str(), bound,
+                    bound / m.MedianRate(), d.MedianRate(), d.MedianRate() / bound);
       }
     }
   }
@@ -1004,6 +1008,9 @@ int Run(const Flags& flags) {
 }  // namespace shardq
 
 int main(int argc, char** argv) {
+  // Debian's abseil is built without NDEBUG: every absl::Mutex (gRPC's
+  // included) would run the deadlock detector, as `shardq serve` does not.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   shardq::Flags flags;
   CLI::App app{"shardq coordinator vs Redis work queue: take+complete throughput and latency"};
   app.add_option("--shardq", flags.shardq_address, "HOST:PORT of a running `shardq serve`")

@@ -3,8 +3,9 @@
 
 Usage: plot.py ROWS.json OUT.svg
 
-Left panel: completions/s per worker count, one bar per run kind. Right
-panel: take latency p50 / p99 / p999 of the sustained runs (log scale).
+Left panel: completions/s per worker count, one bar per driver and run
+kind. Right panel: take latency p50 / p99 / p999 of the sustained runs (log
+scale), per driver. Rows without a "driver" (older JSON) are "unary".
 Plain SVG written by hand: matplotlib is not on every machine this runs on.
 """
 import json
@@ -16,6 +17,19 @@ MODES = [("sustained", "sustained", "#4c72b0"),
          ("durable", "saturation, --state-dir", "#c44e52")]
 QUANTILES = [("p50_ms", "p50", "#8172b2"), ("p99_ms", "p99", "#ccb974"),
              ("p999_ms", "p999", "#64b5cd")]
+# The second driver's bars are drawn lighter.
+LIGHTER = {"#4c72b0": "#a6b9d8", "#55a868": "#aad4b4", "#c44e52": "#e2a7a9",
+           "#8172b2": "#c0b9d9", "#ccb974": "#e6dcba", "#64b5cd": "#b2dae6"}
+
+
+def series_for(drivers, base):
+    """(key, label, colour) per driver x base series; key = (driver, base key)."""
+    out = []
+    for i, driver in enumerate(drivers):
+        for key, label, colour in base:
+            out.append(((driver, key), f"{driver}: {label}" if len(drivers) > 1 else label,
+                        colour if i == 0 else LIGHTER.get(colour, colour)))
+    return out
 
 
 def text(x, y, s, size=12, anchor="middle", rotate=None):
@@ -64,10 +78,13 @@ def bars_panel(x0, y0, w, h, groups, series, value_of, title, ylabel, log=False)
             out.append(f'<rect x="{gx + j * bw:.1f}" y="{y0 + h - bh:.1f}" width="{bw - 2:.1f}" '
                        f'height="{bh:.1f}" fill="{colour}"><title>{label}: {v:g}</title></rect>')
         out.append(text(x0 + i * gw + gw / 2, y0 + h + 16, f"N = {g:,}", 11))
+    # The legend under the axis, in two columns, clear of the bars.
+    rows_per_column = (len(series) + 1) // 2
     for j, (_, label, colour) in enumerate(series):
-        ly = y0 + 8 + j * 16
-        out.append(f'<rect x="{x0 + 8}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>')
-        out.append(text(x0 + 22, ly, label, 11, "start"))
+        lx = x0 + 8 + (j // rows_per_column) * (w / 2)
+        ly = y0 + h + 40 + (j % rows_per_column) * 16
+        out.append(f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>')
+        out.append(text(lx + 14, ly, label, 10, "start"))
     return out
 
 
@@ -77,26 +94,35 @@ def main():
     with open(sys.argv[1]) as f:
         data = json.load(f)
     rows = data["rows"]
+    for r in rows:
+        r.setdefault("driver", "unary")
     groups = sorted({r["workers"] for r in rows})
+    drivers = []
+    for r in rows:
+        if r["driver"] not in drivers:
+            drivers.append(r["driver"])
 
-    def row(n, mode):
-        return next((r for r in rows if r["workers"] == n and r["mode"] == mode), None)
+    def row(n, driver, mode):
+        return next((r for r in rows if r["workers"] == n and r["driver"] == driver
+                     and r["mode"] == mode), None)
 
-    def rate(n, mode):
-        r = row(n, mode)
+    def rate(n, key):
+        driver, mode = key
+        r = row(n, driver, mode)
         return r["completions_per_s"] if r else None
 
     def latency(n, key):
-        r = row(n, "sustained")
-        return r[key] if r else None
+        driver, quantile = key
+        r = row(n, driver, "sustained")
+        return r[quantile] if r else None
 
-    width, height = 960, 420
+    width, height = 960, 470
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}">',
            f'<rect width="{width}" height="{height}" fill="white"/>']
-    svg += bars_panel(80, 50, 370, 300, groups, MODES, rate,
+    svg += bars_panel(80, 50, 370, 300, groups, series_for(drivers, MODES), rate,
                       "completions/s (one shardq serve)", "completions/s")
-    svg += bars_panel(570, 50, 370, 300, groups, QUANTILES, latency,
+    svg += bars_panel(570, 50, 370, 300, groups, series_for(drivers, QUANTILES), latency,
                       "take latency, sustained runs", "ms (log)", log=True)
     note = data.get("load", "")
     if note:

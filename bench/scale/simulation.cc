@@ -138,9 +138,9 @@ class Simulation {
     }
     if (!result.timed_out) {
       timers_.clear();  // joined: no timer fires after this
-      // A keep-alive sent just before a worker's last completion may still
-      // be in flight; its callback touches this object.
-      for (int i = 0; i < 500 && inflight_keepalives_.load() > 0; ++i) {
+      // A progress report sent just before a worker's last completion may
+      // still be in flight; its callback touches this object.
+      for (int i = 0; i < 500 && inflight_progress_.load() > 0; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
@@ -153,9 +153,10 @@ class Simulation {
     result.completions = completions_;
     result.duplicates = duplicates_;
     result.lost_leases = lost_leases_;
-    result.keepalives = keepalives_;
+    result.progress_reports = progress_reports_;
     result.completed_per_item = completed_;
     result.take_latency_ns = std::move(latencies_);
+    result.take_answered_s = std::move(answered_s_);
     result.window_start_s = Seconds(window_start_);
     result.window_end_s = Seconds(window_end_);
     result.window_completions = window_end_completions_ - window_start_completions_;
@@ -226,6 +227,7 @@ class Simulation {
       } else {
         ++takes_;
         latencies_.push_back(reply->latency_ns);
+        answered_s_.push_back(static_cast<float>(Seconds(SteadyClock::now())));
         if (!w.started) {
           w.started = true;
           if (++started_workers_ == options_.workers) open_window = true;
@@ -285,16 +287,16 @@ class Simulation {
       Complete(w);
       return;
     }
-    if (driver_.NeedsKeepAlive() && w.hold > std::chrono::milliseconds(options_.heartbeat_ms) / 2) {
-      // The real client's heartbeat loop runs on its own clock: a random phase.
+    if (w.hold > std::chrono::milliseconds(options_.heartbeat_ms) / 2) {
+      // The real client's progress loop runs on its own clock: a random phase.
       std::uniform_int_distribution<int64_t> phase(options_.heartbeat_ms / 2,
                                                    options_.heartbeat_ms);
-      ScheduleKeepAlive(w, gen, w.taken_at + std::chrono::milliseconds(phase(w.rng)));
+      ScheduleProgress(w, gen, w.taken_at + std::chrono::milliseconds(phase(w.rng)));
     }
     TimerOf(w).At(w.taken_at + w.hold, [this, &w] { Complete(w); });
   }
 
-  void ScheduleKeepAlive(Worker& w, uint64_t gen, SteadyClock::time_point when) {
+  void ScheduleProgress(Worker& w, uint64_t gen, SteadyClock::time_point when) {
     if (when >= w.taken_at + w.hold) return;
     TimerOf(w).At(when, [this, &w, gen, when] {
       if (w.generation.load() != gen) return;  // completed meanwhile
@@ -302,21 +304,21 @@ class Simulation {
       progress.lease = w.lease;
       progress.offset = std::chrono::duration_cast<std::chrono::milliseconds>(
                             SteadyClock::now() - w.taken_at).count();
-      inflight_keepalives_.fetch_add(1);
-      driver_.KeepAlive(w.id, progress, [this, &w, gen](absl::StatusOr<int64_t> lost) {
+      inflight_progress_.fetch_add(1);
+      driver_.ReportProgress(w.id, progress, [this, &w, gen](absl::StatusOr<int64_t> lost) {
         std::lock_guard<std::mutex> lock(mu_);
-        inflight_keepalives_.fetch_sub(1);
+        inflight_progress_.fetch_sub(1);
         if (!lost.ok()) {
           ++rpc_errors_;
           if (first_error_.empty()) first_error_ = lost.status().ToString();
           return;
         }
-        ++keepalives_;
-        // A heartbeat overtaken by the item's completion (another stream)
-        // names a lease the worker no longer holds: not a loss.
+        ++progress_reports_;
+        // A heartbeat overtaken by the item's completion (another channel
+        // stream) names a lease the worker no longer holds: not a loss.
         if (w.generation.load() == gen) lost_leases_ += *lost;
       });
-      ScheduleKeepAlive(w, gen, when + std::chrono::milliseconds(options_.heartbeat_ms));
+      ScheduleProgress(w, gen, when + std::chrono::milliseconds(options_.heartbeat_ms));
     });
   }
 
@@ -327,7 +329,7 @@ class Simulation {
         w.id, lease,
         [this, &w, lease](absl::StatusOr<bool> completed, absl::StatusOr<TakeReply> next) {
           if (!completed.ok()) {
-            w.generation.fetch_sub(1);  // still held: keep-alives stay off, retry
+            w.generation.fetch_sub(1);  // still held: progress stays off, retry
             if (OnError(w, completed.status())) Retry(w, 100, &Simulation::Complete);
             return;
           }
@@ -353,15 +355,16 @@ class Simulation {
   double log_mu_ = 0;
   SteadyClock::time_point start_;
   std::vector<std::unique_ptr<TimerThread>> timers_;
-  std::atomic<int> inflight_keepalives_{0};
+  std::atomic<int> inflight_progress_{0};
 
   std::mutex mu_;
   std::condition_variable done_cv_;
   std::vector<uint32_t> completed_;
   std::vector<int64_t> latencies_;
+  std::vector<float> answered_s_;
   int finished_workers_ = 0, started_workers_ = 0, dropped_ = 0;
   int64_t rpc_errors_ = 0, takes_ = 0, empty_takes_ = 0, completions_ = 0, duplicates_ = 0;
-  int64_t lost_leases_ = 0, keepalives_ = 0;
+  int64_t lost_leases_ = 0, progress_reports_ = 0;
   SteadyClock::time_point window_start_, window_end_, last_end_;
   int64_t window_start_completions_ = 0, window_end_completions_ = 0;
   std::string first_error_;

@@ -117,7 +117,7 @@ class UnaryDriver final : public WorkerDriver {
         });
   }
 
-  void KeepAlive(int worker, const Progress& progress, KeepAliveDone done) override {
+  void ReportProgress(int worker, const Progress& progress, ProgressDone done) override {
     auto* call = new Call<v1::HeartbeatRequest, v1::HeartbeatResponse>;
     call->req.set_queue(options_.queue);
     call->req.set_worker(WorkerName(worker));

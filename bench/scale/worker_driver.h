@@ -1,20 +1,23 @@
 // bench/scale: the protocol a simulated worker speaks to the coordinator.
 //
 // The load generator's worker logic (how long an item is held, when
-// progress is reported, what is counted) lives in scale_load.cc and talks to
-// the coordinator only through WorkerDriver. Today's implementation is
-// UnaryDriver: the unary Take / Complete / Heartbeat RPCs over a few dozen
-// shared gRPC channels, with the callback API (no thread per worker). A
-// session driver (issue 17: one bidirectional stream per worker) plugs in
-// behind the same interface: it answers CompleteAndTake with one message
-// and needs no keep-alive (NeedsKeepAlive() false).
+// progress is reported, what is counted) lives in simulation.cc and talks to
+// the coordinator only through WorkerDriver. Two implementations:
+//  * SessionDriver (the default): one Session stream per worker
+//    (coordinator.proto, rpc Session), gRPC's callback API
+//    (ClientBidiReactor) multiplexed over a few dozen shared channels; a
+//    completion and the next take travel in one message each way, progress
+//    rides on the stream, and the open stream is the liveness signal.
+//  * UnaryDriver: the unary Take / Complete / Heartbeat RPCs over the same
+//    shared channels, with the callback API (no thread per worker).
 //
 // Every method returns at once; its callback runs later, on a gRPC thread,
 // exactly once. A worker has at most one Take / Complete / CompleteAndTake
-// in flight; KeepAlive may run beside them.
+// in flight; ReportProgress may run beside them.
 #ifndef SHARDQ_BENCH_SCALE_WORKER_DRIVER_H_
 #define SHARDQ_BENCH_SCALE_WORKER_DRIVER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -48,6 +51,17 @@ struct Progress {
   int64_t offset = 0;
 };
 
+// What a session driver's streams did over a run.
+struct StreamCounts {
+  int64_t opened = 0;    // workers whose first stream was answered with `opened`
+  int64_t reopened = 0;  // later streams of a worker whose stream had ended
+  int64_t dropped = 0;   // streams that ended with an error (not cancelled at the end)
+  int64_t ended_ok = 0;  // streams the coordinator ended OK after the worker's half-close
+  int64_t cancelled = 0;  // left open at the end and cancelled by CloseStreams
+  int64_t lost_leases = 0;  // pushed or in an answer's lost_lease_ids
+  std::string first_drop;  // the first dropped stream's worker and status
+};
+
 class WorkerDriver {
  public:
   using TakeDone = std::function<void(absl::StatusOr<TakeReply>)>;
@@ -58,11 +72,11 @@ class WorkerDriver {
   using CompleteAndTakeDone =
       std::function<void(absl::StatusOr<bool> completed, absl::StatusOr<TakeReply> next)>;
   // The number of the worker's leases the coordinator says it lost.
-  using KeepAliveDone = std::function<void(absl::StatusOr<int64_t>)>;
+  using ProgressDone = std::function<void(absl::StatusOr<int64_t>)>;
 
   virtual ~WorkerDriver() = default;
 
-  // Short name for the report ("unary", later "session").
+  // Short name for the report ("session" or "unary").
   virtual std::string Name() const = 0;
 
   // Asks for one item for `worker` (0-based), long-polling up to the
@@ -72,20 +86,27 @@ class WorkerDriver {
   virtual void Complete(int worker, const Lease& lease, CompleteDone done) = 0;
 
   // Completes `lease`, then asks for the next item. This default issues
-  // Complete and, once it succeeded, Take; a session driver overrides it
+  // Complete and, once it succeeded, Take; the session driver overrides it
   // with one message each way.
   virtual void CompleteAndTake(int worker, const Lease& lease, CompleteAndTakeDone done);
 
-  // Whether a worker must send KeepAlive while it holds an item (unary:
-  // yes, the lease is renewed by heartbeats; a session: the open stream is
-  // the liveness signal).
-  virtual bool NeedsKeepAlive() const { return true; }
+  // Reports the progress of the item the worker holds, about once a second
+  // while it holds one. Unary: a Heartbeat carrying it, which also renews
+  // the lease. Session: a progress report on the stream (no answer asked
+  // for); `done` runs once it is written, with 0 lost leases (leases a
+  // session loses are pushed, and counted in StreamCounts).
+  virtual void ReportProgress(int worker, const Progress& progress, ProgressDone done) = 0;
 
-  // Renews the worker's lease and reports its progress (today: one
-  // Heartbeat carrying both, as the real client sends them).
-  virtual void KeepAlive(int worker, const Progress& progress, KeepAliveDone done) = 0;
+  // Waits up to `wait` for every stream to end (a session driver half-
+  // closes a worker's stream once it saw end of input), then cancels those
+  // left (not counted as dropped). Returns the streams' counts; nullopt for
+  // a driver without streams (unary). Call once, after the simulation.
+  virtual std::optional<StreamCounts> CloseStreams(std::chrono::milliseconds wait) {
+    return std::nullopt;
+  }
 
-  // RPCs issued so far, by kind, for the report ("Take" -> count).
+  // RPCs (unary) or messages (session) sent so far, by kind, for the
+  // report ("Take" -> count).
   virtual std::vector<std::pair<std::string, int64_t>> CallCounts() const = 0;
 };
 
@@ -101,6 +122,19 @@ struct UnaryDriverOptions {
 
 // Worker names are "w<index>" (zero-padded), the same in every driver.
 std::string WorkerName(int worker);
+
+struct SessionDriverOptions {
+  std::string address;  // host:port of `shardq serve`
+  std::string queue;
+  int channels = 32;
+  int64_t take_wait_ms = 5000;  // how long a take waits while every item is held
+};
+
+// One Session stream per worker over `options.channels` channels (worker i
+// uses channel i mod channels), opened on the worker's first call and again,
+// with the lease it holds, when it ended. Fails on bad options.
+absl::StatusOr<std::unique_ptr<WorkerDriver>> NewSessionDriver(
+    const SessionDriverOptions& options);
 
 // Today's protocol over `options.channels` channels (worker i uses channel
 // i mod channels). Fails when a channel cannot be created.
