@@ -148,15 +148,14 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   if (mark->has_value() && (*mark)->seq > 0 && !identity->has_schema) {
     return fail(RolledBack(dir, false, 0, **mark, wal_missing));
   }
-  if (mark->has_value() && (*mark)->seq > 0 && identity->has_schema &&
-      identity->format < state_db::kFormatVersion) {
+  if (mark->has_value() && (*mark)->seq > 0 && identity->has_schema && identity->format < 2) {
     return fail(absl::DataLossError(absl::StrCat(
         "state dir '", dir, "': state.db has format ", identity->format,
         " (written before ", CommitMark::kFileName, " existed), but ", CommitMark::kFileName,
         " records that entries up to ", (*mark)->seq,
         " were committed: was state.db replaced by an older one?")));
   }
-  if (identity->format == state_db::kFormatVersion) {
+  if (identity->format >= 2) {  // COMMITTED exists from format 2 on
     if (!mark->has_value()) {
       return fail(absl::DataLossError(absl::StrCat(
           "state dir '", dir, "': ", CommitMark::kFileName, " is missing, but state.db holds "
@@ -186,7 +185,7 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   writer = *std::move(opened);
   if (!identity->has_schema) {
     if (absl::Status s = state_db::CreateSchema(db, dir, dir_id); !s.ok()) return fail(s);
-  } else if (identity->format < state_db::kFormatVersion) {
+  } else if (identity->format == 1) {
     SHARDQ_LOG_WARN(
         "state dir '{}': upgrading format {} to {} (checksums and {}); damage done to it "
         "before now cannot be detected",
@@ -197,6 +196,13 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   if (absl::Status s = state_db::ReadState(db, dir, &state); !s.ok()) return fail(s);
   if (mark->has_value() && state.last_seq < (*mark)->seq) {
     return fail(RolledBack(dir, true, state.last_seq, **mark, wal_missing));
+  }
+  if (identity->has_schema && identity->format == 2) {
+    // Read as it is; from now on snapshots are compact, which a format 2
+    // reader would misread: it refuses the new version instead.
+    SHARDQ_LOG_INFO("state dir '{}': upgrading format 2 to {} (compact queue snapshots)", dir,
+                    state_db::kFormatVersion);
+    if (absl::Status s = state_db::UpgradeFromFormat2(db, dir); !s.ok()) return fail(s);
   }
   // Not fsynced: if it is lost, COMMITTED stays at an older sequence, which
   // the state still covers.

@@ -213,6 +213,12 @@ absl::Status UpgradeFromFormat1(sqlite3* db, const std::string& dir, const std::
   return absl::OkStatus();
 }
 
+absl::Status UpgradeFromFormat2(sqlite3* db, const std::string& dir) {
+  const std::string sql =
+      absl::StrCat("UPDATE meta SET value = '", kFormatVersion, "' WHERE key = 'format'");
+  return Exec(db, dir, sql.c_str());
+}
+
 absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out) {
   std::map<std::string, size_t> index;
   auto queue = [&](const std::string& name) -> RecoveredState::Queue& {
