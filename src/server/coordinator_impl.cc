@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "src/core/validate.h"
 #include "src/log/log.h"
+#include "src/server/process_memory.h"
 
 namespace shardq {
 namespace {
@@ -175,6 +176,7 @@ void CoordinatorImpl::SnapshotLoop() {
     const int64_t bytes = static_cast<int64_t>(
         journal_->AppendSnapshot(task.entry->name, task.seq, task.state->ToSnapshot()));
     task.state.reset();
+    ReleaseFreeMemory();  // what the copy and its serialised form took
     {
       absl::MutexLock lock(&task.entry->mu);
       task.entry->snapshot_bytes = bytes;
