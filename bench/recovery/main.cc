@@ -22,7 +22,6 @@
 // them for more than 50 ms). RSS is read from /proc/self/status; the peak
 // is VmHWM after resetting it (/proc/self/clear_refs) at the window's start.
 #include <unistd.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -182,7 +181,6 @@ int Run(const Flags& flags) {
         return 1;
       }
     }
-    { struct mallinfo2 mi = mallinfo2(); std::cerr << "DBG after create rss " << StatusKb("VmRSS") << " inuse " << mi.uordblks/1024 << " free " << mi.fordblks/1024 << " mmap " << mi.hblkhd/1024 << "\n"; }
     // Complete `completed` items with 16 concurrent workers: group commit
     // lets them share fsyncs.
     std::vector<std::thread> workers;
@@ -199,9 +197,6 @@ int Run(const Flags& flags) {
     }
     for (auto& t : workers) t.join();
     build_s = absl::ToDoubleSeconds(absl::Now() - t0);
-    { struct mallinfo2 mi = mallinfo2(); std::cerr << "DBG after setup rss " << StatusKb("VmRSS") << " inuse " << mi.uordblks/1024 << " free " << mi.fordblks/1024 << " mmap " << mi.hblkhd/1024 << "\n"; }
-    malloc_trim(0);
-    { struct mallinfo2 mi = mallinfo2(); std::cerr << "DBG after trim rss " << StatusKb("VmRSS") << " inuse " << mi.uordblks/1024 << " free " << mi.fordblks/1024 << " mmap " << mi.hblkhd/1024 << "\n"; }
     if (flags.snapshots > 0) window = MeasureSnapshots(**c, flags.snapshots, flags.snapshot_workers);
   }  // clean close: snapshot
   const absl::Time t1 = absl::Now();
