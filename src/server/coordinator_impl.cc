@@ -173,8 +173,9 @@ void CoordinatorImpl::SnapshotLoop() {
     // Entries live as long as the coordinator, which stops this thread
     // before it destroys them. The snapshot's journal entry comes after
     // updates appended meanwhile; it covers those up to task.seq only.
+    // Written in parts: completions wait behind one part at most.
     const int64_t bytes = static_cast<int64_t>(
-        journal_->AppendSnapshot(task.entry->name, task.seq, task.state->ToSnapshot()));
+        journal_->WriteSnapshot(task.entry->name, task.seq, task.state->ToSnapshot()));
     task.state.reset();
     ReleaseFreeMemory();  // what the copy and its serialised form took
     {

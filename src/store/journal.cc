@@ -64,7 +64,7 @@ absl::Status RolledBack(const std::string& dir, bool has_schema, uint64_t held,
 // (parsing the SQL) cost more CPU than the rest of the commit.
 struct Journal::Statements {
   ~Statements() {
-    for (sqlite3_stmt* stmt : {begin, commit, rollback, insert, snapshot, trim}) {
+    for (sqlite3_stmt* stmt : {begin, commit, rollback, insert, snapshot, trim, part, trim_parts}) {
       sqlite3_finalize(stmt);
     }
   }
@@ -77,11 +77,15 @@ struct Journal::Statements {
            prepare("ROLLBACK", &rollback) &&
            prepare("INSERT INTO journal (seq, queue, update_pb, crc) VALUES (?, ?, ?, ?)",
                    &insert) &&
-           prepare("INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb, written_seq, crc)"
-                   " VALUES (?, ?, ?, ?, ?)",
+           prepare("INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb, written_seq, crc,"
+                   " parts, first_part) VALUES (?, ?, ?, ?, ?, ?, ?)",
                    &snapshot) &&
            // The primary key range, then the queue: no secondary index needed.
-           prepare("DELETE FROM journal WHERE seq <= ? AND queue = ?", &trim);
+           prepare("DELETE FROM journal WHERE seq <= ? AND queue = ?", &trim) &&
+           prepare("INSERT INTO snapshot_parts (seq, queue, part_pb, crc) VALUES (?, ?, ?, ?)",
+                   &part) &&
+           // Parts of earlier (or unfinished) snapshots of the queue.
+           prepare("DELETE FROM snapshot_parts WHERE seq < ? AND queue = ?", &trim_parts);
   }
 
   sqlite3_stmt* begin = nullptr;
@@ -90,6 +94,8 @@ struct Journal::Statements {
   sqlite3_stmt* insert = nullptr;
   sqlite3_stmt* snapshot = nullptr;
   sqlite3_stmt* trim = nullptr;
+  sqlite3_stmt* part = nullptr;
+  sqlite3_stmt* trim_parts = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
@@ -192,18 +198,22 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
         dir, identity->format, state_db::kFormatVersion, CommitMark::kFileName);
     if (absl::Status s = state_db::UpgradeFromFormat1(db, dir, dir_id); !s.ok()) return fail(s);
   }
+  if (identity->has_schema && identity->format <= 2) {
+    // Format 2 rows are read as they are; from now on snapshots are compact
+    // and may come in parts, which a format 2 reader would misread: it
+    // refuses the new version instead.
+    if (identity->format == 2) {
+      SHARDQ_LOG_INFO("state dir '{}': upgrading format 2 to {} (compact queue snapshots)", dir,
+                      state_db::kFormatVersion);
+    }
+    if (absl::Status s = state_db::UpgradeFromFormat2(db, dir); !s.ok()) return fail(s);
+  }
   RecoveredState state;
   if (absl::Status s = state_db::ReadState(db, dir, &state); !s.ok()) return fail(s);
   if (mark->has_value() && state.last_seq < (*mark)->seq) {
     return fail(RolledBack(dir, true, state.last_seq, **mark, wal_missing));
   }
-  if (identity->has_schema && identity->format == 2) {
-    // Read as it is; from now on snapshots are compact, which a format 2
-    // reader would misread: it refuses the new version instead.
-    SHARDQ_LOG_INFO("state dir '{}': upgrading format 2 to {} (compact queue snapshots)", dir,
-                    state_db::kFormatVersion);
-    if (absl::Status s = state_db::UpgradeFromFormat2(db, dir); !s.ok()) return fail(s);
-  }
+
   // Not fsynced: if it is lost, COMMITTED stays at an older sequence, which
   // the state still covers.
   if (absl::Status s = writer->Write(CommitRecord{dir_id, state.last_seq, false}); !s.ok()) {
@@ -285,6 +295,48 @@ size_t Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
   p.snapshot_seq = seq;
   snapshot.SerializeToString(&p.payload);
   const size_t bytes = p.payload.size();
+  const uint32_t partial = state_db::PartialCrc(p.queue, p.payload);
+  absl::MutexLock lock(&mu_);
+  p.seq = next_seq_++;
+  p.crc = state_db::SnapshotCrc(partial, p.snapshot_seq, p.seq);
+  AddPendingLocked(std::move(p));
+  return bytes;
+}
+
+size_t Journal::WriteSnapshot(const std::string& queue, uint64_t seq,
+                              const journal::QueueSnapshot& snapshot) {
+  std::string payload;
+  snapshot.SerializeToString(&payload);
+  const size_t bytes = payload.size();
+  int64_t parts = 0;
+  uint64_t first_part = 0;
+  size_t offset = 0;
+  for (; bytes - offset > kSnapshotPartBytes; offset += kSnapshotPartBytes) {
+    Pending p;
+    p.queue = queue;
+    p.snapshot_part = true;
+    p.payload = payload.substr(offset, kSnapshotPartBytes);
+    const uint32_t partial = state_db::PartialCrc(p.queue, p.payload);
+    uint64_t part_seq;
+    {
+      absl::MutexLock lock(&mu_);
+      p.seq = part_seq = next_seq_++;
+      p.crc = state_db::EntryCrc(partial, p.seq);
+      AddPendingLocked(std::move(p));
+    }
+    if (first_part == 0) first_part = part_seq;
+    ++parts;
+    // One part per commit: the next is queued only once this one is stored.
+    if (!WaitDurable(part_seq).ok()) return bytes;  // nothing is written any more
+  }
+  Pending p;
+  p.queue = queue;
+  p.snapshot = true;
+  p.snapshot_seq = seq;
+  p.parts = parts;
+  p.first_part = first_part;
+  p.payload = payload.substr(offset);
+  std::string().swap(payload);
   const uint32_t partial = state_db::PartialCrc(p.queue, p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
@@ -498,7 +550,14 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
   if (!Step(statements_->begin)) return SqliteError(db_, dir_, "BEGIN IMMEDIATE");
   for (const Pending& p : batch) {
     bool ok = true;
-    if (!p.snapshot) {
+    if (p.snapshot_part) {
+      sqlite3_stmt* st = statements_->part;
+      sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(p.seq));
+      sqlite3_bind_text(st, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
+      sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(st, 4, p.crc);
+      ok = Step(st);
+    } else if (!p.snapshot) {
       sqlite3_stmt* st = statements_->insert;
       sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(p.seq));
       sqlite3_bind_text(st, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
@@ -512,10 +571,19 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
       sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
       sqlite3_bind_int64(st, 4, static_cast<sqlite3_int64>(p.seq));
       sqlite3_bind_int64(st, 5, p.crc);
+      sqlite3_bind_int64(st, 6, p.parts);
+      sqlite3_bind_int64(st, 7, static_cast<sqlite3_int64>(p.first_part));
       ok = Step(st);
       if (ok) {
         sqlite3_stmt* t = statements_->trim;
         sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(p.snapshot_seq));
+        sqlite3_bind_text(t, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
+        ok = Step(t);
+      }
+      if (ok) {
+        sqlite3_stmt* t = statements_->trim_parts;
+        const uint64_t keep_from = p.parts > 0 ? p.first_part : p.seq;
+        sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(keep_from));
         sqlite3_bind_text(t, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
         ok = Step(t);
       }

@@ -87,6 +87,17 @@ class Journal {
   size_t AppendSnapshot(const std::string& queue, uint64_t seq,
                         const journal::QueueSnapshot& snapshot);
 
+  // AppendSnapshot for a large snapshot, without holding up the journal:
+  // a snapshot of more than kSnapshotPartBytes is written in parts of that
+  // size, each in a commit of its own (waited for here, so that no commit
+  // carries more than one part), before the row that completes it (queued
+  // like AppendSnapshot's). Completions waiting for durability wait behind
+  // one part at most. Blocks; returns the snapshot's size in bytes. Parts
+  // of a snapshot that a crash left without its last row are ignored.
+  size_t WriteSnapshot(const std::string& queue, uint64_t seq,
+                       const journal::QueueSnapshot& snapshot);
+  static constexpr size_t kSnapshotPartBytes = size_t{1} << 20;
+
   // Blocks until every append up to `seq` is durable (asking the writer to
   // commit now). A failed write is
   // returned to every waiter (and every later one): the coordinator must not
@@ -133,9 +144,12 @@ class Journal {
   struct Pending {
     uint64_t seq = 0;
     std::string queue;
-    std::string payload;          // serialised Update or QueueSnapshot
+    std::string payload;          // serialised Update or QueueSnapshot (or its last part)
     bool snapshot = false;
+    bool snapshot_part = false;   // a part of a snapshot before its last (WriteSnapshot)
     uint64_t snapshot_seq = 0;    // for snapshots
+    int64_t parts = 0;            // for snapshots: parts written before this row
+    uint64_t first_part = 0;      // for snapshots: seq of the first (0: none)
     uint32_t crc = 0;             // stored with the row (see state_db.h)
   };
 
