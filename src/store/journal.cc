@@ -81,7 +81,9 @@ struct Journal::Statements {
                    " parts, first_part) VALUES (?, ?, ?, ?, ?, ?, ?)",
                    &snapshot) &&
            // The primary key range, then the queue: no secondary index needed.
-           prepare("DELETE FROM journal WHERE seq <= ? AND queue = ?", &trim) &&
+           prepare("DELETE FROM journal WHERE seq IN (SELECT seq FROM journal"
+                   " WHERE seq <= ? AND queue = ? LIMIT ?)",
+                   &trim) &&
            prepare("INSERT INTO snapshot_parts (seq, queue, part_pb, crc) VALUES (?, ?, ?, ?)",
                    &part) &&
            // Parts of earlier (or unfinished) snapshots of the queue.
@@ -231,6 +233,10 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
       new Journal(dir, db, lock_fd, std::move(statements), last_seq));
   journal->mark_ = std::move(writer);
   journal->dir_id_ = dir_id;
+  // Entries that a crash kept from being deleted after their snapshot.
+  for (const RecoveredState::Queue& q : recovered->queues) {
+    if (q.snapshot != nullptr) journal->trims_.emplace_back(q.name, q.snapshot_seq);
+  }
   // Replaces SQLite's automatic checkpoints: Commit checkpoints itself.
   sqlite3_wal_hook(db, &Journal::WalHook, journal.get());
   journal->StartWriter();
@@ -575,12 +581,6 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
       sqlite3_bind_int64(st, 7, static_cast<sqlite3_int64>(p.first_part));
       ok = Step(st);
       if (ok) {
-        sqlite3_stmt* t = statements_->trim;
-        sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(p.snapshot_seq));
-        sqlite3_bind_text(t, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
-        ok = Step(t);
-      }
-      if (ok) {
         sqlite3_stmt* t = statements_->trim_parts;
         const uint64_t keep_from = p.parts > 0 ? p.first_part : p.seq;
         sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(keep_from));
@@ -594,10 +594,37 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
       return s;
     }
   }
+  // Deletes journal entries that an earlier snapshot covers, a bounded
+  // number per commit.
+  bool trimmed_all = false;
+  if (!trims_.empty()) {
+    sqlite3_stmt* t = statements_->trim;
+    const auto& [queue, upto] = trims_.front();
+    sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(upto));
+    sqlite3_bind_text(t, 2, queue.data(), static_cast<int>(queue.size()), SQLITE_STATIC);
+    sqlite3_bind_int(t, 3, kTrimRowsPerCommit);
+    if (!Step(t)) {
+      absl::Status s = SqliteError(db_, dir_, "deleting entries a snapshot covers");
+      Step(statements_->rollback);
+      return s;
+    }
+    trimmed_all = sqlite3_changes(db_) < kTrimRowsPerCommit;
+  }
   if (!Step(statements_->commit)) {
     absl::Status s = SqliteError(db_, dir_, "COMMIT");
     Step(statements_->rollback);
     return s;
+  }
+  if (trimmed_all) trims_.erase(trims_.begin());
+  for (const Pending& p : batch) {
+    if (!p.snapshot) continue;
+    auto it = std::find_if(trims_.begin(), trims_.end(),
+                           [&](const auto& t) { return t.first == p.queue; });
+    if (it != trims_.end()) {
+      it->second = p.snapshot_seq;
+    } else {
+      trims_.emplace_back(p.queue, p.snapshot_seq);
+    }
   }
   // Only after the commit's fsync: COMMITTED is never ahead of state.db.
   if (absl::Status s = mark_->Write(CommitRecord{dir_id_, batch.back().seq, false}); !s.ok()) {

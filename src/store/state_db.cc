@@ -247,7 +247,7 @@ absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out)
   std::map<std::string, size_t> index;
   auto queue = [&](const std::string& name) -> RecoveredState::Queue& {
     auto [it, inserted] = index.emplace(name, out->queues.size());
-    if (inserted) out->queues.push_back(RecoveredState::Queue{name, nullptr, {}});
+    if (inserted) out->queues.push_back(RecoveredState::Queue{name, nullptr, 0, {}});
     return out->queues[it->second];
   };
   std::map<std::string, uint64_t> snapshot_seq;
@@ -316,6 +316,7 @@ absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out)
     snapshot_seq[name] = seq;
     out->last_seq = std::max(out->last_seq, written);
     queue(name).snapshot = std::move(snapshot);
+    queue(name).snapshot_seq = seq;
   }
   if (rc != SQLITE_DONE) return SqliteError(db, dir, "reading snapshots");
   Statement entries(db, "SELECT seq, queue, update_pb, crc FROM journal ORDER BY seq");
