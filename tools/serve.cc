@@ -18,6 +18,7 @@
 #include "src/server/coordinator_impl.h"
 #include "src/server/grpc_service.h"
 #include "src/server/listen_address.h"
+#include "src/server/process_memory.h"
 #include "tools/verbs.h"
 
 namespace shardq {
@@ -83,6 +84,7 @@ int RunServe(const ServeOptions& o) {
   // (queues created, leases expired, recovery, shutdown). SHARDQ_LOG_LEVEL
   // overrides.
   logging::SetDefaultLevel(spdlog::level::info);
+  TuneAllocatorForServing();  // src/server/process_memory.h
   // Both addresses are checked before anything starts: a bad --http or a
   // port someone holds stops serve before it opens the state dir.
   if (!o.http.empty()) {

@@ -12,8 +12,18 @@
 // --snapshot-every / --snapshot-bytes-per-update), so the setup's
 // completions/s includes the periodic snapshots a server would take.
 // Measured in one run, printed as a markdown table.
+//
+// Then, on the same queue (1,000,000 slices x 2 epochs by default), the
+// memory and stall figures of issue 17: the process's RSS in steady state
+// (after the setup, no snapshot in progress), its peak RSS while
+// `--snapshot-workers` threads take and complete items until the
+// coordinator has taken `--snapshots` periodic snapshots, and the longest
+// single Take and Complete call in that window (a snapshot must not stop
+// them for more than 50 ms). RSS is read from /proc/self/status; the peak
+// is VmHWM after resetting it (/proc/self/clear_refs) at the window's start.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "src/server/coordinator_impl.h"
+#include "src/server/process_memory.h"
 
 namespace fs = std::filesystem;
 
@@ -38,7 +49,95 @@ struct Flags {
   std::string dir = "/tmp/shardq-recovery-bench";
   int64_t snapshot_every = CoordinatorOptions().snapshot_every;
   int64_t snapshot_bytes_per_update = CoordinatorOptions().snapshot_bytes_per_update;
+  int64_t snapshots = 2;
+  int snapshot_workers = 4;
 };
+
+// A field of /proc/self/status in kB ("VmRSS", "VmHWM"); -1 if absent.
+int64_t StatusKb(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::atoll(line.c_str() + field.size() + 1);
+  }
+  return -1;
+}
+
+// Resets VmHWM to the current RSS (Linux >= 4.0); false if it cannot.
+bool ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+struct SnapshotWindow {
+  int64_t rss_steady_kb = 0;
+  int64_t rss_peak_kb = 0;
+  int64_t rss_setup_peak_kb = 0;  // before the window: creation and setup
+  bool peak_reset = false;
+  int64_t snapshots = 0;
+  int64_t pairs = 0;
+  double seconds = 0;
+  absl::Duration max_take, max_complete;
+  absl::Duration p99_take, p99_complete;
+};
+
+// Takes and completes items with `workers` threads until `snapshots`
+// periodic snapshots were journaled, timing every call (see the top).
+SnapshotWindow MeasureSnapshots(CoordinatorImpl& c, int64_t snapshots, int workers) {
+  SnapshotWindow w;
+  c.Flush().IgnoreError();  // no snapshot in progress
+  w.rss_steady_kb = StatusKb("VmRSS");
+  w.rss_setup_peak_kb = StatusKb("VmHWM");
+  w.peak_reset = ResetPeakRss();
+  const int64_t before = c.journal_totals()->snapshots;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> pairs{0};
+  std::vector<std::vector<absl::Duration>> takes(static_cast<size_t>(workers));
+  std::vector<std::vector<absl::Duration>> completes(static_cast<size_t>(workers));
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int t = 0; t < workers; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string name = absl::StrCat("s", t);
+      while (!stop.load()) {
+        absl::Time t0 = absl::Now();
+        auto taken = c.Take("big", name, 1, absl::InfinitePast());
+        takes[static_cast<size_t>(t)].push_back(absl::Now() - t0);
+        if (!taken.ok() || taken->empty()) return;
+        t0 = absl::Now();
+        c.Complete("big", name, (*taken)[0].lease_id).IgnoreError();
+        completes[static_cast<size_t>(t)].push_back(absl::Now() - t0);
+        pairs.fetch_add(1);
+      }
+    });
+  }
+  while (c.journal_totals()->snapshots - before < snapshots) absl::SleepFor(absl::Milliseconds(5));
+  // Let the last snapshot's commit (which completions may wait behind) end.
+  c.Flush().IgnoreError();
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  w.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  w.rss_peak_kb = StatusKb("VmHWM");
+  w.snapshots = c.journal_totals()->snapshots - before;
+  w.pairs = pairs.load();
+  auto summarise = [](std::vector<std::vector<absl::Duration>>& per_thread, absl::Duration* max,
+                      absl::Duration* p99) {
+    std::vector<absl::Duration> all;
+    for (auto& v : per_thread) all.insert(all.end(), v.begin(), v.end());
+    if (all.empty()) return;
+    std::sort(all.begin(), all.end());
+    *max = all.back();
+    *p99 = all[all.size() * 99 / 100];
+  };
+  summarise(takes, &w.max_take, &w.p99_take);
+  summarise(completes, &w.max_complete, &w.p99_complete);
+  return w;
+}
+
+double Mb(int64_t kb) { return static_cast<double>(kb) / 1000.0; }
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 void CopyState(const std::string& from, const std::string& to) {
   fs::remove_all(to);
@@ -56,25 +155,31 @@ int Run(const Flags& flags) {
   options.snapshot_every = flags.snapshot_every;
   options.snapshot_bytes_per_update = flags.snapshot_bytes_per_update;
   fs::remove_all(dir);
-  QueueConfig config;
-  config.name = "big";
-  for (int64_t i = 0; i < items; ++i) {
-    config.items.push_back(absl::StrCat("data/part-", i / 1000, ".tfrecord?start=",
-                                        (i % 1000) * 1048576, "&end=", (i % 1000 + 1) * 1048576));
-  }
-  config.num_epochs = 2;
-  config.seed = 1;
-  config.lease_timeout = absl::Seconds(600);
   const absl::Time t0 = absl::Now();
+  double build_s = 0;
+  SnapshotWindow window;
   {
     auto c = CoordinatorImpl::Create(options);
     if (!c.ok()) {
       std::cerr << c.status() << "\n";
       return 1;
     }
-    if (auto info = (*c)->CreateQueue(config); !info.ok()) {
-      std::cerr << info.status() << "\n";
-      return 1;
+    {
+      // As a server gets it: the item strings, freed once the queue exists.
+      QueueConfig config;
+      config.name = "big";
+      for (int64_t i = 0; i < items; ++i) {
+        config.items.push_back(absl::StrCat("data/part-", i / 1000, ".tfrecord?start=",
+                                            (i % 1000) * 1048576, "&end=",
+                                            (i % 1000 + 1) * 1048576));
+      }
+      config.num_epochs = 2;
+      config.seed = 1;
+      config.lease_timeout = absl::Seconds(600);
+      if (auto info = (*c)->CreateQueue(std::move(config)); !info.ok()) {
+        std::cerr << info.status() << "\n";
+        return 1;
+      }
     }
     // Complete `completed` items with 16 concurrent workers: group commit
     // lets them share fsyncs.
@@ -91,8 +196,9 @@ int Run(const Flags& flags) {
       });
     }
     for (auto& t : workers) t.join();
+    build_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    if (flags.snapshots > 0) window = MeasureSnapshots(**c, flags.snapshots, flags.snapshot_workers);
   }  // clean close: snapshot
-  const double build_s = absl::ToDoubleSeconds(absl::Now() - t0);
   const absl::Time t1 = absl::Now();
   {
     auto c = CoordinatorImpl::Create(options);
@@ -134,6 +240,22 @@ int Run(const Flags& flags) {
       "update per %d bytes of the last snapshot)\n",
       completed, build_s, completed / build_s, tail / 2, tail_s, flags.snapshot_every,
       flags.snapshot_bytes_per_update);
+  if (flags.snapshots > 0) {
+    std::cout << absl::StrFormat(
+        "\n| RSS steady | RSS peak, %d snapshots | longest take | longest complete | "
+        "p99 take | p99 complete | pairs in the window |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| %.1f MB | %.1f MB%s | %.1f ms | %.1f ms | %.2f ms | %.2f ms | %d in %.1f s |\n",
+        window.snapshots, Mb(window.rss_steady_kb), Mb(window.rss_peak_kb),
+        window.peak_reset ? "" : " (process peak: VmHWM not reset)", Ms(window.max_take),
+        Ms(window.max_complete), Ms(window.p99_take), Ms(window.p99_complete), window.pairs,
+        window.seconds);
+    std::cout << absl::StrFormat(
+        "\n(%d threads take and complete one item at a time while the coordinator takes its "
+        "periodic snapshots; RSS from /proc/self/status, the peak is VmHWM reset at the "
+        "window's start; peak before it, creating the queue and the setup: %.1f MB)\n",
+        flags.snapshot_workers, Mb(window.rss_setup_peak_kb));
+  }
   fs::remove_all(dir);
   fs::remove_all(dir + "-crash");
   return 0;
@@ -155,6 +277,13 @@ int main(int argc, char** argv) {
   app.add_option("--snapshot-bytes-per-update", flags.snapshot_bytes_per_update,
                  "CoordinatorOptions::snapshot_bytes_per_update (default: the server's)")
       ->capture_default_str();
+  app.add_option("--snapshots", flags.snapshots,
+                 "periodic snapshots to time takes and completes through (0: skip)")
+      ->capture_default_str();
+  app.add_option("--snapshot-workers", flags.snapshot_workers,
+                 "threads taking and completing during the snapshot window")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  shardq::TuneAllocatorForServing();  // as `shardq serve` does
   return shardq::Run(flags);
 }

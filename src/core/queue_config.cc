@@ -10,14 +10,16 @@
 #include "src/core/validate.h"
 
 namespace shardq {
+namespace {
 
-std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
-                                           const QueueConfig& requested) {
+// ConfigDifferences, given whether the plans agree.
+std::vector<std::string> Differences(const QueueConfig& existing, size_t existing_items,
+                                     bool same_items, const QueueConfig& requested) {
   std::vector<std::string> diffs;
-  if (existing.items != requested.items) {
-    diffs.push_back(absl::StrCat("items (existing ", existing.items.size(),
+  if (!same_items) {
+    diffs.push_back(absl::StrCat("items (existing ", existing_items,
                                  " items, requested ", requested.items.size(),
-                                 existing.items.size() == requested.items.size()
+                                 existing_items == requested.items.size()
                                      ? " items with different names)"
                                      : " items)"));
   }
@@ -53,6 +55,49 @@ std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
                                  ", requested ", requested.split_min_residual, ")"));
   }
   return diffs;
+}
+
+}  // namespace
+
+std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
+                                           const QueueConfig& requested) {
+  return Differences(existing, existing.items.size(), existing.items == requested.items,
+                     requested);
+}
+
+std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
+                                           const ItemTable& existing_items,
+                                           const QueueConfig& requested) {
+  bool same = existing_items.size() == static_cast<int64_t>(requested.items.size());
+  for (int64_t i = 0; same && i < existing_items.size(); ++i) {
+    same = existing_items.Equals(i, requested.items[static_cast<size_t>(i)]);
+  }
+  return Differences(existing, static_cast<size_t>(existing_items.size()), same, requested);
+}
+
+absl::Status ValidateCompactConfig(const QueueConfig& config, int64_t num_items) {
+  const std::string queue = absl::StrCat("queue '", config.name, "': ");
+  if (absl::Status s = ValidateName("queue name", config.name); !s.ok()) return s;
+  if (num_items < 1 || num_items > kMaxItemsPerQueue) {
+    return absl::InvalidArgumentError(absl::StrCat(queue, "the plan has ", num_items,
+                                                   " items; it must have 1 to ",
+                                                   kMaxItemsPerQueue));
+  }
+  if (config.num_epochs < 1 || config.num_epochs > kMaxEpochs ||
+      config.num_epochs > kMaxHandOutSlots / num_items) {
+    return absl::InvalidArgumentError(absl::StrCat(queue, "num_epochs ", config.num_epochs,
+                                                   " is out of range for ", num_items,
+                                                   " items"));
+  }
+  if (config.num_clients < 1 || config.split_min_residual < 1 ||
+      config.lease_timeout <= absl::ZeroDuration() || config.max_attempts < 1 ||
+      config.max_attempts > kMaxAttemptsLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        queue, "num_clients ", config.num_clients, ", split_min_residual ",
+        config.split_min_residual, ", lease_timeout ", absl::FormatDuration(config.lease_timeout),
+        " or max_attempts ", config.max_attempts, " is out of range"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateConfig(const QueueConfig& config) {

@@ -25,10 +25,33 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("queue '", config.name, "': seed must be resolved"));
   }
-  return std::unique_ptr<QueueState>(new QueueState(std::move(config)));
+  std::shared_ptr<const ItemTable> items = ItemTable::FromStrings(config.items);
+  std::vector<std::string>().swap(config.items);
+  return std::unique_ptr<QueueState>(new QueueState(std::move(config), std::move(items)));
 }
 
-QueueState::QueueState(QueueConfig config) : config_(std::move(config)) {}
+absl::StatusOr<std::unique_ptr<QueueState>> QueueState::CreateCompact(
+    QueueConfig config, std::shared_ptr<const ItemTable> items) {
+  if (!config.items.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config.name, "': a compact plan comes with no item strings"));
+  }
+  if (absl::Status s = ValidateCompactConfig(config, items->size()); !s.ok()) return s;
+  if (!config.seed.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue '", config.name, "': seed must be resolved"));
+  }
+  return std::unique_ptr<QueueState>(new QueueState(std::move(config), std::move(items)));
+}
+
+QueueState::QueueState(QueueConfig config, std::shared_ptr<const ItemTable> items)
+    : config_(std::move(config)), items_(std::move(items)) {}
+
+std::unique_ptr<QueueState> QueueState::Clone() const {
+  std::unique_ptr<QueueState> copy(new QueueState(*this));
+  copy->sink_ = nullptr;
+  return copy;
+}
 
 uint64_t QueueState::MakeLeaseId(Ref ref) {
   const uint64_t slot = static_cast<uint64_t>(Slot(ref));
@@ -91,11 +114,22 @@ void QueueState::MarkCompleted(Ref ref, const std::string& worker,
   MaybeRetire(ref.epoch);
 }
 
-const std::string& QueueState::ItemString(Ref ref) const {
-  if (IsExtra(ref)) return ExtraOf(ref).item;
+ItemRange QueueState::RangeOf(Ref ref) const {
+  if (IsExtra(ref)) return ExtraOf(ref).range;
   auto it = overrides_.find(Slot(ref));
   if (it != overrides_.end()) return it->second;
-  return config_.items[static_cast<size_t>(ref.index)];
+  return items_->Range(ref.index);
+}
+
+std::string QueueState::ItemString(Ref ref) const {
+  if (!IsExtra(ref) && overrides_.empty()) return items_->Render(ref.index);
+  return items_->RenderRange(PlannedIndex(ref), RangeOf(ref));
+}
+
+absl::StatusOr<ItemRange> QueueState::RangeFromString(int64_t index,
+                                                      const std::string& item) const {
+  if (items_->Equals(index, item)) return items_->Range(index);
+  return items_->ParseRange(item);
 }
 
 bool QueueState::MaterializeNextEpoch() {
@@ -147,11 +181,11 @@ QueueState::WorkerRecord& QueueState::Worker(absl::string_view worker) {
   return it->second;
 }
 
-void QueueState::SetItemString(Ref ref, std::string item) {
+void QueueState::SetRange(Ref ref, ItemRange range) {
   if (IsExtra(ref)) {
-    ExtraOf(ref).item = std::move(item);
+    ExtraOf(ref).range = range;
   } else {
-    overrides_[Slot(ref)] = std::move(item);
+    overrides_[Slot(ref)] = range;
   }
 }
 

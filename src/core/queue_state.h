@@ -70,6 +70,7 @@
 #include "absl/time/time.h"
 #include "proto/shardq/journal.pb.h"
 #include "shardq/work_item.h"
+#include "src/core/item_table.h"
 #include "src/types/queue_types.h"
 
 namespace shardq {
@@ -113,6 +114,15 @@ absl::Status ValidateLimits(const QueueConfig& config);
 void ConfigToProto(const QueueConfig& config, v1::QueueConfig* out);
 QueueConfig ConfigFromProto(const v1::QueueConfig& config);
 
+// ConfigDifferences for an existing queue whose plan is `existing_items`
+// (a QueueState's config holds no items; see QueueState::items()).
+std::vector<std::string> ConfigDifferences(const QueueConfig& existing,
+                                           const ItemTable& existing_items,
+                                           const QueueConfig& requested);
+// ValidateConfig for a config whose plan of `num_items` items is already
+// an ItemTable (config.items is empty): every check but the item strings'.
+absl::Status ValidateCompactConfig(const QueueConfig& config, int64_t num_items);
+
 enum class TakeOutcome { kItem, kWait, kEndOfInput };
 struct TakeResult {
   TakeOutcome outcome = TakeOutcome::kWait;
@@ -133,8 +143,14 @@ class QueueState {
   static absl::StatusOr<std::unique_ptr<QueueState>> FromCreation(
       const journal::Update& update);
 
-  // The update that creates a queue of `config` (seed must be set).
+  // The update that creates a queue of `config` (seed must be set), in
+  // creation format kCreationFormat: the plan as an ItemTable.
   static journal::Update CreationUpdate(const QueueConfig& config, absl::Time now);
+  // The formats this version writes (and the newest it reads; it also
+  // reads format 1, the plan as item strings): journal::CreateQueue.format
+  // and journal::QueueSnapshot.format. A newer one is FAILED_PRECONDITION.
+  static constexpr uint32_t kCreationFormat = 2;
+  static constexpr uint32_t kSnapshotFormat = 2;
   // The update that creates a queue from a checkpoint (INVALID_ARGUMENT if
   // the checkpoint does not fit its own config). `name` overrides the
   // checkpoint's queue name when non-empty.
@@ -142,11 +158,18 @@ class QueueState {
                                                        const std::string& name,
                                                        absl::Time now);
 
-  // Rebuilds a state from ToSnapshot(); every lease gets deadline
-  // now + lease_timeout. DATA_LOSS when the snapshot is inconsistent.
+  // Rebuilds a state from ToSnapshot() (format kSnapshotFormat, or format
+  // 1 of earlier versions); every lease gets deadline now + lease_timeout.
+  // DATA_LOSS when the snapshot is inconsistent; FAILED_PRECONDITION
+  // naming the format when it is newer than kSnapshotFormat.
   static absl::StatusOr<std::unique_ptr<QueueState>> FromSnapshot(
       const journal::QueueSnapshot& snapshot, absl::Time now);
   journal::QueueSnapshot ToSnapshot() const;
+
+  // A copy of this state without the update sink, to snapshot outside the
+  // caller's lock: it shares the (immutable) item table, so it costs a copy
+  // of the pending order and the bounded records, not of the plan.
+  std::unique_ptr<QueueState> Clone() const;
 
   // Completed items and the unread rest of held items (from their last
   // reported progress), for a training job's checkpoint.
@@ -292,7 +315,10 @@ class QueueState {
   int64_t epoch_records() const { return static_cast<int64_t>(epochs_.size()); }
 
   QueueStats Stats(absl::Time now) const;
+  // The queue's config. Its `items` is empty: the plan is items().
   const QueueConfig& config() const { return config_; }
+  // The slice plan (immutable, shared with clones).
+  const std::shared_ptr<const ItemTable>& items() const { return items_; }
   uint64_t seed() const { return *config_.seed; }
 
  private:
@@ -330,7 +356,7 @@ class QueueState {
   struct Extra {
     int64_t epoch = 0;
     int64_t parent = 0;  // index of the planned item it came from
-    std::string item;
+    ItemRange range;     // of the parent's work
     bool completed = false;
     bool failed = false;
   };
@@ -356,9 +382,17 @@ class QueueState {
     std::string reason;
   };
 
-  explicit QueueState(QueueConfig config);
+  QueueState(QueueConfig config, std::shared_ptr<const ItemTable> items);
+  QueueState(const QueueState&) = default;
+  // Create() for a plan already in compact form (config.items empty).
+  static absl::StatusOr<std::unique_ptr<QueueState>> CreateCompact(
+      QueueConfig config, std::shared_ptr<const ItemTable> items);
+  // The state of a format 2 snapshot, and of a format 1 one.
+  static absl::StatusOr<std::unique_ptr<QueueState>> FromSnapshotItems(
+      const journal::QueueSnapshot& snapshot);
+  absl::Status LoadRanges(const journal::QueueSnapshot& snapshot, const std::string& what);
 
-  int64_t num_items() const { return static_cast<int64_t>(config_.items.size()); }
+  int64_t num_items() const { return items_->size(); }
   int64_t total_work() const { return num_items() * config_.num_epochs; }
   // Lease ids encode the (epoch, item) they lease, so that a completion of
   // an already completed item is recognised without remembering every
@@ -407,13 +441,20 @@ class QueueState {
   absl::Status ApplyRelease(const journal::Release& release);
   absl::Status ApplyExpire(const journal::Expire& expire);
   absl::Status ApplyRestore(const journal::Checkpoint& checkpoint);
-  const std::string& ItemString(Ref ref) const;
+  // The item string a ref hands out, rendered from its range.
+  std::string ItemString(Ref ref) const;
+  // The planned item a ref belongs to, and the range it hands out.
+  int64_t PlannedIndex(Ref ref) const { return IsExtra(ref) ? ExtraOf(ref).parent : ref.index; }
+  ItemRange RangeOf(Ref ref) const;
+  // The range of `item`, a string of planned item `index` (a checkpoint's
+  // residual, a format 1 snapshot's override or extra).
+  absl::StatusOr<ItemRange> RangeFromString(int64_t index, const std::string& item) const;
   int64_t Slot(Ref ref) const {
     return IsExtra(ref) ? total_work() + (ref.index - num_items())
                         : ref.epoch * num_items() + ref.index;
   }
-  // Sets the item string a ref hands out (a split head).
-  void SetItemString(Ref ref, std::string item);
+  // Sets the range a ref hands out (a split head).
+  void SetRange(Ref ref, ItemRange range);
   absl::Status ApplySplit(const journal::Split& split);
   // An update stamped `now` (queue_state.cc).
   static journal::Update NewUpdate(absl::Time now);
@@ -430,7 +471,8 @@ class QueueState {
   absl::StatusOr<Ref> ReturnToFront(uint64_t lease_id, absl::string_view verb, LeaseEnd how);
   WorkerRecord& Worker(absl::string_view worker);
 
-  QueueConfig config_;
+  QueueConfig config_;  // items moved to items_
+  std::shared_ptr<const ItemTable> items_;
   std::deque<Ref> pending_;  // front is handed out next
   int64_t next_epoch_ = 0;   // first epoch not yet materialised
   std::map<int64_t, EpochRecord> epochs_;  // epochs in progress
@@ -447,8 +489,9 @@ class QueueState {
   int64_t failed_planned_ = 0;
   int64_t extras_failed_ = 0;
   std::map<std::string, WorkerRecord, std::less<>> workers_;
-  // Residual ranges that replace planned items (by slot), after a restore.
-  absl::flat_hash_map<int64_t, std::string> overrides_;
+  // Ranges that replace planned items (by slot): split heads, residual
+  // ranges after a restore.
+  absl::flat_hash_map<int64_t, ItemRange> overrides_;
   std::vector<Extra> extras_;
   int64_t extras_completed_ = 0;
   int64_t extras_leased_ = 0;
@@ -456,7 +499,7 @@ class QueueState {
   // Sum and count of the workers' positive unit_rate (soft state).
   double rate_sum_ = 0;
   int64_t rate_count_ = 0;
-  // Sets lease.start/end from its item string.
+  // Sets lease.start/end from its item's range.
   void ParseRange(Lease& lease) const;
   // Worker sessions (queue_state_sessions.cc).
   struct SessionPresence {

@@ -6,7 +6,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "shardq/slice.h"
 #include "src/core/queue_state.h"
 #include "src/core/validate.h"
 
@@ -36,12 +35,9 @@ absl::StatusOr<std::vector<bool>> UnpackBits(const std::string& packed, int64_t 
   return bits;
 }
 
-}  // namespace
-
-void ConfigToProto(const QueueConfig& config, v1::QueueConfig* out) {
+// Every field of `config` but its items.
+void ConfigFieldsToProto(const QueueConfig& config, v1::QueueConfig* out) {
   out->set_name(config.name);
-  out->mutable_items()->Reserve(static_cast<int>(config.items.size()));
-  for (const std::string& item : config.items) out->add_items(item);
   out->set_num_epochs(config.num_epochs);
   out->set_shuffle(config.shuffle);
   if (config.seed.has_value()) {
@@ -57,6 +53,14 @@ void ConfigToProto(const QueueConfig& config, v1::QueueConfig* out) {
   if (config.max_attempts != QueueConfig::kDefaultMaxAttempts) {
     out->set_max_attempts(config.max_attempts);
   }
+}
+
+}  // namespace
+
+void ConfigToProto(const QueueConfig& config, v1::QueueConfig* out) {
+  ConfigFieldsToProto(config, out);
+  out->mutable_items()->Reserve(static_cast<int>(config.items.size()));
+  for (const std::string& item : config.items) out->add_items(item);
 }
 
 QueueConfig ConfigFromProto(const v1::QueueConfig& config) {
@@ -77,7 +81,10 @@ QueueConfig ConfigFromProto(const v1::QueueConfig& config) {
 journal::Update QueueState::CreationUpdate(const QueueConfig& config, absl::Time now) {
   journal::Update update;
   update.set_time_us(absl::ToUnixMicros(now));
-  ConfigToProto(config, update.mutable_create()->mutable_config());
+  journal::CreateQueue* create = update.mutable_create();
+  ConfigFieldsToProto(config, create->mutable_config());
+  create->set_format(kCreationFormat);
+  ItemTable::FromStrings(config.items)->ToProto(create->mutable_items());
   return update;
 }
 
@@ -101,8 +108,19 @@ absl::StatusOr<journal::Update> QueueState::RestoreUpdate(journal::Checkpoint ch
 absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromCreation(
     const journal::Update& update) {
   if (update.has_create()) {
-    QueueConfig config = ConfigFromProto(update.create().config());
-    return Create(std::move(config));
+    const journal::CreateQueue& create = update.create();
+    QueueConfig config = ConfigFromProto(create.config());
+    if (create.format() == 0) return Create(std::move(config));  // format 1: item strings
+    const std::string what = absl::StrCat("creation of queue '", config.name, "'");
+    if (create.format() != kCreationFormat) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, " has format ", create.format(), "; this coordinator reads formats 1 to ",
+          kCreationFormat, " (written by a newer shardq?)"));
+    }
+    absl::StatusOr<std::shared_ptr<const ItemTable>> items =
+        ItemTable::FromProto(create.items(), what);
+    if (!items.ok()) return items.status();
+    return CreateCompact(std::move(config), *std::move(items));
   }
   if (update.has_restore()) {
     QueueConfig config = ConfigFromProto(update.restore().checkpoint().config());
@@ -162,11 +180,17 @@ absl::Status QueueState::ApplyRestore(const journal::Checkpoint& checkpoint) {
         return absl::DataLossError(absl::StrCat(what, ": residual item (", r.epoch(), ", ",
                                                 r.index(), ") repeats without a range"));
       }
-      extras_.push_back(Extra{ref.epoch, ref.index, r.item_override(), false});
+      absl::StatusOr<ItemRange> range = RangeFromString(ref.index, r.item_override());
+      if (!range.ok()) return absl::DataLossError(absl::StrCat(what, ": ", range.status().message()));
+      extras_.push_back(Extra{ref.epoch, ref.index, *range, false});
       residual.push_back(Ref{ref.epoch, num_items() + static_cast<int64_t>(extras_.size()) - 1});
       continue;
     }
-    if (!r.item_override().empty()) overrides_[Slot(ref)] = r.item_override();
+    if (!r.item_override().empty()) {
+      absl::StatusOr<ItemRange> range = RangeFromString(ref.index, r.item_override());
+      if (!range.ok()) return absl::DataLossError(absl::StrCat(what, ": ", range.status().message()));
+      overrides_[Slot(ref)] = *range;
+    }
     residual.push_back(ref);
   }
   while (next_epoch_ <= last_epoch) MaterializeNextEpoch();
@@ -183,12 +207,11 @@ absl::Status QueueState::ApplyRestore(const journal::Checkpoint& checkpoint) {
 
 journal::QueueSnapshot QueueState::ToSnapshot() const {
   journal::QueueSnapshot out;
-  ConfigToProto(config_, out.mutable_config());
-  for (const Ref& ref : pending_) {
-    journal::Ref* r = out.add_pending();
-    r->set_epoch(ref.epoch);
-    r->set_index(ref.index);
-  }
+  out.set_format(kSnapshotFormat);
+  ConfigFieldsToProto(config_, out.mutable_config());
+  items_->ToProto(out.mutable_items());
+  out.mutable_pending_slots()->Reserve(static_cast<int>(pending_.size()));
+  for (const Ref& ref : pending_) out.add_pending_slots(Slot(ref));
   out.set_next_epoch(next_epoch_);
   StoreEpochs(&out);
   // Sorted so that equal states give equal snapshots.
@@ -226,12 +249,22 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
   out.set_expired_count(expired_count_);
   out.set_released(released_);
   out.set_duplicates(duplicates_);
-  for (const auto& [slot, item] : overrides_) (*out.mutable_overrides())[slot] = item;
+  // Sorted so that equal states give equal snapshots.
+  std::vector<std::pair<int64_t, ItemRange>> overrides(overrides_.begin(), overrides_.end());
+  std::sort(overrides.begin(), overrides.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [slot, range] : overrides) {
+    journal::RangeOverride* o = out.add_range_overrides();
+    o->set_slot(slot);
+    o->set_start(range.start);
+    o->set_end(range.end);
+  }
   for (const Extra& x : extras_) {
     journal::ExtraItem* e = out.add_extras();
     e->set_epoch(x.epoch);
     e->set_index(x.parent);
-    e->set_item(x.item);
+    e->set_start(x.range.start);
+    e->set_end(x.range.end);
     e->set_completed(x.completed);
     e->set_failed(x.failed);
   }
@@ -252,21 +285,44 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
-    const journal::QueueSnapshot& snapshot, absl::Time now) {
-  absl::StatusOr<std::unique_ptr<QueueState>> created =
-      Create(ConfigFromProto(snapshot.config()));
+absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshotItems(
+    const journal::QueueSnapshot& snapshot) {
+  const std::string what = absl::StrCat("snapshot of queue '", snapshot.config().name(), "'");
+  absl::StatusOr<std::unique_ptr<QueueState>> created;
+  if (snapshot.format() == 0) {  // format 1: the plan as item strings
+    created = Create(ConfigFromProto(snapshot.config()));
+  } else if (snapshot.format() == kSnapshotFormat) {
+    absl::StatusOr<std::shared_ptr<const ItemTable>> items =
+        ItemTable::FromProto(snapshot.items(), what);
+    if (!items.ok()) return items.status();
+    created = CreateCompact(ConfigFromProto(snapshot.config()), *std::move(items));
+  } else {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " has format ", snapshot.format(), "; this coordinator reads formats 1 to ",
+        kSnapshotFormat, " (written by a newer shardq?)"));
+  }
   if (!created.ok()) {
     return absl::DataLossError(absl::StrCat("snapshot: ", created.status().message()));
   }
+  return created;
+}
+
+absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
+    const journal::QueueSnapshot& snapshot, absl::Time now) {
+  absl::StatusOr<std::unique_ptr<QueueState>> created = FromSnapshotItems(snapshot);
+  if (!created.ok()) return created.status();
   QueueState& s = **created;
+  const bool compact = snapshot.format() == kSnapshotFormat;
   const std::string what = absl::StrCat("snapshot of queue '", s.config_.name, "'");
   const int64_t epochs = s.config_.num_epochs;
   for (const journal::ExtraItem& x : snapshot.extras()) {
     if (x.epoch() < 0 || x.epoch() >= epochs || x.index() < 0 || x.index() >= s.num_items()) {
       return absl::DataLossError(absl::StrCat(what, ": extra item out of range"));
     }
-    s.extras_.push_back(Extra{x.epoch(), x.index(), x.item(), x.completed(), x.failed()});
+    absl::StatusOr<ItemRange> range = compact ? ItemRange{x.start(), x.end()}
+                                              : s.RangeFromString(x.index(), x.item());
+    if (!range.ok()) return absl::DataLossError(absl::StrCat(what, ": ", range.status().message()));
+    s.extras_.push_back(Extra{x.epoch(), x.index(), *range, x.completed(), x.failed()});
     if (x.completed()) ++s.extras_completed_;
     if (x.failed()) ++s.extras_failed_;
   }
@@ -287,6 +343,18 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   for (const journal::Ref& r : snapshot.pending()) {
     if (!valid(r)) return absl::DataLossError(absl::StrCat(what, ": pending item out of range"));
     s.pending_.push_back(Ref{r.epoch(), r.index()});
+  }
+  const int64_t slots = s.total_work() + static_cast<int64_t>(s.extras_.size());
+  for (int64_t slot : snapshot.pending_slots()) {
+    if (slot < 0 || slot >= slots) {
+      return absl::DataLossError(absl::StrCat(what, ": pending slot ", slot, " out of range"));
+    }
+    if (slot < s.total_work()) {
+      s.pending_.push_back(Ref{slot / s.num_items(), slot % s.num_items()});
+    } else {
+      const int64_t k = slot - s.total_work();
+      s.pending_.push_back(Ref{s.extras_[static_cast<size_t>(k)].epoch, s.num_items() + k});
+    }
   }
   for (const journal::LeaseRecord& l : snapshot.leases()) {
     if (!valid(l.ref())) return absl::DataLossError(absl::StrCat(what, ": lease out of range"));
@@ -363,15 +431,30 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   s.expired_count_ = snapshot.expired_count();
   s.released_ = snapshot.released();
   s.duplicates_ = snapshot.duplicates();
-  for (const auto& [slot, item] : snapshot.overrides()) {
-    if (slot < 0 || slot >= s.total_work()) {
-      return absl::DataLossError(absl::StrCat(what, ": override slot out of range"));
-    }
-    s.overrides_[slot] = item;
-  }
+  if (absl::Status st = s.LoadRanges(snapshot, what); !st.ok()) return st;
   // Ranges of held items, now that overrides (split heads) are in place.
   for (auto& [id, lease] : s.leases_) s.ParseRange(lease);
   return created;
+}
+
+absl::Status QueueState::LoadRanges(const journal::QueueSnapshot& snapshot,
+                                    const std::string& what) {
+  for (const auto& [slot, item] : snapshot.overrides()) {  // format 1
+    if (slot < 0 || slot >= total_work()) {
+      return absl::DataLossError(absl::StrCat(what, ": override slot out of range"));
+    }
+    absl::StatusOr<ItemRange> range = RangeFromString(slot % num_items(), item);
+    if (!range.ok()) return absl::DataLossError(absl::StrCat(what, ": ", range.status().message()));
+    overrides_[slot] = *range;
+  }
+  for (const journal::RangeOverride& o : snapshot.range_overrides()) {
+    if (o.slot() < 0 || o.slot() >= total_work() || o.start() < -1 || o.end() < -1) {
+      return absl::DataLossError(absl::StrCat(what, ": range override of slot ", o.slot(),
+                                              " out of range"));
+    }
+    overrides_[o.slot()] = ItemRange{o.start(), o.end()};
+  }
+  return absl::OkStatus();
 }
 
 void QueueState::StoreEpochs(journal::QueueSnapshot* out) const {
@@ -435,7 +518,9 @@ absl::Status QueueState::LoadEpochs(const journal::QueueSnapshot& snapshot,
 
 journal::Checkpoint QueueState::ToCheckpoint() const {
   journal::Checkpoint out;
-  ConfigToProto(config_, out.mutable_config());
+  ConfigFieldsToProto(config_, out.mutable_config());
+  out.mutable_config()->mutable_items()->Reserve(static_cast<int>(num_items()));
+  for (int64_t i = 0; i < num_items(); ++i) out.mutable_config()->add_items(items_->Render(i));
   // A planned item whose split-off ranges are not all completed is not
   // completed in a checkpoint: its unread ranges are listed below.
   std::set<std::pair<int64_t, int64_t>> open_parents;
@@ -476,27 +561,26 @@ journal::Checkpoint QueueState::ToCheckpoint() const {
   for (uint64_t id : ids) {
     const Lease& lease = leases_.at(id);
     journal::Ref* r = add_residual(lease.ref);
-    const std::string& item = ItemString(lease.ref);
+    const int64_t planned = PlannedIndex(lease.ref);
     if (lease.progress >= 0) {
-      absl::StatusOr<SliceSpec> spec = ParseItem(item);
-      if (spec.ok()) {
-        spec->start = std::max(spec->start.value_or(0), lease.progress);
-        if (spec->end.has_value()) spec->start = std::min(*spec->start, *spec->end);
-        r->set_item_override(FormatItem(*spec));
+      if (items_->Parses(planned)) {
+        ItemRange range = RangeOf(lease.ref);
+        range.start = std::max<int64_t>(std::max<int64_t>(range.start, 0), lease.progress);
+        if (range.end >= 0) range.start = std::min(range.start, range.end);
+        r->set_item_override(items_->RenderRange(planned, range));
       }
     } else if (IsExtra(lease.ref) || overrides_.contains(Slot(lease.ref))) {
-      r->set_item_override(item);
+      r->set_item_override(ItemString(lease.ref));
     }
   }
   for (const Ref& ref : pending_) {
     if (IsDone(ref)) continue;
     if (IsExtra(ref)) {
-      add_residual(ref)->set_item_override(ExtraOf(ref).item);
+      add_residual(ref)->set_item_override(ItemString(ref));
       continue;
     }
-    auto it = overrides_.find(Slot(ref));
-    if (it == overrides_.end()) continue;
-    add_residual(ref)->set_item_override(it->second);
+    if (!overrides_.contains(Slot(ref))) continue;
+    add_residual(ref)->set_item_override(ItemString(ref));
   }
   return out;
 }

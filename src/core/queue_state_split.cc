@@ -6,7 +6,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "shardq/slice.h"
 #include "src/core/queue_state.h"
 
 namespace shardq {
@@ -25,10 +24,10 @@ struct Estimate {
 }  // namespace
 
 void QueueState::ParseRange(Lease& lease) const {
-  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
-  if (spec.ok() && spec->start.has_value() && spec->end.has_value()) {
-    lease.start = *spec->start;
-    lease.end = *spec->end;
+  const ItemRange range = RangeOf(lease.ref);
+  if (range.full()) {
+    lease.start = range.start;
+    lease.end = range.end;
   } else {
     lease.start = lease.end = -1;
   }
@@ -155,10 +154,8 @@ absl::StatusOr<bool> QueueState::AcceptSplit(absl::string_view worker, uint64_t 
     if (absl::Status s = Commit(update); !s.ok()) return s;
     return true;
   }
-  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(lease.ref));
-  if (!spec.ok()) return spec.status();
-  if (!spec->start.has_value() || !spec->end.has_value() || split_point <= *spec->start ||
-      split_point >= *spec->end) {
+  const ItemRange range = RangeOf(lease.ref);
+  if (!range.full() || split_point <= range.start || split_point >= range.end) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queue '", config_.name, "': split point ", split_point, " of lease ", lease_id,
         " is not inside its item '", ItemString(lease.ref), "'"));
@@ -187,20 +184,15 @@ absl::Status QueueState::ApplySplit(const journal::Split& split) {
                                             split.lease_id()));
   }
   const Ref ref = it->second.ref;
-  absl::StatusOr<SliceSpec> spec = ParseItem(ItemString(ref));
-  if (!spec.ok() || !spec->start.has_value() || !spec->end.has_value() ||
-      split.split_point() <= *spec->start || split.split_point() >= *spec->end) {
+  const ItemRange range = RangeOf(ref);
+  if (!range.full() || split.split_point() <= range.start || split.split_point() >= range.end) {
     return absl::DataLossError(absl::StrCat("queue '", config_.name, "': journal splits lease ",
                                             split.lease_id(), " at ", split.split_point(),
                                             " outside its item"));
   }
-  SliceSpec head = *spec;
-  head.end = split.split_point();
-  SliceSpec rest = *std::move(spec);
-  rest.start = split.split_point();
-  const int64_t parent = IsExtra(ref) ? ExtraOf(ref).parent : ref.index;
-  extras_.push_back(Extra{ref.epoch, parent, FormatItem(rest), false});
-  SetItemString(ref, FormatItem(head));
+  extras_.push_back(
+      Extra{ref.epoch, PlannedIndex(ref), ItemRange{split.split_point(), range.end}, false});
+  SetRange(ref, ItemRange{range.start, split.split_point()});
   pending_.push_front(Ref{ref.epoch, num_items() + static_cast<int64_t>(extras_.size()) - 1});
   it->second.end = split.split_point();
   it->second.proposal = -1;

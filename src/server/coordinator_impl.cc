@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "src/core/validate.h"
 #include "src/log/log.h"
+#include "src/server/process_memory.h"
 
 namespace shardq {
 namespace {
@@ -42,7 +43,9 @@ CoordinatorImpl::CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal,
     : clock_(clock != nullptr ? clock : RealClock::Get()),
       journal_(std::move(journal)),
       snapshot_every_(snapshot_every),
-      snapshot_bytes_per_update_(snapshot_bytes_per_update) {}
+      snapshot_bytes_per_update_(snapshot_bytes_per_update) {
+  if (journal_ != nullptr) snapshot_thread_ = std::thread([this] { SnapshotLoop(); });
+}
 
 absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
     const CoordinatorOptions& options) {
@@ -79,6 +82,7 @@ CoordinatorImpl::~CoordinatorImpl() {
   }
   hub.reset();  // joins its thread, which may be asking for Hub() meanwhile
   if (journal_ == nullptr) return;
+  StopSnapshots();
   std::vector<std::shared_ptr<Entry>> entries;
   {
     absl::MutexLock lock(&mu_);
@@ -149,13 +153,61 @@ void CoordinatorImpl::AttachJournal(Entry& e) {
 
 uint64_t CoordinatorImpl::AfterChange(Entry& e) {
   if (journal_ == nullptr) return 0;
-  if (e.since_snapshot >= snapshot_every_ &&
+  if (!e.snapshot_running && e.since_snapshot >= snapshot_every_ &&
       e.since_snapshot >= e.snapshot_bytes / snapshot_bytes_per_update_) {
-    e.snapshot_bytes =
-        static_cast<int64_t>(journal_->AppendSnapshot(e.name, e.last_seq, e.state->ToSnapshot()));
+    // Only the copy is made under e.mu; SnapshotLoop serialises it.
+    SnapshotTask task{&e, e.last_seq, e.state->Clone()};
+    e.snapshot_running = true;
     e.since_snapshot = 0;
+    absl::MutexLock lock(&snapshot_mu_);
+    snapshot_tasks_.push_back(std::move(task));
+    snapshot_changed_.SignalAll();
   }
   return e.last_seq;
+}
+
+void CoordinatorImpl::SnapshotLoop() {
+  while (true) {
+    SnapshotTask task;
+    {
+      absl::MutexLock lock(&snapshot_mu_);
+      while (snapshot_tasks_.empty() && !snapshot_stop_) snapshot_changed_.Wait(&snapshot_mu_);
+      if (snapshot_tasks_.empty()) return;  // stopping, nothing left
+      task = std::move(snapshot_tasks_.front());
+      snapshot_tasks_.pop_front();
+      snapshot_busy_ = true;
+    }
+    // Entries live as long as the coordinator, which stops this thread
+    // before it destroys them. The snapshot's journal entry comes after
+    // updates appended meanwhile; it covers those up to task.seq only.
+    // Written in parts: completions wait behind one part at most.
+    const int64_t bytes = static_cast<int64_t>(
+        journal_->WriteSnapshot(task.entry->name, task.seq, task.state->ToSnapshot()));
+    task.state.reset();
+    ReleaseFreeMemory();  // what the copy and its serialised form took
+    {
+      absl::MutexLock lock(&task.entry->mu);
+      task.entry->snapshot_bytes = bytes;
+      task.entry->snapshot_running = false;
+    }
+    absl::MutexLock lock(&snapshot_mu_);
+    snapshot_busy_ = false;
+    snapshot_changed_.SignalAll();
+  }
+}
+
+void CoordinatorImpl::WaitForSnapshots() {
+  absl::MutexLock lock(&snapshot_mu_);
+  while (!snapshot_tasks_.empty() || snapshot_busy_) snapshot_changed_.Wait(&snapshot_mu_);
+}
+
+void CoordinatorImpl::StopSnapshots() {
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    snapshot_stop_ = true;
+    snapshot_changed_.SignalAll();
+  }
+  if (snapshot_thread_.joinable()) snapshot_thread_.join();
 }
 
 void CoordinatorImpl::ExpireLeases(Entry& e, absl::Time now) {
@@ -253,28 +305,33 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::CreateQueue(QueueConfig config) {
   }
   uint64_t seq;
   QueueInfo info;
+  QueueConfig existing;
+  std::shared_ptr<const ItemTable> existing_items;
   {
     absl::MutexLock lock(&entry->mu);
-    const QueueConfig& existing = entry->state->config();
-    std::vector<std::string> diffs = ConfigDifferences(existing, config);
-    if (!diffs.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("queue '", config.name, "' exists with a different config: ",
-                       absl::StrJoin(diffs, "; ")));
-    }
+    existing = entry->state->config();  // without its items: cheap
+    existing_items = entry->state->items();
     seq = entry->last_seq;
-    info = Describe(existing, false);
+    info = Describe(*entry->state, false);
+  }
+  // The plan is immutable: compared without holding the queue.
+  std::vector<std::string> diffs = ConfigDifferences(existing, *existing_items, config);
+  if (!diffs.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("queue '", config.name, "' exists with a different config: ",
+                     absl::StrJoin(diffs, "; ")));
   }
   // The queue may have been created a moment ago and not be durable yet.
   if (absl::Status s = Durable(seq); !s.ok()) return s;
   return info;
 }
 
-QueueInfo CoordinatorImpl::Describe(const QueueConfig& config, bool created) {
+QueueInfo CoordinatorImpl::Describe(const QueueState& state, bool created) {
+  const QueueConfig& config = state.config();
   QueueInfo info;
   info.name = config.name;
   info.seed = config.seed.value_or(0);
-  info.num_items = static_cast<int64_t>(config.items.size());
+  info.num_items = state.items()->size();
   info.num_epochs = config.num_epochs;
   info.num_clients = config.num_clients;
   info.lease_timeout = config.lease_timeout;
@@ -286,7 +343,7 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::GetQueue(absl::string_view queue) {
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
   if (!entry.ok()) return entry.status();
   absl::MutexLock lock(&(*entry)->mu);
-  return Describe((*entry)->state->config(), false);
+  return Describe(*(*entry)->state, false);
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::Find(
@@ -528,7 +585,7 @@ absl::StatusOr<QueueInfo> CoordinatorImpl::AddedQueueInfo(Entry& e) {
   {
     absl::MutexLock lock(&e.mu);
     seq = e.last_seq;
-    info = Describe(e.state->config(), true);
+    info = Describe(*e.state, true);
   }
   if (absl::Status s = Durable(seq); !s.ok()) return s;
   return info;
@@ -588,7 +645,9 @@ absl::StatusOr<journal::QueueSnapshot> CoordinatorImpl::DebugSnapshot(
 }
 
 absl::Status CoordinatorImpl::Flush() {
-  return journal_ == nullptr ? absl::OkStatus() : journal_->Flush();
+  if (journal_ == nullptr) return absl::OkStatus();
+  WaitForSnapshots();
+  return journal_->Flush();
 }
 
 std::vector<QueueStats> CoordinatorImpl::AllStats() {

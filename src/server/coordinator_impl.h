@@ -45,6 +45,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -80,7 +81,10 @@ struct CoordinatorOptions {
   // few thousand completions: the snapshot's cost per update stays
   // bounded, and replaying the updates since it takes about as long as
   // loading it (one update replays in about the time 256 bytes of
-  // snapshot load).
+  // snapshot load). A due snapshot is built from a copy of the queue's state
+  // (QueueState::Clone, under the queue's mutex) and serialised and
+  // journaled by a background thread, so takes and completions go on
+  // meanwhile; a queue has at most one snapshot in progress.
   int64_t snapshot_every = 20000;
   int64_t snapshot_bytes_per_update = 256;
 };
@@ -94,7 +98,8 @@ class CoordinatorImpl {
   // DATA_LOSS / FAILED_PRECONDITION / PERMISSION_DENIED naming the dir.
   static absl::StatusOr<std::unique_ptr<CoordinatorImpl>> Create(
       const CoordinatorOptions& options);
-  // Snapshots every queue (a fast next start) and flushes the journal.
+  // Finishes the snapshots in progress, snapshots every queue (a fast next
+  // start) and flushes the journal.
   ~CoordinatorImpl();
   CoordinatorImpl(const CoordinatorImpl&) = delete;
   CoordinatorImpl& operator=(const CoordinatorImpl&) = delete;
@@ -166,7 +171,8 @@ class CoordinatorImpl {
   absl::StatusOr<QueueStats> Stats(absl::string_view queue);
   // The full state of a queue, as a snapshot would store it (tests, debug).
   absl::StatusOr<journal::QueueSnapshot> DebugSnapshot(absl::string_view queue);
-  // Waits until everything changed so far is durable (tests, shutdown).
+  // Waits until everything changed so far is durable, snapshots in
+  // progress included (tests, shutdown).
   absl::Status Flush();
 
   // What Create recovered from the state dir (all zero in memory).
@@ -246,6 +252,7 @@ class CoordinatorImpl {
     uint64_t last_seq ABSL_GUARDED_BY(mu) = 0;        // last journaled update
     int64_t since_snapshot ABSL_GUARDED_BY(mu) = 0;   // updates since then
     int64_t snapshot_bytes ABSL_GUARDED_BY(mu) = 0;   // size of the last snapshot
+    bool snapshot_running ABSL_GUARDED_BY(mu) = false;  // see SnapshotLoop
     // Journal sequence numbers of grants handed out without waiting that
     // may not be durable yet, oldest first (see the file comment).
     std::deque<uint64_t> grants_behind ABSL_GUARDED_BY(mu);
@@ -266,8 +273,9 @@ class CoordinatorImpl {
   absl::StatusOr<QueueInfo> AddedQueueInfo(Entry& e);
   // Routes the state's updates to the journal (under e.mu).
   void AttachJournal(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
-  // Called with e.mu held after a change: snapshots if due (see
-  // CoordinatorOptions::snapshot_every); returns the
+  // Called with e.mu held after a change: when a snapshot is due (see
+  // CoordinatorOptions::snapshot_every) and none is in progress, hands a
+  // copy of the state to SnapshotLoop; returns the
   // sequence number the caller must wait for (0: nothing to wait for).
   uint64_t AfterChange(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Forgets the grants in e.grants_behind that the disk has caught up
@@ -291,7 +299,21 @@ class CoordinatorImpl {
   template <typename Change>
   auto Mutate(absl::string_view queue, Change change)
       -> decltype(change(std::declval<Entry&>()));
-  static QueueInfo Describe(const QueueConfig& config, bool created);
+  static QueueInfo Describe(const QueueState& state, bool created);
+
+  // A copy of a queue's state to snapshot, and the last update it includes.
+  struct SnapshotTask {
+    Entry* entry = nullptr;
+    uint64_t seq = 0;
+    std::unique_ptr<QueueState> state;
+  };
+  // The snapshot thread: serialises and journals each task's copy, outside
+  // every queue's mutex, then clears its entry's snapshot_running.
+  void SnapshotLoop();
+  // Blocks until every snapshot handed to SnapshotLoop is journaled.
+  void WaitForSnapshots();
+  // Stops the snapshot thread once it has journaled what it was handed.
+  void StopSnapshots();
   // After a change that may let waiting takes proceed: wakes blocked Takes,
   // and has the wait hub serve the queue's waiting session takes when one
   // of them would now be answered (or always, with `may_propose`: after a
@@ -327,6 +349,12 @@ class CoordinatorImpl {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> queues_
       ABSL_GUARDED_BY(mu_);
+  absl::Mutex snapshot_mu_;
+  absl::CondVar snapshot_changed_;  // a task arrived or finished, or stopping
+  std::deque<SnapshotTask> snapshot_tasks_ ABSL_GUARDED_BY(snapshot_mu_);
+  bool snapshot_busy_ ABSL_GUARDED_BY(snapshot_mu_) = false;  // a task is being written
+  bool snapshot_stop_ ABSL_GUARDED_BY(snapshot_mu_) = false;
+  std::thread snapshot_thread_;  // runs SnapshotLoop while journal_ is set
   // Serves waiting session takes (Hub()); stopped first by the destructor.
   absl::Mutex hub_mu_;
   std::unique_ptr<WaitHub> hub_ ABSL_GUARDED_BY(hub_mu_);

@@ -191,7 +191,7 @@ absl::StatusOr<std::shared_ptr<CoordinatorImpl::Session>> CoordinatorImpl::OpenS
   ExpireLeases(e, now);
   e.state->OpenSession(worker);
   HeartbeatReply held = e.state->Heartbeat(worker, lease_ids, now);
-  opening->queue = Describe(e.state->config(), false);
+  opening->queue = Describe(*e.state, false);
   opening->lost_lease_ids = std::move(held.lost);
   for (const SplitProposal& p : held.splits) session->pushed_.push_back(p.lease_id);
   opening->proposals = std::move(held.splits);

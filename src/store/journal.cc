@@ -64,7 +64,7 @@ absl::Status RolledBack(const std::string& dir, bool has_schema, uint64_t held,
 // (parsing the SQL) cost more CPU than the rest of the commit.
 struct Journal::Statements {
   ~Statements() {
-    for (sqlite3_stmt* stmt : {begin, commit, rollback, insert, snapshot, trim}) {
+    for (sqlite3_stmt* stmt : {begin, commit, rollback, insert, snapshot, trim, part, trim_parts}) {
       sqlite3_finalize(stmt);
     }
   }
@@ -77,11 +77,17 @@ struct Journal::Statements {
            prepare("ROLLBACK", &rollback) &&
            prepare("INSERT INTO journal (seq, queue, update_pb, crc) VALUES (?, ?, ?, ?)",
                    &insert) &&
-           prepare("INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb, written_seq, crc)"
-                   " VALUES (?, ?, ?, ?, ?)",
+           prepare("INSERT OR REPLACE INTO snapshots (queue, seq, snapshot_pb, written_seq, crc,"
+                   " parts, first_part) VALUES (?, ?, ?, ?, ?, ?, ?)",
                    &snapshot) &&
            // The primary key range, then the queue: no secondary index needed.
-           prepare("DELETE FROM journal WHERE seq <= ? AND queue = ?", &trim);
+           prepare("DELETE FROM journal WHERE seq IN (SELECT seq FROM journal"
+                   " WHERE seq <= ? AND queue = ? LIMIT ?)",
+                   &trim) &&
+           prepare("INSERT INTO snapshot_parts (seq, queue, part_pb, crc) VALUES (?, ?, ?, ?)",
+                   &part) &&
+           // Parts of earlier (or unfinished) snapshots of the queue.
+           prepare("DELETE FROM snapshot_parts WHERE seq < ? AND queue = ?", &trim_parts);
   }
 
   sqlite3_stmt* begin = nullptr;
@@ -90,6 +96,8 @@ struct Journal::Statements {
   sqlite3_stmt* insert = nullptr;
   sqlite3_stmt* snapshot = nullptr;
   sqlite3_stmt* trim = nullptr;
+  sqlite3_stmt* part = nullptr;
+  sqlite3_stmt* trim_parts = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
@@ -148,15 +156,14 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   if (mark->has_value() && (*mark)->seq > 0 && !identity->has_schema) {
     return fail(RolledBack(dir, false, 0, **mark, wal_missing));
   }
-  if (mark->has_value() && (*mark)->seq > 0 && identity->has_schema &&
-      identity->format < state_db::kFormatVersion) {
+  if (mark->has_value() && (*mark)->seq > 0 && identity->has_schema && identity->format < 2) {
     return fail(absl::DataLossError(absl::StrCat(
         "state dir '", dir, "': state.db has format ", identity->format,
         " (written before ", CommitMark::kFileName, " existed), but ", CommitMark::kFileName,
         " records that entries up to ", (*mark)->seq,
         " were committed: was state.db replaced by an older one?")));
   }
-  if (identity->format == state_db::kFormatVersion) {
+  if (identity->format >= 2) {  // COMMITTED exists from format 2 on
     if (!mark->has_value()) {
       return fail(absl::DataLossError(absl::StrCat(
           "state dir '", dir, "': ", CommitMark::kFileName, " is missing, but state.db holds "
@@ -186,18 +193,29 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   writer = *std::move(opened);
   if (!identity->has_schema) {
     if (absl::Status s = state_db::CreateSchema(db, dir, dir_id); !s.ok()) return fail(s);
-  } else if (identity->format < state_db::kFormatVersion) {
+  } else if (identity->format == 1) {
     SHARDQ_LOG_WARN(
         "state dir '{}': upgrading format {} to {} (checksums and {}); damage done to it "
         "before now cannot be detected",
         dir, identity->format, state_db::kFormatVersion, CommitMark::kFileName);
     if (absl::Status s = state_db::UpgradeFromFormat1(db, dir, dir_id); !s.ok()) return fail(s);
   }
+  if (identity->has_schema && identity->format <= 2) {
+    // Format 2 rows are read as they are; from now on snapshots are compact
+    // and may come in parts, which a format 2 reader would misread: it
+    // refuses the new version instead.
+    if (identity->format == 2) {
+      SHARDQ_LOG_INFO("state dir '{}': upgrading format 2 to {} (compact queue snapshots)", dir,
+                      state_db::kFormatVersion);
+    }
+    if (absl::Status s = state_db::UpgradeFromFormat2(db, dir); !s.ok()) return fail(s);
+  }
   RecoveredState state;
   if (absl::Status s = state_db::ReadState(db, dir, &state); !s.ok()) return fail(s);
   if (mark->has_value() && state.last_seq < (*mark)->seq) {
     return fail(RolledBack(dir, true, state.last_seq, **mark, wal_missing));
   }
+
   // Not fsynced: if it is lost, COMMITTED stays at an older sequence, which
   // the state still covers.
   if (absl::Status s = writer->Write(CommitRecord{dir_id, state.last_seq, false}); !s.ok()) {
@@ -215,6 +233,10 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
       new Journal(dir, db, lock_fd, std::move(statements), last_seq));
   journal->mark_ = std::move(writer);
   journal->dir_id_ = dir_id;
+  // Entries that a crash kept from being deleted after their snapshot.
+  for (const RecoveredState::Queue& q : recovered->queues) {
+    if (q.snapshot != nullptr) journal->trims_.emplace_back(q.name, q.snapshot_seq);
+  }
   // Replaces SQLite's automatic checkpoints: Commit checkpoints itself.
   sqlite3_wal_hook(db, &Journal::WalHook, journal.get());
   journal->StartWriter();
@@ -279,6 +301,48 @@ size_t Journal::AppendSnapshot(const std::string& queue, uint64_t seq,
   p.snapshot_seq = seq;
   snapshot.SerializeToString(&p.payload);
   const size_t bytes = p.payload.size();
+  const uint32_t partial = state_db::PartialCrc(p.queue, p.payload);
+  absl::MutexLock lock(&mu_);
+  p.seq = next_seq_++;
+  p.crc = state_db::SnapshotCrc(partial, p.snapshot_seq, p.seq);
+  AddPendingLocked(std::move(p));
+  return bytes;
+}
+
+size_t Journal::WriteSnapshot(const std::string& queue, uint64_t seq,
+                              const journal::QueueSnapshot& snapshot) {
+  std::string payload;
+  snapshot.SerializeToString(&payload);
+  const size_t bytes = payload.size();
+  int64_t parts = 0;
+  uint64_t first_part = 0;
+  size_t offset = 0;
+  for (; bytes - offset > kSnapshotPartBytes; offset += kSnapshotPartBytes) {
+    Pending p;
+    p.queue = queue;
+    p.snapshot_part = true;
+    p.payload = payload.substr(offset, kSnapshotPartBytes);
+    const uint32_t partial = state_db::PartialCrc(p.queue, p.payload);
+    uint64_t part_seq;
+    {
+      absl::MutexLock lock(&mu_);
+      p.seq = part_seq = next_seq_++;
+      p.crc = state_db::EntryCrc(partial, p.seq);
+      AddPendingLocked(std::move(p));
+    }
+    if (first_part == 0) first_part = part_seq;
+    ++parts;
+    // One part per commit: the next is queued only once this one is stored.
+    if (!WaitDurable(part_seq).ok()) return bytes;  // nothing is written any more
+  }
+  Pending p;
+  p.queue = queue;
+  p.snapshot = true;
+  p.snapshot_seq = seq;
+  p.parts = parts;
+  p.first_part = first_part;
+  p.payload = payload.substr(offset);
+  std::string().swap(payload);
   const uint32_t partial = state_db::PartialCrc(p.queue, p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
@@ -492,7 +556,14 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
   if (!Step(statements_->begin)) return SqliteError(db_, dir_, "BEGIN IMMEDIATE");
   for (const Pending& p : batch) {
     bool ok = true;
-    if (!p.snapshot) {
+    if (p.snapshot_part) {
+      sqlite3_stmt* st = statements_->part;
+      sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(p.seq));
+      sqlite3_bind_text(st, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
+      sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(st, 4, p.crc);
+      ok = Step(st);
+    } else if (!p.snapshot) {
       sqlite3_stmt* st = statements_->insert;
       sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(p.seq));
       sqlite3_bind_text(st, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
@@ -506,10 +577,13 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
       sqlite3_bind_blob(st, 3, p.payload.data(), static_cast<int>(p.payload.size()), SQLITE_STATIC);
       sqlite3_bind_int64(st, 4, static_cast<sqlite3_int64>(p.seq));
       sqlite3_bind_int64(st, 5, p.crc);
+      sqlite3_bind_int64(st, 6, p.parts);
+      sqlite3_bind_int64(st, 7, static_cast<sqlite3_int64>(p.first_part));
       ok = Step(st);
       if (ok) {
-        sqlite3_stmt* t = statements_->trim;
-        sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(p.snapshot_seq));
+        sqlite3_stmt* t = statements_->trim_parts;
+        const uint64_t keep_from = p.parts > 0 ? p.first_part : p.seq;
+        sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(keep_from));
         sqlite3_bind_text(t, 2, p.queue.data(), static_cast<int>(p.queue.size()), SQLITE_STATIC);
         ok = Step(t);
       }
@@ -520,10 +594,37 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
       return s;
     }
   }
+  // Deletes journal entries that an earlier snapshot covers, a bounded
+  // number per commit.
+  bool trimmed_all = false;
+  if (!trims_.empty()) {
+    sqlite3_stmt* t = statements_->trim;
+    const auto& [queue, upto] = trims_.front();
+    sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(upto));
+    sqlite3_bind_text(t, 2, queue.data(), static_cast<int>(queue.size()), SQLITE_STATIC);
+    sqlite3_bind_int(t, 3, kTrimRowsPerCommit);
+    if (!Step(t)) {
+      absl::Status s = SqliteError(db_, dir_, "deleting entries a snapshot covers");
+      Step(statements_->rollback);
+      return s;
+    }
+    trimmed_all = sqlite3_changes(db_) < kTrimRowsPerCommit;
+  }
   if (!Step(statements_->commit)) {
     absl::Status s = SqliteError(db_, dir_, "COMMIT");
     Step(statements_->rollback);
     return s;
+  }
+  if (trimmed_all) trims_.erase(trims_.begin());
+  for (const Pending& p : batch) {
+    if (!p.snapshot) continue;
+    auto it = std::find_if(trims_.begin(), trims_.end(),
+                           [&](const auto& t) { return t.first == p.queue; });
+    if (it != trims_.end()) {
+      it->second = p.snapshot_seq;
+    } else {
+      trims_.emplace_back(p.queue, p.snapshot_seq);
+    }
   }
   // Only after the commit's fsync: COMMITTED is never ahead of state.db.
   if (absl::Status s = mark_->Write(CommitRecord{dir_id_, batch.back().seq, false}); !s.ok()) {

@@ -48,6 +48,7 @@ struct RecoveredState {
     std::string name;
     // Set when the queue has a snapshot; updates then start after it.
     std::unique_ptr<journal::QueueSnapshot> snapshot;
+    uint64_t snapshot_seq = 0;  // the last update the snapshot includes
     std::vector<journal::Update> updates;  // in journal order
   };
   std::vector<Queue> queues;  // in order of first appearance
@@ -82,10 +83,24 @@ class Journal {
   uint64_t Append(const std::string& queue, const journal::Update& update);
 
   // Queues a snapshot of `queue` that includes every update of that queue
-  // with sequence <= `seq`; those journal entries are deleted in the same
-  // transaction. No I/O. Returns the snapshot's size in bytes as stored.
+  // with sequence <= `seq`; from its commit on, recovery skips those
+  // journal entries, and the commits that follow delete them, at most
+  // kTrimRowsPerCommit per commit (so that no commit stalls on a large
+  // delete). No I/O. Returns the snapshot's size in bytes as stored.
   size_t AppendSnapshot(const std::string& queue, uint64_t seq,
                         const journal::QueueSnapshot& snapshot);
+
+  // AppendSnapshot for a large snapshot, without holding up the journal:
+  // a snapshot of more than kSnapshotPartBytes is written in parts of that
+  // size, each in a commit of its own (waited for here, so that no commit
+  // carries more than one part), before the row that completes it (queued
+  // like AppendSnapshot's). Completions waiting for durability wait behind
+  // one part at most. Blocks; returns the snapshot's size in bytes. Parts
+  // of a snapshot that a crash left without its last row are ignored.
+  size_t WriteSnapshot(const std::string& queue, uint64_t seq,
+                       const journal::QueueSnapshot& snapshot);
+  static constexpr size_t kSnapshotPartBytes = size_t{1} << 20;
+  static constexpr int kTrimRowsPerCommit = 2000;
 
   // Blocks until every append up to `seq` is durable (asking the writer to
   // commit now). A failed write is
@@ -133,9 +148,12 @@ class Journal {
   struct Pending {
     uint64_t seq = 0;
     std::string queue;
-    std::string payload;          // serialised Update or QueueSnapshot
+    std::string payload;          // serialised Update or QueueSnapshot (or its last part)
     bool snapshot = false;
+    bool snapshot_part = false;   // a part of a snapshot before its last (WriteSnapshot)
     uint64_t snapshot_seq = 0;    // for snapshots
+    int64_t parts = 0;            // for snapshots: parts written before this row
+    uint64_t first_part = 0;      // for snapshots: seq of the first (0: none)
     uint32_t crc = 0;             // stored with the row (see state_db.h)
   };
 
@@ -178,6 +196,9 @@ class Journal {
   std::unique_ptr<CommitMark> mark_;
   std::string dir_id_;
   int wal_pages_ = 0;
+  // Journal entries covered by a snapshot, still to delete: per queue, up
+  // to which sequence (oldest snapshot first).
+  std::vector<std::pair<std::string, uint64_t>> trims_;
 
   mutable absl::Mutex mu_;
   absl::CondVar work_;  // for the writer: appends or callbacks arrived, stopping, commit ended

@@ -133,6 +133,14 @@ absl::StatusOr<Identity> ReadIdentity(sqlite3* db, const std::string& dir) {
   return id;
 }
 
+namespace {
+
+constexpr const char* kCreatePartsTable =
+    "CREATE TABLE snapshot_parts (seq INTEGER PRIMARY KEY, queue TEXT NOT NULL,"
+    " part_pb BLOB NOT NULL, crc INTEGER NOT NULL)";
+
+}  // namespace
+
 absl::Status CreateSchema(sqlite3* db, const std::string& dir, const std::string& dir_id) {
   const std::string insert_meta =
       absl::StrCat("INSERT INTO meta VALUES ('format', '", kFormatVersion, "'), ('dir_id', '",
@@ -143,7 +151,9 @@ absl::Status CreateSchema(sqlite3* db, const std::string& dir, const std::string
            "CREATE TABLE journal (seq INTEGER PRIMARY KEY, queue TEXT NOT NULL,"
            " update_pb BLOB NOT NULL, crc INTEGER NOT NULL)",
            "CREATE TABLE snapshots (queue TEXT PRIMARY KEY, seq INTEGER NOT NULL,"
-           " snapshot_pb BLOB NOT NULL, written_seq INTEGER NOT NULL, crc INTEGER NOT NULL)",
+           " snapshot_pb BLOB NOT NULL, written_seq INTEGER NOT NULL, crc INTEGER NOT NULL,"
+           " parts INTEGER NOT NULL DEFAULT 0, first_part INTEGER NOT NULL DEFAULT 0)",
+           kCreatePartsTable,
            insert_meta.c_str(),
            "COMMIT",
        }) {
@@ -205,11 +215,31 @@ absl::Status UpgradeFromFormat1(sqlite3* db, const std::string& dir, const std::
       sqlite3_reset(set.get());
     }
   }
+  // Format 2; Journal::Open goes on with UpgradeFromFormat2.
   const std::string meta =
-      absl::StrCat("UPDATE meta SET value = '", kFormatVersion, "' WHERE key = 'format';",
+      absl::StrCat("UPDATE meta SET value = '2' WHERE key = 'format';",
                    "INSERT INTO meta VALUES ('dir_id', '", absl::BytesToHexString(dir_id), "')");
   if (absl::Status s = Exec(db, dir, meta.c_str()); !s.ok()) return fail(s);
   if (absl::Status s = Exec(db, dir, "COMMIT"); !s.ok()) return fail(s);
+  return absl::OkStatus();
+}
+
+absl::Status UpgradeFromFormat2(sqlite3* db, const std::string& dir) {
+  const std::string meta =
+      absl::StrCat("UPDATE meta SET value = '", kFormatVersion, "' WHERE key = 'format'");
+  for (const char* sql : {
+           "BEGIN IMMEDIATE",
+           "ALTER TABLE snapshots ADD COLUMN parts INTEGER NOT NULL DEFAULT 0",
+           "ALTER TABLE snapshots ADD COLUMN first_part INTEGER NOT NULL DEFAULT 0",
+           kCreatePartsTable,
+           meta.c_str(),
+           "COMMIT",
+       }) {
+    if (absl::Status s = Exec(db, dir, sql); !s.ok()) {
+      sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+      return s;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -217,22 +247,68 @@ absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out)
   std::map<std::string, size_t> index;
   auto queue = [&](const std::string& name) -> RecoveredState::Queue& {
     auto [it, inserted] = index.emplace(name, out->queues.size());
-    if (inserted) out->queues.push_back(RecoveredState::Queue{name, nullptr, {}});
+    if (inserted) out->queues.push_back(RecoveredState::Queue{name, nullptr, 0, {}});
     return out->queues[it->second];
   };
   std::map<std::string, uint64_t> snapshot_seq;
-  Statement snapshots(
-      db, "SELECT queue, seq, snapshot_pb, written_seq, crc FROM snapshots ORDER BY queue");
+  Statement snapshots(db,
+                      "SELECT queue, seq, snapshot_pb, written_seq, crc, parts, first_part"
+                      " FROM snapshots ORDER BY queue");
   if (!snapshots.ok()) return SqliteError(db, dir, "reading snapshots");
+  // Parts of snapshots (Journal::WriteSnapshot), and the last one written:
+  // it may be the last committed entry.
+  Statement parts(db,
+                  "SELECT seq, part_pb, crc FROM snapshot_parts"
+                  " WHERE queue = ? AND seq >= ? AND seq < ? ORDER BY seq");
+  Statement last_part(db, "SELECT max(seq) FROM snapshot_parts");
+  if (!parts.ok() || !last_part.ok()) return SqliteError(db, dir, "reading snapshot parts");
+  if (sqlite3_step(last_part.get()) == SQLITE_ROW) {
+    out->last_seq = std::max(
+        out->last_seq, static_cast<uint64_t>(sqlite3_column_int64(last_part.get(), 0)));
+  }
   int rc;
   while ((rc = sqlite3_step(snapshots.get())) == SQLITE_ROW) {
     const std::string name = ColumnBlob(snapshots.get(), 0);
     const uint64_t seq = static_cast<uint64_t>(sqlite3_column_int64(snapshots.get(), 1));
-    const std::string payload = ColumnBlob(snapshots.get(), 2);
+    std::string last = ColumnBlob(snapshots.get(), 2);
     const uint64_t written = static_cast<uint64_t>(sqlite3_column_int64(snapshots.get(), 3));
+    const int64_t num_parts = sqlite3_column_int64(snapshots.get(), 5);
+    const int64_t first_part = sqlite3_column_int64(snapshots.get(), 6);
+    const bool last_ok =
+        SnapshotCrc(PartialCrc(name, last), seq, written) == ColumnCrc(snapshots.get(), 4);
+    std::string payload;
+    int64_t found = 0;
+    if (num_parts > 0) {
+      sqlite3_bind_text(parts.get(), 1, name.data(), static_cast<int>(name.size()),
+                        SQLITE_TRANSIENT);
+      sqlite3_bind_int64(parts.get(), 2, first_part);
+      sqlite3_bind_int64(parts.get(), 3, static_cast<sqlite3_int64>(written));
+      int prc;
+      while ((prc = sqlite3_step(parts.get())) == SQLITE_ROW) {
+        const uint64_t part_seq = static_cast<uint64_t>(sqlite3_column_int64(parts.get(), 0));
+        const std::string part = ColumnBlob(parts.get(), 1);
+        if (EntryCrc(PartialCrc(name, part), part_seq) != ColumnCrc(parts.get(), 2)) {
+          sqlite3_reset(parts.get());
+          return absl::DataLossError(absl::StrCat(
+              Where(dir), "part ", found, " (entry ", part_seq, ") of the snapshot of queue '",
+              absl::CHexEscape(name), "' fails its checksum"));
+        }
+        payload += part;
+        ++found;
+      }
+      sqlite3_reset(parts.get());
+      if (prc != SQLITE_DONE) return SqliteError(db, dir, "reading snapshot parts");
+    }
+    if (found != num_parts) {
+      return absl::DataLossError(absl::StrCat(Where(dir), "the snapshot of queue '",
+                                              absl::CHexEscape(name), "' (entry ", written,
+                                              ") has ", found, " of its ", num_parts,
+                                              " parts"));
+    }
+    payload += last;
+    std::string().swap(last);
     auto snapshot = std::make_unique<journal::QueueSnapshot>();
-    if (SnapshotCrc(PartialCrc(name, payload), seq, written) != ColumnCrc(snapshots.get(), 4) ||
-        !snapshot->ParseFromString(payload)) {
+    if (!last_ok || !snapshot->ParseFromString(payload)) {
       return absl::DataLossError(absl::StrCat(
           Where(dir), "the snapshot of queue '", absl::CHexEscape(name), "' (entry ", written,
           ", through entry ", seq, ") fails its checksum"));
@@ -240,6 +316,7 @@ absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out)
     snapshot_seq[name] = seq;
     out->last_seq = std::max(out->last_seq, written);
     queue(name).snapshot = std::move(snapshot);
+    queue(name).snapshot_seq = seq;
   }
   if (rc != SQLITE_DONE) return SqliteError(db, dir, "reading snapshots");
   Statement entries(db, "SELECT seq, queue, update_pb, crc FROM journal ORDER BY seq");

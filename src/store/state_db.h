@@ -1,7 +1,19 @@
-// state.db, the journal's SQLite database: its schema (format 2), the
-// upgrade from format 1, the checksums of its rows, and reading it back.
-// Internal to src/store (Journal is the interface).
+// state.db, the journal's SQLite database: its schema (format 3), the
+// upgrades from formats 1 and 2, the checksums of its rows, and reading it
+// back. Internal to src/store (Journal is the interface).
 //
+// Format 3: snapshots and creating updates may hold a queue's plan in
+// compact form (journal::QueueSnapshot.format and journal::CreateQueue.format
+// 2), which a format 2 reader would take for a queue without items, and a
+// large snapshot is stored in parts (Journal::WriteSnapshot):
+//   snapshots(..., parts, first_part)   parts written before this row, from
+//                                       entry first_part on
+//   snapshot_parts(seq, queue, part_pb, crc)
+// The snapshot is the concatenation of its parts' part_pb (entries
+// first_part <= seq < written_seq of its queue, `parts` of them, each with
+// an entry crc) and its own snapshot_pb. Format 2 rows are read as they
+// are: upgrading 2 to 3 adds the columns (0: no parts) and the table, and
+// the next snapshot of each queue is compact.
 // Format 2 (format 1 had no crc, written_seq or dir_id):
 //   meta(key, value)              'format' = '2', 'dir_id' = hex identity
 //   journal(seq, queue, update_pb, crc)
@@ -29,7 +41,7 @@ struct sqlite3;
 namespace shardq {
 namespace state_db {
 
-inline constexpr int kFormatVersion = 2;
+inline constexpr int kFormatVersion = 3;
 
 // DATA_LOSS for a corrupt database, PERMISSION_DENIED for an unusable
 // file, INTERNAL otherwise; the message names the state dir and `what`.
@@ -53,8 +65,11 @@ absl::Status CreateSchema(sqlite3* db, const std::string& dir, const std::string
 
 // Upgrades a format 1 database to format 2 in one transaction: checksums
 // every row as it is now (damage done before cannot be detected) and
-// stores `dir_id`.
+// stores `dir_id`. UpgradeFromFormat2 goes on from there.
 absl::Status UpgradeFromFormat1(sqlite3* db, const std::string& dir, const std::string& dir_id);
+// Upgrades a format 2 database to format kFormatVersion in one transaction
+// (the snapshot parts' table and columns; rows are kept as they are).
+absl::Status UpgradeFromFormat2(sqlite3* db, const std::string& dir);
 
 // Reads the whole state, checking every row's checksum: DATA_LOSS naming
 // state.db and the entry (or the queue's snapshot) when one fails.

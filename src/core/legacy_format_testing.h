@@ -1,0 +1,63 @@
+// Test helpers: the format 1 forms that shardq wrote before compact queue
+// state (creation updates and snapshots holding the plan as item strings),
+// made from today's forms, to test that they are still read. They write
+// what QueueState::CreationUpdate and ToSnapshot wrote at 8e58587.
+#ifndef SHARDQ_CORE_LEGACY_FORMAT_TESTING_H_
+#define SHARDQ_CORE_LEGACY_FORMAT_TESTING_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "proto/shardq/journal.pb.h"
+#include "src/core/item_table.h"
+#include "src/core/queue_state.h"
+
+namespace shardq {
+namespace testing_legacy {
+
+// The format 1 creation update of `config` (its items as strings).
+inline journal::Update CreationUpdate(const QueueConfig& config, absl::Time now) {
+  journal::Update update;
+  update.set_time_us(absl::ToUnixMicros(now));
+  ConfigToProto(config, update.mutable_create()->mutable_config());
+  return update;
+}
+
+// The format 1 form of a format 2 snapshot.
+inline journal::QueueSnapshot Snapshot(const journal::QueueSnapshot& compact) {
+  journal::QueueSnapshot out = compact;
+  auto table = ItemTable::FromProto(compact.items(), "legacy");
+  const int64_t n = (*table)->size();
+  const int64_t total = n * compact.config().num_epochs();
+  out.clear_format();
+  out.clear_items();
+  out.clear_pending_slots();
+  out.clear_range_overrides();
+  for (int64_t i = 0; i < n; ++i) out.mutable_config()->add_items((*table)->Render(i));
+  for (int64_t slot : compact.pending_slots()) {
+    journal::Ref* r = out.add_pending();
+    if (slot < total) {
+      r->set_epoch(slot / n);
+      r->set_index(slot % n);
+    } else {
+      const int64_t k = slot - total;
+      r->set_epoch(compact.extras(static_cast<int>(k)).epoch());
+      r->set_index(n + k);
+    }
+  }
+  for (const journal::RangeOverride& o : compact.range_overrides()) {
+    (*out.mutable_overrides())[o.slot()] =
+        (*table)->RenderRange(o.slot() % n, ItemRange{o.start(), o.end()});
+  }
+  for (journal::ExtraItem& x : *out.mutable_extras()) {
+    x.set_item((*table)->RenderRange(x.index(), ItemRange{x.start(), x.end()}));
+    x.clear_start();
+    x.clear_end();
+  }
+  return out;
+}
+
+}  // namespace testing_legacy
+}  // namespace shardq
+
+#endif  // SHARDQ_CORE_LEGACY_FORMAT_TESTING_H_
