@@ -274,7 +274,7 @@
     // A finished queue's charts end at its last event, not at the clock.
     const end = qs.finished && q.events.length && !q.open.length ? q.events[q.events.length - 1].t : now;
     const first = q.events.length ? q.events[0].t : end;
-    const windowS = Math.max(20, Math.min(selectedS, (end - first) * 1.05));
+    const windowS = Math.max(2, Math.min(selectedS, (end - first) * 1.05));
     const total = qs.items * qs.epochs;
     const pct = total ? 100 * (qs.completed + qs.failed) / total : 0;
     const e = eta(qs, q, now);
@@ -289,7 +289,7 @@
                 `<td>${ep.pending}</td><td>${ep.leased}</td><td>${ep.completed}</td><td>${ep.failed}</td></tr>`;
     }
     epochs += "</table>";
-    const rs = rateSeries(q, end, windowS, Math.max(1, windowS / 60));
+    const rs = rateSeries(q, end, windowS, Math.max(0.1, windowS / 60));
     const pts = arr => arr.map((v, i) => [rs.t0 + (i + 0.5) * rs.bucketS, v]);
     const rateChart = lineChart([{name: "completed/s", color: COLORS.complete, points: pts(rs.done)},
                                  {name: "taken/s", color: COLORS.open, points: pts(rs.taken)}],
