@@ -11,6 +11,7 @@
 #include "shardq/work_queue.h"
 #include "src/client/planner.h"
 #include "src/core/queue_state.h"  // kMaxAttemptsLimit
+#include "src/observe/status_json.h"
 #include "tools/client_flags.h"
 #include "tools/verbs.h"
 
@@ -139,43 +140,6 @@ CLI::App* AddStatus(CLI::App& app, StatusOptions* o) {
 
 namespace {
 
-nlohmann::json ToJson(const QueueStats& s) {
-  nlohmann::json q = {
-      {"name", s.name},       {"seed", s.seed},         {"items", s.num_items},
-      {"epochs", s.num_epochs}, {"pending", s.pending}, {"leased", s.leased},
-      {"completed", s.completed}, {"taken", s.taken},   {"expired", s.expired},
-      {"released", s.released}, {"duplicates", s.duplicates},
-      {"splits", s.splits},     {"split_items_open", s.split_items_open},
-      {"finished", s.finished}, {"failed", s.failed}, {"refused_completions", s.refused_completions},
-      {"finished_with_failures", s.finished && s.failed > 0},
-      {"max_attempts", s.max_attempts}, {"epochs_done", s.epochs_done}};
-  q["per_epoch"] = nlohmann::json::array();
-  for (const EpochStats& e : s.epochs) {
-    q["per_epoch"].push_back({{"epoch", e.epoch},
-                              {"pending", e.pending},
-                              {"leased", e.leased},
-                              {"completed", e.completed},
-                              {"failed", e.failed}});
-  }
-  q["failed_items"] = nlohmann::json::array();
-  for (const FailedItemStats& f : s.failed_items) {
-    q["failed_items"].push_back({{"item", f.item},
-                                 {"epoch", f.epoch},
-                                 {"index", f.index},
-                                 {"attempts", f.attempts},
-                                 {"reason", f.reason}});
-  }
-  q["workers"] = nlohmann::json::array();
-  for (const auto& [name, w] : s.workers) {
-    q["workers"].push_back({{"worker", name},
-                            {"completed", w.completed},
-                            {"taken", w.taken},
-                            {"held", w.held},
-                            {"items_per_second", w.items_per_second}});
-  }
-  return q;
-}
-
 void PrintText(const QueueStats& s, bool list_failed) {
   const std::string finished =
       !s.finished ? ""
@@ -264,9 +228,7 @@ int RunStatus(const StatusOptions& o) {
   if (!fetched.ok()) return ReportError("status", fetched.status());
   std::vector<QueueStats> queues = *std::move(fetched);
   if (o.json) {
-    nlohmann::json out = {{"queues", nlohmann::json::array()}};
-    for (const QueueStats& s : queues) out["queues"].push_back(ToJson(s));
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", StatusJson(queues).dump(2).c_str());
     return 0;
   }
   if (queues.empty()) std::printf("no queues\n");

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "src/log/log.h"
 #include "src/observe/status_server.h"
+#include "src/observe/timeline.h"
 #include "src/server/coordinator_impl.h"
 #include "src/server/grpc_service.h"
 #include "src/server/listen_address.h"
@@ -77,6 +78,23 @@ CoordinatorView ViewOf(CoordinatorImpl* coordinator) {
   return view;
 }
 
+// Feeds the coordinator's updates and call times to the page's timeline and
+// the latency histograms.
+class ObservationFeed final : public CoordinatorImpl::Observer {
+ public:
+  explicit ObservationFeed(Observations* observations) : observations_(observations) {}
+  void OnUpdate(absl::string_view queue, const journal::Update& update) override {
+    observations_->timeline.Record(queue, update);
+  }
+  void OnCallDone(Call call, absl::Duration took) override {
+    (call == Call::kTake ? observations_->take_latency : observations_->complete_latency)
+        .Observe(took);
+  }
+
+ private:
+  Observations* const observations_;
+};
+
 }  // namespace
 
 int RunServe(const ServeOptions& o) {
@@ -128,14 +146,19 @@ int RunServe(const ServeOptions& o) {
       ViewOf((*server)->coordinator()), o.summary_dir,
       absl::Seconds(o.summary_interval_seconds));
   if (!sampler.ok()) return Fail(sampler.status());
+  // Declared before `http` and the observer hook, so both end before it.
+  Observations observations;
+  observations.state_dir = o.state_dir;
+  ObservationFeed feed(&observations);
   std::unique_ptr<StatusHttpServer> http;
   if (!o.http.empty()) {
+    (*server)->coordinator()->SetObserver(&feed);
     StatusHttpOptions http_options;
     http_options.listen = o.http;
     http_options.token = options.token;
     http_options.public_page = o.http_public;
     absl::StatusOr<std::unique_ptr<StatusHttpServer>> started =
-        StatusHttpServer::Start(sampler->get(), http_options);
+        StatusHttpServer::Start(sampler->get(), http_options, &observations);
     if (!started.ok()) return Fail(started.status());
     http = *std::move(started);
     std::printf("status page and /metrics on http://%s:%d/%s\n",
@@ -182,6 +205,7 @@ int RunServe(const ServeOptions& o) {
   }
   http.reset();
   sampler->reset();  // writes the final sample
+  (*server)->coordinator()->SetObserver(nullptr);
   (*server)->Shutdown();
   return exit_code;
 }

@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   shardq::TFRecordWriteOptions tfrecord_write;
   shardq::SnapshotOptions snapshot;
   shardq::RestoreOptions restore;
+  shardq::ReportOptions report;
   CLI::App* demo_cmd = AddDemo(app, &demo);
   CLI::App* serve_cmd = shardq::AddServe(app, &serve);
   CLI::App* create_cmd = shardq::AddCreate(app, &create);
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
   CLI::App* tfrecord_write_cmd = shardq::AddTFRecordWrite(app, &tfrecord_write);
   CLI::App* snapshot_cmd = shardq::AddSnapshot(app, &snapshot);
   CLI::App* restore_cmd = shardq::AddRestore(app, &restore);
+  CLI::App* report_cmd = shardq::AddReport(app, &report);
 
   // status registers its client flags itself; it waits like the others.
   shardq::AddConnectTimeoutFlag(status_cmd, &status.client);
@@ -154,5 +156,6 @@ int main(int argc, char** argv) {
   if (tfrecord_write_cmd->parsed()) return shardq::RunTFRecordWrite(tfrecord_write);
   if (snapshot_cmd->parsed()) return shardq::RunSnapshot(snapshot);
   if (restore_cmd->parsed()) return shardq::RunRestore(restore);
+  if (report_cmd->parsed()) return shardq::RunReport(report);
   return 0;
 }

@@ -102,6 +102,16 @@ struct RestoreOptions {
 CLI::App* AddRestore(CLI::App& app, RestoreOptions* o);
 int RunRestore(const RestoreOptions& o);
 
+struct ReportOptions {
+  std::string address;  // the coordinator's --http HOST:PORT
+  std::string name;
+  std::string out;
+  std::string png;      // empty: no screenshot
+  std::string token_file;
+};
+CLI::App* AddReport(CLI::App& app, ReportOptions* o);
+int RunReport(const ReportOptions& o);
+
 }  // namespace shardq
 
 #endif  // SHARDQ_TOOLS_VERBS_H_

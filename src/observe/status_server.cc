@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "httplib.h"
 #include "src/observe/process_metrics.h"
+#include "src/observe/status_json.h"
 #include "src/server/listen_address.h"
 
 namespace shardq {
@@ -133,12 +134,18 @@ std::optional<JournalMetrics> MetricsSampler::JournalTotals() {
 
 std::string StatusPage(const std::vector<QueueMetrics>& queues,
                        const std::string& metrics_href) {
-  std::string page =
+  return absl::StrCat(
       "<!doctype html><html><head><meta charset=\"utf-8\"><title>shardq</title>"
       "<meta http-equiv=\"refresh\" content=\"5\"><style>body{font-family:sans-serif}"
       "table{border-collapse:collapse}td,th{padding:2px 8px;border:1px solid #ccc}"
       ".bar{background:#ddd;width:200px}.fill{background:#4a8;height:12px}"
-      ".slow{color:#b00;font-weight:bold}</style></head><body><h1>shardq coordinator</h1>";
+      ".slow{color:#b00;font-weight:bold}</style></head><body><h1>shardq coordinator</h1>",
+      StatusPageBody(queues, metrics_href), "</body></html>");
+}
+
+std::string StatusPageBody(const std::vector<QueueMetrics>& queues,
+                           const std::string& metrics_href) {
+  std::string page;
   if (queues.empty()) page += "<p>No queues yet.</p>";
   for (const QueueMetrics& m : queues) {
     const QueueStats& s = m.stats;
@@ -183,8 +190,7 @@ std::string StatusPage(const std::vector<QueueMetrics>& queues,
     }
     page += "</table>";
   }
-  absl::StrAppend(&page, "<p><a href=\"", Html(metrics_href),
-                  "\">/metrics</a></p></body></html>");
+  absl::StrAppend(&page, "<p><a href=\"", Html(metrics_href), "\">/metrics</a></p>");
   return page;
 }
 
@@ -197,8 +203,54 @@ bool HttpRequestAllowed(const StatusHttpOptions& options, absl::string_view bear
   return header_ok || query_ok;
 }
 
+namespace {
+
+constexpr size_t kDefaultTimelineLimit = 20000;
+constexpr size_t kMaxTimelineLimit = 200000;
+
+// A page opened with ?token= links to the metrics with it.
+std::string MetricsHref(const httplib::Request& req) {
+  const std::string token = req.get_param_value("token");
+  return token.empty() ? "/metrics" : "/metrics?token=" + UrlEncode(token);
+}
+
+void JsonError(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  res.set_content(nlohmann::json({{"error", message}}).dump() + "\n",
+                  "application/json; charset=utf-8");
+}
+
+nlohmann::json ServerJson(MetricsSampler* sampler, const Observations* observations) {
+  const absl::Time now = absl::Now();
+  nlohmann::json out = {{"version", std::string(ShardqVersion())},
+                        {"now", absl::ToDoubleSeconds(now - absl::UnixEpoch())}};
+  if (observations != nullptr) {
+    out["started"] = absl::ToDoubleSeconds(observations->started - absl::UnixEpoch());
+    out["uptime_seconds"] = absl::ToDoubleSeconds(now - observations->started);
+    out["state_dir"] = observations->state_dir;
+    out["timeline_bound"] = observations->timeline.events_per_queue();
+  }
+  if (std::optional<JournalMetrics> j = sampler->JournalTotals()) {
+    out["journal"] = {{"commits", j->commits}, {"entries", j->entries}, {"bytes", j->bytes},
+                      {"snapshots", j->snapshots}};
+  } else {
+    out["journal"] = nullptr;
+  }
+  return out;
+}
+
+std::vector<QueueStats> StatsOf(const std::vector<QueueMetrics>& metrics) {
+  std::vector<QueueStats> out;
+  out.reserve(metrics.size());
+  for (const QueueMetrics& m : metrics) out.push_back(m.stats);
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
-    MetricsSampler* sampler, const StatusHttpOptions& options) {
+    MetricsSampler* sampler, const StatusHttpOptions& options,
+    const Observations* observations) {
   absl::StatusOr<ListenAddress> listen = ParseListenAddress("--http", options.listen);
   if (!listen.ok()) return listen.status();
   if (options.threads < 1 || options.io_timeout <= absl::ZeroDuration()) {
@@ -241,10 +293,19 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
         "text/plain; charset=utf-8");
     return httplib::Server::HandlerResponse::Handled;
   });
-  server.Get("/metrics", [sampler](const httplib::Request&, httplib::Response& res) {
+  server.Get("/metrics", [sampler, observations](const httplib::Request&,
+                                                  httplib::Response& res) {
     const std::optional<JournalMetrics> journal = sampler->JournalTotals();
     std::string text = PrometheusText(sampler->Current(), journal ? &*journal : nullptr);
     text += BuildInfoText(ShardqVersion());
+    if (observations != nullptr) {
+      text += observations->take_latency.PrometheusText(
+          "shardq_take_duration_seconds",
+          "Take calls from their arrival to their answer, waiting for items included.");
+      text += observations->complete_latency.PrometheusText(
+          "shardq_complete_duration_seconds",
+          "Complete calls from their arrival to their answer (durable with --state-dir).");
+    }
     // Without /proc (not Linux) the process_* family is left out.
     if (absl::StatusOr<ProcessMetrics> process = ReadProcessMetrics(); process.ok()) {
       text += ProcessMetricsText(*process);
@@ -252,10 +313,58 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
   server.Get("/", [sampler](const httplib::Request& req, httplib::Response& res) {
-    // A page opened with ?token= links to the metrics with it.
-    const std::string token = req.get_param_value("token");
-    const std::string href = token.empty() ? "/metrics" : "/metrics?token=" + UrlEncode(token);
-    res.set_content(StatusPage(sampler->Current(), href), "text/html; charset=utf-8");
+    // Drawn by the server first (and for browsers without script); the
+    // script then replaces it every second.
+    res.set_content(LivePage(StatusPageBody(sampler->Current(), MetricsHref(req))),
+                    "text/html; charset=utf-8");
+  });
+  server.Get("/api/status", [sampler](const httplib::Request&, httplib::Response& res) {
+    res.set_content(StatusJson(StatsOf(sampler->Current())).dump() + "\n",
+                    "application/json; charset=utf-8");
+  });
+  server.Get("/api/server", [sampler, observations](const httplib::Request&,
+                                                    httplib::Response& res) {
+    res.set_content(ServerJson(sampler, observations).dump() + "\n",
+                    "application/json; charset=utf-8");
+  });
+  server.Get("/api/timeline", [sampler, observations](const httplib::Request& req,
+                                                      httplib::Response& res) {
+    if (observations == nullptr) {
+      return JsonError(res, 404, "this server keeps no timeline");
+    }
+    const std::string queue = req.get_param_value("queue");
+    if (queue.empty()) return JsonError(res, 400, "/api/timeline needs ?queue=NAME");
+    bool known = false;
+    for (const QueueMetrics& m : sampler->Current()) known = known || m.stats.name == queue;
+    if (!known) return JsonError(res, 404, absl::StrCat("no queue named '", queue, "'"));
+    const int64_t now_us = absl::ToUnixMicros(absl::Now());
+    int64_t since_us = now_us - int64_t{600} * 1'000'000;
+    if (req.has_param("since")) {
+      double since = 0;
+      if (!absl::SimpleAtod(req.get_param_value("since"), &since) || !(since >= 0) ||
+          since > 1e11) {
+        return JsonError(res, 400,
+                         absl::StrCat("since must be seconds since the Unix epoch, got '",
+                                      req.get_param_value("since"), "'"));
+      }
+      since_us = static_cast<int64_t>(since * 1e6);
+    }
+    size_t limit = kDefaultTimelineLimit;
+    if (req.has_param("limit")) {
+      int64_t n = 0;
+      if (!absl::SimpleAtoi(req.get_param_value("limit"), &n) || n < 1 ||
+          n > static_cast<int64_t>(kMaxTimelineLimit)) {
+        return JsonError(res, 400, absl::StrCat("limit must be in [1, ", kMaxTimelineLimit,
+                                                "], got '", req.get_param_value("limit"), "'"));
+      }
+      limit = static_cast<size_t>(n);
+    }
+    res.set_content(
+        TimelineJson(observations->timeline, queue, since_us, now_us, limit).dump() + "\n",
+        "application/json; charset=utf-8");
+  });
+  server.Get("/static", [sampler](const httplib::Request& req, httplib::Response& res) {
+    res.set_content(StatusPage(sampler->Current(), MetricsHref(req)), "text/html; charset=utf-8");
   });
   if (listen->port == 0) {
     out->port_ = server.bind_to_any_port(listen->host);

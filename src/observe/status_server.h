@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "src/observe/summary_writer.h"
+#include "src/observe/timeline.h"
 #include "shardq/work_item.h"
 
 namespace httplib {
@@ -85,15 +86,25 @@ struct StatusHttpOptions {
 };
 
 // Serves GET /metrics (Prometheus text: every queue, the journal, the
-// process_* family and shardq_build_info) and GET / (HTML). The port is
-// bound exclusively (no SO_REUSEPORT). Thread-safe.
+// process_* family, shardq_build_info and, with observations, the
+// shardq_take/complete_duration_seconds histograms), GET / (the live page,
+// which polls the JSON below every second), GET /static (the same as plain
+// HTML, no script), GET /api/status (`status --json`'s document),
+// GET /api/timeline?queue=Q&since=T&limit=N (item events since T, seconds
+// since the Unix epoch; default: the last 10 minutes, at most 20000 events,
+// the newest kept) and GET /api/server (version, uptime, state dir,
+// journal totals). The port is bound exclusively (no SO_REUSEPORT).
+// Thread-safe.
 class StatusHttpServer {
  public:
   // INVALID_ARGUMENT naming --http for a bad address (port outside
   // 0..65535); UNAVAILABLE "address H:P already in use" when another
   // process holds the port, naming the errno for other bind failures.
+  // `observations` (may be null: no timeline, no latency histograms) must
+  // outlive the server, like `sampler`.
   static absl::StatusOr<std::unique_ptr<StatusHttpServer>> Start(
-      MetricsSampler* sampler, const StatusHttpOptions& options);
+      MetricsSampler* sampler, const StatusHttpOptions& options,
+      const Observations* observations = nullptr);
   ~StatusHttpServer();
   int port() const { return port_; }
 
@@ -108,6 +119,16 @@ class StatusHttpServer {
 // metrics goes to `metrics_href`.
 std::string StatusPage(const std::vector<QueueMetrics>& queues,
                        const std::string& metrics_href = "/metrics");
+// What StatusPage shows inside <body>, after its title.
+std::string StatusPageBody(const std::vector<QueueMetrics>& queues,
+                           const std::string& metrics_href = "/metrics");
+
+// The live page: one HTML document with its script and style inline (no
+// network access needed beyond this server), showing `initial_body` (HTML,
+// e.g. StatusPageBody) until its script has drawn. With `report_data` (the
+// JSON of a report: {"server", "status", "timeline"}) it draws that data
+// once instead of polling: `shardq report` writes this file.
+std::string LivePage(const std::string& initial_body, const std::string& report_data = "");
 
 // Whether a request with this Authorization header and ?token= parameter
 // (each empty when absent) may be served: always without a token or with

@@ -24,6 +24,22 @@ constexpr size_t kMaxLeasesPerHeartbeat = 1 << 16;
 // crash never loses a grant whose id is issued again (see the header).
 constexpr size_t kMaxGrantsBehind = QueueState::kLeaseIdsSkippedAtRecovery / 2;
 
+// Reports how long a call took to the observer (if any) when it ends.
+class CallTimer {
+ public:
+  CallTimer(const std::atomic<CoordinatorImpl::Observer*>& observer,
+            CoordinatorImpl::Observer::Call call)
+      : observer_(observer), call_(call), start_(absl::Now()) {}
+  ~CallTimer() {
+    if (CoordinatorImpl::Observer* o = observer_.load()) o->OnCallDone(call_, absl::Now() - start_);
+  }
+
+ private:
+  const std::atomic<CoordinatorImpl::Observer*>& observer_;
+  const CoordinatorImpl::Observer::Call call_;
+  const absl::Time start_;
+};
+
 absl::Status ValidateNames(absl::string_view queue, absl::string_view worker) {
   if (absl::Status s = ValidateName("queue name", queue); !s.ok()) return s;
   return ValidateName("worker name", worker);
@@ -141,14 +157,31 @@ absl::Status CoordinatorImpl::Recover(RecoveredState recovered) {
 }
 
 void CoordinatorImpl::AttachJournal(Entry& e) {
-  if (journal_ == nullptr) return;
+  // In memory, updates are made only for an observer.
+  if (journal_ == nullptr && observer_.load() == nullptr) return;
   Entry* entry = &e;
   // Runs inside QueueState calls, i.e. with e.mu held.
   e.state->set_update_sink([this, entry](const journal::Update& update)
                                ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    entry->last_seq = journal_->Append(entry->name, update);
-    ++entry->since_snapshot;
+    if (journal_ != nullptr) {
+      entry->last_seq = journal_->Append(entry->name, update);
+      ++entry->since_snapshot;
+    }
+    if (Observer* o = observer_.load()) o->OnUpdate(entry->name, update);
   });
+}
+
+void CoordinatorImpl::SetObserver(Observer* observer) {
+  observer_.store(observer);
+  std::vector<std::shared_ptr<Entry>> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, entry] : queues_) entries.push_back(entry);
+  }
+  for (const auto& entry : entries) {
+    absl::MutexLock lock(&entry->mu);
+    AttachJournal(*entry);
+  }
 }
 
 uint64_t CoordinatorImpl::AfterChange(Entry& e) {
@@ -359,6 +392,7 @@ absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::Find(
 absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
     absl::string_view queue, absl::string_view worker, int64_t max_items,
     absl::Time deadline) {
+  CallTimer timer(observer_, Observer::Call::kTake);
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
   if (max_items < 1 || max_items > kMaxItemsPerTake) {
     return absl::InvalidArgumentError(
@@ -451,6 +485,7 @@ auto CoordinatorImpl::Mutate(absl::string_view queue, Change change)
 
 absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
     absl::string_view queue, absl::string_view worker, uint64_t lease_id) {
+  CallTimer timer(observer_, Observer::Call::kComplete);
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
   if (absl::Status s = Writable(); !s.ok()) return s;
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -469,6 +504,12 @@ absl::StatusOr<CompleteOutcome> CoordinatorImpl::CompleteLocked(Entry& e,
 void CoordinatorImpl::CompleteAsync(
     absl::string_view queue, absl::string_view worker, uint64_t lease_id,
     std::function<void(absl::StatusOr<CompleteOutcome>)> done) {
+  if (observer_.load() != nullptr) {
+    auto timer = std::make_shared<CallTimer>(observer_, Observer::Call::kComplete);
+    done = [timer, done = std::move(done)](absl::StatusOr<CompleteOutcome> outcome) {
+      done(std::move(outcome));
+    };
+  }
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return done(s);
   if (absl::Status s = Writable(); !s.ok()) return done(s);
   absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);

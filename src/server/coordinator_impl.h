@@ -239,6 +239,26 @@ class CoordinatorImpl {
   // Sessions `worker` has open with `queue` (0 for an unknown queue).
   int64_t SessionsOpen(absl::string_view queue, absl::string_view worker);
 
+  // Sees what the coordinator does, for the status page's timeline and the
+  // latency histograms on /metrics (`shardq serve --http`).
+  class Observer {
+   public:
+    enum class Call { kTake, kComplete };
+    virtual ~Observer() = default;
+    // Every update a queue applies (the journal's stream, also in memory),
+    // in order, with that queue's mutex held: must be quick and must not
+    // call the coordinator.
+    virtual void OnUpdate(absl::string_view queue, const journal::Update& update) = 0;
+    // A Take or Complete (or CompleteAsync) answered, whatever the answer,
+    // `took` (real time) after it was called. No lock held.
+    virtual void OnCallDone(Call call, absl::Duration took) = 0;
+  };
+  // Observes every queue, those that exist already included, from now on;
+  // nullptr stops. `observer` must outlive the coordinator or be replaced
+  // first. Thread-safe; a call already running may still report to the
+  // previous observer.
+  void SetObserver(Observer* observer);
+
  private:
   struct EntrySessions;  // a queue's sessions and waiting takes
   struct PendingStep;    // a SessionStep answered later
@@ -345,6 +365,7 @@ class CoordinatorImpl {
   const int64_t snapshot_every_;
   const int64_t snapshot_bytes_per_update_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<Observer*> observer_{nullptr};
   Recovery recovery_;  // set once by Create
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> queues_

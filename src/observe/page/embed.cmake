@@ -1,0 +1,20 @@
+# Embeds the live page (page.html with page.css and page.js) in a C++ source
+# file at configure time; CMake re-runs when one of them changes.
+function(shardq_embed_page out_cc)
+  set(dir ${CMAKE_CURRENT_SOURCE_DIR}/page)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+               ${dir}/page.html ${dir}/page.css ${dir}/page.js)
+  set(body "// Generated from src/observe/page by embed.cmake; do not edit.\nnamespace shardq {\n")
+  foreach(name html css js)
+    file(READ ${dir}/page.${name} text)
+    string(FIND "${text}" ")SHARDQ_PAGE\"" clash)
+    if(NOT clash EQUAL -1)
+      message(FATAL_ERROR "page.${name} contains the raw-string delimiter")
+    endif()
+    string(TOUPPER ${name} upper)
+    string(APPEND body "extern const char kPage${upper}[] = R\"SHARDQ_PAGE(${text})SHARDQ_PAGE\";\n")
+  endforeach()
+  string(APPEND body "}  // namespace shardq\n")
+  file(WRITE ${out_cc}.tmp "${body}")
+  file(COPY_FILE ${out_cc}.tmp ${out_cc} ONLY_IF_DIFFERENT)
+endfunction()
