@@ -84,6 +84,7 @@ struct QueueStats {
   int64_t taken = 0;       // hand-outs, including repeats after expiry
   int64_t expired = 0;     // leases that timed out
   int64_t released = 0;    // leases given back by their worker
+  int64_t given_back = 0;  // items taken ahead, given back unstarted (take-ahead)
   // Completions of an item already completed by another lease (a real
   // re-run); a worker repeating the completion of its own lease is not one.
   int64_t duplicates = 0;

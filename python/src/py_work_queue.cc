@@ -38,6 +38,7 @@ py::dict StatsToDict(const QueueStats& s) {
   d["taken"] = s.taken;
   d["expired"] = s.expired;
   d["released"] = s.released;
+  d["given_back"] = s.given_back;
   d["duplicates"] = s.duplicates;
   d["splits"] = s.splits;
   d["split_items_open"] = s.split_items_open;

@@ -268,6 +268,10 @@ absl::Status SessionClient::Impl::OpenOnce() {
     if (closing_) return absl::CancelledError(absl::StrCat(Name(), ": closed while opening"));
     context_ = context;
     o->mutable_lease_ids()->Add(held_.begin(), held_.end());
+    // After a break, leases granted in answers lost with the stream are
+    // unknown here: the coordinator releases them (not on a first open:
+    // `shardq take` keeps what earlier runs left).
+    o->set_reopen(streams_opened_ > 0);
   }
   std::unique_ptr<Stream> stream = stub_->Session(context.get());
   v1::SessionResponse answer;

@@ -346,7 +346,7 @@ absl::StatusOr<QueueState::Ref> QueueState::ReturnToFront(uint64_t lease_id,
 absl::Status QueueState::ApplyRelease(const journal::Release& release) {
   absl::StatusOr<Ref> ref = ReturnToFront(release.lease_id(), "releases", LeaseEnd::kReleased);
   if (!ref.ok()) return ref.status();
-  ++released_;
+  ++(release.given_back() ? given_back_ : released_);
   return absl::OkStatus();
 }
 

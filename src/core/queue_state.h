@@ -295,6 +295,8 @@ class QueueState {
   void OpenSession(absl::string_view worker);
   // `now`: when the session closed. Every OpenSession needs one close.
   void CloseSession(absl::string_view worker, absl::Time now);
+  // The leases `worker` holds right now (any order).
+  std::vector<uint64_t> LeasesHeldBy(absl::string_view worker) const;
   // Sessions `worker` has open (tests, status).
   int64_t SessionsOpen(absl::string_view worker) const;
   // The worker holding `lease_id`; nullptr when it is not held.
@@ -523,6 +525,7 @@ class QueueState {
   int64_t taken_ = 0;
   int64_t expired_count_ = 0;
   int64_t released_ = 0;
+  int64_t given_back_ = 0;  // releases with Release.given_back
   int64_t duplicates_ = 0;
   // Completions refused (NOT_FOUND / PERMISSION_DENIED): soft state, not
   // journaled; after a crash these are mostly grants the crash lost.

@@ -105,6 +105,7 @@ QueueStats QueueState::Stats(absl::Time now) const {
   stats.taken = taken_;
   stats.expired = expired_count_;
   stats.released = released_;
+  stats.given_back = given_back_;
   stats.duplicates = duplicates_;
   stats.refused_completions = refused_completions_;
   stats.finished = Finished();

@@ -21,6 +21,14 @@ void QueueState::CloseSession(absl::string_view worker, absl::Time now) {
   it->second.closed = now;
 }
 
+std::vector<uint64_t> QueueState::LeasesHeldBy(absl::string_view worker) const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.worker == worker) ids.push_back(id);
+  }
+  return ids;
+}
+
 int64_t QueueState::SessionsOpen(absl::string_view worker) const {
   auto it = sessions_.find(worker);
   return it == sessions_.end() ? 0 : it->second.open;

@@ -129,7 +129,9 @@ TEST(QueueStateTakeAhead, AnsweringTheStartGivesTheItemBackWholeAsARelease) {
   ASSERT_TRUE(accepted.ok()) << accepted.status();
   EXPECT_TRUE(*accepted);
   QueueStats stats = t.s->Stats(t.now);
-  EXPECT_EQ(stats.released, 1);
+  // Counted as given back, not as a release (nothing was left unfinished).
+  EXPECT_EQ(stats.released, 0);
+  EXPECT_EQ(stats.given_back, 1);
   EXPECT_EQ(stats.splits, 0);  // nothing was cut
   EXPECT_EQ(stats.failed, 0);
   // The whole item, unchanged, goes to the idle worker next.
@@ -182,7 +184,12 @@ TEST(QueueStateTakeAhead, AGiveBackReplaysFromTheJournal) {
   // A second state fed the same updates ends up the same.
   auto replica = Make(Config(2, 2));
   for (const journal::Update& u : updates) ASSERT_TRUE(replica->Apply(u).ok());
-  EXPECT_EQ(replica->Stats(kT0).released, 1);
+  EXPECT_EQ(replica->Stats(kT0).released, 0);
+  EXPECT_EQ(replica->Stats(kT0).given_back, 1);
+  // And a snapshot keeps the count.
+  auto restored = QueueState::FromSnapshot(replica->ToSnapshot(), kT0);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->Stats(kT0).given_back, 1);
   EXPECT_EQ(replica->Stats(kT0).pending, 1);
   EXPECT_EQ(replica->Stats(kT0).leased, 1);
   EXPECT_EQ(*replica->Complete("busy", reading.lease_id, kT0), CompleteOutcome::kCompleted);

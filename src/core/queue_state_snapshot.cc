@@ -248,6 +248,7 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
   out.set_taken(taken_);
   out.set_expired_count(expired_count_);
   out.set_released(released_);
+  out.set_given_back(given_back_);
   out.set_duplicates(duplicates_);
   // Sorted so that equal states give equal snapshots.
   std::vector<std::pair<int64_t, ItemRange>> overrides(overrides_.begin(), overrides_.end());
@@ -430,6 +431,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   s.taken_ = snapshot.taken();
   s.expired_count_ = snapshot.expired_count();
   s.released_ = snapshot.released();
+  s.given_back_ = snapshot.given_back();
   s.duplicates_ = snapshot.duplicates();
   if (absl::Status st = s.LoadRanges(snapshot, what); !st.ok()) return st;
   // Ranges of held items, now that overrides (split heads) are in place.

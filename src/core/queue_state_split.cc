@@ -151,6 +151,7 @@ absl::StatusOr<bool> QueueState::AcceptSplit(absl::string_view worker, uint64_t 
     }
     journal::Update update = NewUpdate(now);
     update.mutable_release()->set_lease_id(lease_id);
+    update.mutable_release()->set_given_back(true);
     if (absl::Status s = Commit(update); !s.ok()) return s;
     return true;
   }

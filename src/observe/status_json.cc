@@ -7,7 +7,7 @@ nlohmann::json QueueStatsJson(const QueueStats& s) {
       {"name", s.name},       {"seed", s.seed},         {"items", s.num_items},
       {"epochs", s.num_epochs}, {"pending", s.pending}, {"leased", s.leased},
       {"completed", s.completed}, {"taken", s.taken},   {"expired", s.expired},
-      {"released", s.released}, {"duplicates", s.duplicates},
+      {"released", s.released}, {"given_back", s.given_back}, {"duplicates", s.duplicates},
       {"splits", s.splits},     {"split_items_open", s.split_items_open},
       {"finished", s.finished}, {"failed", s.failed}, {"refused_completions", s.refused_completions},
       {"finished_with_failures", s.finished && s.failed > 0},

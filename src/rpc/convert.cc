@@ -68,6 +68,7 @@ void ToProto(const QueueStats& stats, v1::QueueStatus* out) {
   out->set_taken(stats.taken);
   out->set_expired(stats.expired);
   out->set_released(stats.released);
+  out->set_given_back(stats.given_back);
   out->set_duplicates(stats.duplicates);
   out->set_finished(stats.finished);
   out->set_splits(stats.splits);
@@ -114,6 +115,7 @@ QueueStats FromProto(const v1::QueueStatus& status) {
   out.taken = status.taken();
   out.expired = status.expired();
   out.released = status.released();
+  out.given_back = status.given_back();
   out.duplicates = status.duplicates();
   out.finished = status.finished();
   out.splits = status.splits();

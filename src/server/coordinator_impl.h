@@ -207,12 +207,15 @@ class CoordinatorImpl {
   // `sink` gets the session's late answers and pushed split proposals
   // until CloseSession returns. Never waits for the disk. NOT_FOUND for an
   // unknown queue; INVALID_ARGUMENT for a bad name or too many lease ids;
+  // `reopen` (a stream re-opened after a break): the worker's leases not in
+  // `lease_ids` are released (the answers granting them were lost).
   // UNAVAILABLE while shutting down or when nothing can be stored.
   absl::StatusOr<std::shared_ptr<Session>> OpenSession(absl::string_view queue,
                                                        absl::string_view worker,
                                                        const std::vector<uint64_t>& lease_ids,
                                                        std::shared_ptr<SessionSink> sink,
-                                                       SessionOpening* opening);
+                                                       SessionOpening* opening,
+                                                       bool reopen = false);
   // Applies one request's `ops` in order (split answers, progress,
   // completions, releases, take) under one hold of the queue's mutex and
   // writes their results into `*out`; a failed operation is answered in

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "src/core/validate.h"
@@ -166,7 +167,7 @@ void CoordinatorImpl::AppendProposals(Entry& e, Session& session, SessionResult*
 
 absl::StatusOr<std::shared_ptr<CoordinatorImpl::Session>> CoordinatorImpl::OpenSession(
     absl::string_view queue, absl::string_view worker, const std::vector<uint64_t>& lease_ids,
-    std::shared_ptr<SessionSink> sink, SessionOpening* opening) {
+    std::shared_ptr<SessionSink> sink, SessionOpening* opening, bool reopen) {
   if (absl::Status s = ValidateName("queue name", queue); !s.ok()) return s;
   if (absl::Status s = ValidateName("worker name", worker); !s.ok()) return s;
   if (lease_ids.size() > kMaxLeasesPerOpen) {
@@ -189,6 +190,17 @@ absl::StatusOr<std::shared_ptr<CoordinatorImpl::Session>> CoordinatorImpl::OpenS
   // Leases whose worker was gone for a lease timeout end first: they are
   // the ones a re-open reports lost. (Written behind, like a take's.)
   ExpireLeases(e, now);
+  if (reopen) {
+    // Grants whose answers were lost with the broken stream: the worker
+    // does not know them, so they would stay held for ever.
+    const absl::flat_hash_set<uint64_t> known(lease_ids.begin(), lease_ids.end());
+    bool released = false;
+    for (uint64_t id : e.state->LeasesHeldBy(worker)) {
+      if (known.contains(id)) continue;
+      released |= e.state->Release(worker, id, now).ok();
+    }
+    if (released) NotifyChanged(e);
+  }
   e.state->OpenSession(worker);
   HeartbeatReply held = e.state->Heartbeat(worker, lease_ids, now);
   opening->queue = Describe(*e.state, false);

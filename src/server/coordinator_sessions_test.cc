@@ -289,7 +289,8 @@ TEST(CoordinatorSessions, AnUnstartedItemTakenAheadGoesBackWholeToTheAsker) {
   ASSERT_EQ(waited.items.size(), 1u);
   EXPECT_EQ(waited.items[0].item, held.items[1].item);
   QueueStats stats = *c.Stats("q");
-  EXPECT_EQ(stats.released, 1);
+  EXPECT_EQ(stats.released, 0);
+  EXPECT_EQ(stats.given_back, 1);
   EXPECT_EQ(stats.failed, 0);
   EXPECT_EQ(stats.splits, 0);
   c.CloseSession(*busy.session);
@@ -345,6 +346,44 @@ TEST(CoordinatorSessions, DurableCompletionIsAnsweredOnceStored) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ((*c)->Stats("q")->completed, 1);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace shardq
+
+namespace shardq {
+namespace {
+
+// A grant whose answer was lost with a broken stream: the worker re-opens
+// without that lease id. On a re-open the coordinator releases it (else it
+// would stay held while the worker's sessions are open, and count against
+// num_clients); a first open keeps whatever the worker holds.
+TEST(CoordinatorSessions, AReopenReleasesLeasesTheWorkerDidNotName) {
+  FakeClock clock;
+  CoordinatorImpl c(&clock);
+  ASSERT_TRUE(c.CreateQueue(Config(3, 2)).ok());
+  Worker first = Open(c, "w");
+  SessionResult got;
+  ASSERT_TRUE(c.SessionStep(*first.session, TakeOps(2), &got, 1));
+  ASSERT_EQ(got.items.size(), 2u);
+  c.CloseSession(*first.session);  // the stream broke; one answer was "lost"
+
+  Worker again;
+  absl::StatusOr<std::shared_ptr<CoordinatorImpl::Session>> session =
+      c.OpenSession("q", "w", {got.items[0].lease_id}, again.sink, &again.opening,
+                    /*reopen=*/true);
+  ASSERT_TRUE(session.ok()) << session.status();
+  QueueStats stats = *c.Stats("q");
+  EXPECT_EQ(stats.leased, 1);
+  EXPECT_EQ(stats.released, 1);
+  EXPECT_EQ(stats.pending, 2);
+  EXPECT_TRUE(again.opening.lost_lease_ids.empty());
+  c.CloseSession(**session);
+
+  // A first open (reopen false) keeps the lease it does not name.
+  Worker plain = Open(c, "w");
+  EXPECT_EQ(c.Stats("q")->leased, 1);
+  c.CloseSession(*plain.session);
 }
 
 }  // namespace

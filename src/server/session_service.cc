@@ -203,7 +203,7 @@ class SessionReactor final
     absl::StatusOr<std::shared_ptr<CoordinatorImpl::Session>> session = coordinator_->OpenSession(
         open.queue(), open.worker(),
         std::vector<uint64_t>(open.lease_ids().begin(), open.lease_ids().end()), self_,
-        &opening);
+        &opening, open.reopen());
     if (!session.ok()) return Refuse(session.status());
     bool ended;
     {
