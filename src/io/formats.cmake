@@ -13,7 +13,7 @@ shardq_cc_library(
 )
 
 shardq_cc_test(NAME formats_test
-  SRCS crc32c_test.cc tfrecord_test.cc
+  SRCS crc32c_test.cc tfrecord_test.cc tfrecord_corrupt_test.cc
   DEPS shardq_io_formats)
 
 # Separate binaries: compression_test replaces operator new to track the
