@@ -6,6 +6,7 @@
 #define SHARDQ_CORE_LEGACY_FORMAT_TESTING_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "proto/shardq/journal.pb.h"
@@ -14,6 +15,19 @@
 
 namespace shardq {
 namespace testing_legacy {
+
+// Items of every shape a plan may hold (ranges, whole files, tables,
+// parameters out of order, a half-open range, a malformed one).
+inline std::vector<std::string> ItemsOfEveryShape() {
+  return {"data/a.tfrecord?start=0&end=1000",
+          "data/a.tfrecord?start=1000&end=2000",
+          "data/whole.txt",
+          "sqlite:data/t.db?table=clicks&start=0&end=500",
+          "data/odd.txt?end=300&start=0",
+          "data/half.txt?start=7",
+          "data/bad.txt?start=x",
+          "data/b.tfrecord?start=0&end=4096"};
+}
 
 // The format 1 creation update of `config` (its items as strings).
 inline journal::Update CreationUpdate(const QueueConfig& config, absl::Time now) {

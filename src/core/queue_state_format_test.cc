@@ -22,14 +22,7 @@ const absl::Time kT0 = absl::FromUnixSeconds(1000);
 QueueConfig Config() {
   QueueConfig c;
   c.name = "q";
-  c.items = {"data/a.tfrecord?start=0&end=1000",
-             "data/a.tfrecord?start=1000&end=2000",
-             "data/whole.txt",
-             "sqlite:data/t.db?table=clicks&start=0&end=500",
-             "data/odd.txt?end=300&start=0",
-             "data/half.txt?start=7",
-             "data/bad.txt?start=x",
-             "data/b.tfrecord?start=0&end=4096"};
+  c.items = testing_legacy::ItemsOfEveryShape();
   c.num_epochs = 3;
   c.seed = 5;
   c.num_clients = 8;

@@ -34,14 +34,7 @@ std::string FreshDir(const std::string& name) {
 QueueConfig Config(const std::string& name) {
   QueueConfig c;
   c.name = name;
-  c.items = {"data/a.tfrecord?start=0&end=1000",
-             "data/a.tfrecord?start=1000&end=2000",
-             "data/whole.txt",
-             "sqlite:data/t.db?table=clicks&start=0&end=500",
-             "data/odd.txt?end=300&start=0",
-             "data/half.txt?start=7",
-             "data/bad.txt?start=x",
-             "data/b.tfrecord?start=0&end=4096"};
+  c.items = testing_legacy::ItemsOfEveryShape();
   c.num_epochs = 2;
   c.seed = 7;
   c.num_clients = 8;
