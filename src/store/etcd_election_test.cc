@@ -63,8 +63,7 @@ TEST_F(EtcdElectionTest, ALeaderWhoseLeaseIsGoneLosesTheKeyAndCannotLeadOnIt) {
   std::unique_ptr<EtcdElection> a = Candidate("a:1", /*ttl=*/2);
   std::unique_ptr<EtcdElection> b = Candidate("b:1", /*ttl=*/2);
   ASSERT_TRUE(*a->TryLead());
-  // Pausing etcd's view of a: revoke its lease behind its back, as an
-  // expiry would.
+  // a's lease ends behind its back, as an expiry after a pause would.
   ASSERT_TRUE(client_->LeaseRevoke(a->lease_id()).ok());
   EXPECT_TRUE(*b->TryLead());
   // a's keep-alive notices the lease is gone (within a third of the TTL
