@@ -54,7 +54,7 @@ uint64_t DrawSeed() {
 
 CoordinatorImpl::CoordinatorImpl(Clock* clock) : CoordinatorImpl(clock, nullptr, 0, 1) {}
 
-CoordinatorImpl::CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal,
+CoordinatorImpl::CoordinatorImpl(Clock* clock, std::unique_ptr<StateStore> journal,
                                  int64_t snapshot_every, int64_t snapshot_bytes_per_update)
     : clock_(clock != nullptr ? clock : RealClock::Get()),
       journal_(std::move(journal)),
@@ -72,17 +72,27 @@ absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::Create(
   RecoveredState recovered;
   absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(options.state_dir, &recovered);
   if (!journal.ok()) return journal.status();
+  absl::StatusOr<std::unique_ptr<CoordinatorImpl>> coordinator =
+      CreateWithStore(options, *std::move(journal), std::move(recovered),
+                      absl::StrCat("state dir '", options.state_dir, "'"));
+  if (coordinator.ok()) (*coordinator)->recovery_.took = absl::Now() - start;
+  return coordinator;
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::CreateWithStore(
+    const CoordinatorOptions& options, std::unique_ptr<StateStore> store,
+    RecoveredState recovered, absl::string_view store_name) {
+  const absl::Time start = absl::Now();
   Recovery recovery;
   for (const RecoveredState::Queue& q : recovered.queues) {
     ++recovery.queues;
     recovery.updates_replayed += static_cast<int64_t>(q.updates.size());
   }
   std::unique_ptr<CoordinatorImpl> coordinator(new CoordinatorImpl(
-      options.clock, *std::move(journal), std::max<int64_t>(1, options.snapshot_every),
+      options.clock, std::move(store), std::max<int64_t>(1, options.snapshot_every),
       std::max<int64_t>(1, options.snapshot_bytes_per_update)));
   if (absl::Status s = coordinator->Recover(std::move(recovered)); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("state dir '", options.state_dir,
-                                               "': ", s.message()));
+    return absl::Status(s.code(), absl::StrCat(store_name, ": ", s.message()));
   }
   recovery.took = absl::Now() - start;
   coordinator->recovery_ = recovery;
@@ -266,7 +276,7 @@ absl::Status CoordinatorImpl::Durable(uint64_t seq) {
   return StoreError(journal_->WaitDurable(seq));
 }
 
-std::optional<Journal::Totals> CoordinatorImpl::journal_totals() const {
+std::optional<StoreTotals> CoordinatorImpl::journal_totals() const {
   if (journal_ == nullptr) return std::nullopt;
   return journal_->totals();
 }

@@ -62,6 +62,7 @@
 #include "src/server/session_types.h"
 #include "src/server/wait_hub.h"
 #include "src/store/journal.h"
+#include "src/store/state_store.h"
 #include "src/types/queue_types.h"
 
 namespace shardq {
@@ -98,6 +99,13 @@ class CoordinatorImpl {
   // DATA_LOSS / FAILED_PRECONDITION / PERMISSION_DENIED naming the dir.
   static absl::StatusOr<std::unique_ptr<CoordinatorImpl>> Create(
       const CoordinatorOptions& options);
+  // A durable coordinator over an open `store` (options.state_dir is not
+  // used): recovers every queue of `recovered` (what the store's Open read).
+  // `store_name` names the store in errors ("etcd at H:P, job 'J'").
+  // Refuses, like Create, on state that does not replay.
+  static absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CreateWithStore(
+      const CoordinatorOptions& options, std::unique_ptr<StateStore> store,
+      RecoveredState recovered, absl::string_view store_name);
   // Finishes the snapshots in progress, snapshots every queue (a fast next
   // start) and flushes the journal.
   ~CoordinatorImpl();
@@ -184,7 +192,7 @@ class CoordinatorImpl {
   const Recovery& recovery() const { return recovery_; }
 
   // What the journal has stored so far; nullopt in memory.
-  std::optional<Journal::Totals> journal_totals() const;
+  std::optional<StoreTotals> journal_totals() const;
   // OK, or (durable only) the error that made the journal stop storing
   // anything (see Journal::status), as StoreError gives it. From then on
   // every change is refused with it up front, before it touches memory or
@@ -283,7 +291,7 @@ class CoordinatorImpl {
     std::shared_ptr<EntrySessions> sessions ABSL_GUARDED_BY(mu);
   };
 
-  CoordinatorImpl(Clock* clock, std::unique_ptr<Journal> journal, int64_t snapshot_every,
+  CoordinatorImpl(Clock* clock, std::unique_ptr<StateStore> journal, int64_t snapshot_every,
                   int64_t snapshot_bytes_per_update);
   absl::Status Recover(RecoveredState recovered);
   absl::StatusOr<std::shared_ptr<Entry>> Find(absl::string_view queue);
@@ -364,7 +372,8 @@ class CoordinatorImpl {
   void ShutdownSessions();
 
   Clock* const clock_;
-  const std::unique_ptr<Journal> journal_;  // null: in memory only
+  // The state store (the SQLite journal or etcd); null: in memory only.
+  const std::unique_ptr<StateStore> journal_;
   const int64_t snapshot_every_;
   const int64_t snapshot_bytes_per_update_;
   std::atomic<bool> shutting_down_{false};

@@ -37,25 +37,14 @@
 #include "absl/time/time.h"
 #include "proto/shardq/journal.pb.h"
 #include "src/store/commit_mark.h"
+#include "src/store/state_store.h"
 
 struct sqlite3;
 
 namespace shardq {
 
-// What a state directory holds, in the order recovery must apply it.
-struct RecoveredState {
-  struct Queue {
-    std::string name;
-    // Set when the queue has a snapshot; updates then start after it.
-    std::unique_ptr<journal::QueueSnapshot> snapshot;
-    uint64_t snapshot_seq = 0;  // the last update the snapshot includes
-    std::vector<journal::Update> updates;  // in journal order
-  };
-  std::vector<Queue> queues;  // in order of first appearance
-  uint64_t last_seq = 0;
-};
-
-class Journal {
+// The SQLite StateStore (see state_store.h for the contract it keeps).
+class Journal final : public StateStore {
  public:
   // Opens (creating if needed) the state in `dir` and reads it into
   // `recovered`. Refuses — never starts empty over bad state, and leaves
@@ -71,7 +60,7 @@ class Journal {
   static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& dir,
                                                        RecoveredState* recovered);
   // Commits what was appended, then closes.
-  ~Journal();
+  ~Journal() override;
 
   // The longest an append waits for a commit when nobody waits for it, and
   // the most appends one commit waits to gather.
@@ -80,7 +69,7 @@ class Journal {
 
   // Queues `update` of `queue` for the next commit; returns its sequence
   // number. No I/O.
-  uint64_t Append(const std::string& queue, const journal::Update& update);
+  uint64_t Append(const std::string& queue, const journal::Update& update) override;
 
   // Queues a snapshot of `queue` that includes every update of that queue
   // with sequence <= `seq`; from its commit on, recovery skips those
@@ -88,7 +77,7 @@ class Journal {
   // kTrimRowsPerCommit per commit (so that no commit stalls on a large
   // delete). No I/O. Returns the snapshot's size in bytes as stored.
   size_t AppendSnapshot(const std::string& queue, uint64_t seq,
-                        const journal::QueueSnapshot& snapshot);
+                        const journal::QueueSnapshot& snapshot) override;
 
   // AppendSnapshot for a large snapshot, without holding up the journal:
   // a snapshot of more than kSnapshotPartBytes is written in parts of that
@@ -98,7 +87,7 @@ class Journal {
   // one part at most. Blocks; returns the snapshot's size in bytes. Parts
   // of a snapshot that a crash left without its last row are ignored.
   size_t WriteSnapshot(const std::string& queue, uint64_t seq,
-                       const journal::QueueSnapshot& snapshot);
+                       const journal::QueueSnapshot& snapshot) override;
   static constexpr size_t kSnapshotPartBytes = size_t{1} << 20;
   static constexpr int kTrimRowsPerCommit = 2000;
 
@@ -106,7 +95,7 @@ class Journal {
   // commit now). A failed write is
   // returned to every waiter (and every later one): the coordinator must not
   // acknowledge what it could not store.
-  absl::Status WaitDurable(uint64_t seq);
+  absl::Status WaitDurable(uint64_t seq) override;
 
   // Calls `done` once every append up to `seq` is durable, with OK, or
   // with the error that keeps it from being stored. Never waits for a
@@ -115,34 +104,29 @@ class Journal {
   // thread commits for it as soon as the running commit ends. `done` runs
   // on the thread whose commit covered `seq` (the caller's when it is
   // already durable); it must be quick and must not call the journal.
-  void OnDurable(uint64_t seq, std::function<void(absl::Status)> done);
+  void OnDurable(uint64_t seq, std::function<void(absl::Status)> done) override;
 
   // Commits everything appended so far and waits for it.
-  absl::Status Flush();
+  absl::Status Flush() override;
 
   // Number of commits (fsyncs) so far, for tests and metrics.
   int64_t commits() const;
 
   // What the commits so far stored, for metrics: entries / commits is how
   // many appends share an fsync.
-  struct Totals {
-    int64_t commits = 0;
-    int64_t entries = 0;    // updates and snapshots
-    int64_t bytes = 0;      // their serialized size
-    int64_t snapshots = 0;
-  };
-  Totals totals() const;
+  using Totals = StoreTotals;
+  Totals totals() const override;
 
   // OK, or the error of the commit that failed. A failure is final: from
   // then on nothing more is written (what is on disk stays a consistent
   // prefix: an entry after the lost ones could not be replayed), appends
   // are dropped, and every wait returns this error. Only a restart, which
   // recovers what was stored, clears it. Lock-free while OK.
-  absl::Status status() const;
+  absl::Status status() const override;
 
   // Every append up to this sequence number is durable. Lock-free, for
   // callers that only need to know how far behind the disk is.
-  uint64_t durable_seq() const;
+  uint64_t durable_seq() const override;
 
  private:
   struct Pending {

@@ -24,3 +24,27 @@ def start_coordinator(tmp_path):
     yield start
     for c in started:
         c.stop()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path):
+    """A started 3-member etcd cluster on loopback (skipped without etcd)."""
+    from etcd_cluster import EtcdCluster
+    cluster = EtcdCluster(tmp_path, members=3)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def etcd_single(tmp_path):
+    """A started 1-member etcd on loopback (skipped without etcd)."""
+    from etcd_cluster import EtcdCluster
+    cluster = EtcdCluster(tmp_path, members=1)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
