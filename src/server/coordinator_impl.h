@@ -261,7 +261,10 @@ class CoordinatorImpl {
     // call the coordinator.
     virtual void OnUpdate(absl::string_view queue, const journal::Update& update) = 0;
     // A Take or Complete (or CompleteAsync) answered, whatever the answer,
-    // `took` (real time) after it was called. No lock held.
+    // `took` (real time) after it was called. A session step counts as a
+    // take when it asked for items and as one completion per lease it
+    // completed, `took` being the time until its answer was final. No
+    // lock held.
     virtual void OnCallDone(Call call, absl::Duration took) = 0;
   };
   // Observes every queue, those that exist already included, from now on;
@@ -273,6 +276,7 @@ class CoordinatorImpl {
  private:
   struct EntrySessions;  // a queue's sessions and waiting takes
   struct PendingStep;    // a SessionStep answered later
+  struct StepTiming;     // a SessionStep's latency, for the observer
   // Split proposals to push to sessions once the queue's mutex is released.
   using SplitPushes = std::vector<std::pair<std::shared_ptr<SessionSink>, SplitProposal>>;
   struct Entry {
@@ -363,6 +367,9 @@ class CoordinatorImpl {
   // The proposals awaiting `session`'s answer, into out->proposals.
   void AppendProposals(Entry& e, Session& session, SessionResult* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // SessionStep's work; `timing` goes with a step answered later.
+  bool SessionStepTimed(Session& session, const SessionOps& ops, SessionResult* out,
+                        uint64_t cookie, const StepTiming& timing);
   // The wait hub's work for one queue; returns when to run again.
   absl::Time ServeWaiters(Entry& e);
   // The wait hub, started on first use; nullptr once the coordinator is

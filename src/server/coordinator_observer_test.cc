@@ -1,10 +1,13 @@
 // CoordinatorImpl::Observer: what the status page's timeline and latency
 // histograms are fed from.
+#include <algorithm>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -88,6 +91,87 @@ TEST(CoordinatorObserver, WithoutAnObserverNothingIsReportedAfterItIsRemoved) {
   std::lock_guard<std::mutex> lock(recorder.mu);
   EXPECT_TRUE(recorder.updates.empty());
   EXPECT_EQ(recorder.takes, 0);
+}
+
+// A session's transport that only notes which steps are done.
+class DoneSink final : public SessionSink {
+ public:
+  void StepDone(uint64_t cookie) override {
+    absl::MutexLock lock(&mu_);
+    done_.push_back(cookie);
+  }
+  void PushSplit(const SplitProposal&) override {}
+  void CoordinatorShuttingDown() override {}
+  bool AwaitDone(uint64_t cookie) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return std::find(done_.begin(), done_.end(), cookie) != done_.end();
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(60));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<uint64_t> done_ ABSL_GUARDED_BY(mu_);
+};
+
+std::pair<int, int> TakesAndCompletes(Recorder& recorder) {
+  std::lock_guard<std::mutex> lock(recorder.mu);
+  return {recorder.takes, recorder.completes};
+}
+
+TEST(CoordinatorObserver, SessionStepsAreTimedAsTakesAndCompletionsOnceTheirAnswerIsFinal) {
+  CoordinatorImpl c;
+  QueueConfig config = Config("q", 2);
+  config.lease_timeout = absl::Hours(1);
+  ASSERT_TRUE(c.CreateQueue(config).ok());
+  Recorder recorder;
+  c.SetObserver(&recorder);
+  auto sink = std::make_shared<DoneSink>();
+  auto other_sink = std::make_shared<DoneSink>();
+  SessionOpening opening;
+  absl::StatusOr<std::shared_ptr<CoordinatorImpl::Session>> w =
+      c.OpenSession("q", "w", {}, sink, &opening);
+  ASSERT_TRUE(w.ok()) << w.status();
+  absl::StatusOr<std::shared_ptr<CoordinatorImpl::Session>> other =
+      c.OpenSession("q", "other", {}, other_sink, &opening);
+  ASSERT_TRUE(other.ok()) << other.status();
+
+  SessionOps ops;
+  ops.take = 1;
+  SessionResult first;
+  ASSERT_TRUE(c.SessionStep(**w, ops, &first, 1));
+  ASSERT_EQ(first.items.size(), 1u);
+  EXPECT_EQ(TakesAndCompletes(recorder), std::make_pair(1, 0));
+
+  // A completion and the next take in one step: one of each.
+  ops.completions = {first.items[0].lease_id};
+  SessionResult second;
+  ASSERT_TRUE(c.SessionStep(**w, ops, &second, 2));
+  ASSERT_EQ(second.items.size(), 1u);
+  EXPECT_EQ(TakesAndCompletes(recorder), std::make_pair(2, 1));
+
+  // A take that waits is timed when it is answered, not when it is asked.
+  SessionOps wait;
+  wait.take = 1;
+  wait.take_wait = absl::Seconds(60);
+  SessionResult waited;
+  ASSERT_FALSE(c.SessionStep(**other, wait, &waited, 3));
+  EXPECT_EQ(TakesAndCompletes(recorder), std::make_pair(2, 1));
+  SessionOps complete;
+  complete.completions = {second.items[0].lease_id};
+  SessionResult completed;
+  ASSERT_TRUE(c.SessionStep(**w, complete, &completed, 4));
+  ASSERT_TRUE(other_sink->AwaitDone(3));
+  EXPECT_TRUE(waited.end_of_input);
+  EXPECT_EQ(TakesAndCompletes(recorder), std::make_pair(3, 2));
+
+  // Steps with neither (progress only) are not timed.
+  SessionResult nothing;
+  ASSERT_TRUE(c.SessionStep(**w, SessionOps(), &nothing, 5));
+  EXPECT_EQ(TakesAndCompletes(recorder), std::make_pair(3, 2));
+  c.CloseSession(**w);
+  c.CloseSession(**other);
 }
 
 }  // namespace

@@ -62,10 +62,39 @@ void FailStored(const absl::Status& status, SessionResult* out) {
 
 }  // namespace
 
+// Times one session step for the observer's latency histograms: from the
+// SessionStep call until its answer is final, reported as one take when
+// the step asked for items and as one completion per lease it completed
+// (the unary Take and Complete are timed the same way, whatever the answer).
+struct CoordinatorImpl::StepTiming {
+  const std::atomic<Observer*>* observer = nullptr;  // null: not timed
+  absl::Time started;
+  bool take = false;
+  size_t completions = 0;
+
+  StepTiming(const std::atomic<Observer*>& o, const SessionOps& ops) {
+    if (o.load() == nullptr || (ops.take <= 0 && ops.completions.empty())) return;
+    observer = &o;
+    started = absl::Now();
+    take = ops.take > 0;
+    completions = ops.completions.size();
+  }
+  void Report() const {
+    if (observer == nullptr) return;
+    Observer* o = observer->load();
+    if (o == nullptr) return;
+    const absl::Duration took = absl::Now() - started;
+    if (take) o->OnCallDone(Observer::Call::kTake, took);
+    for (size_t i = 0; i < completions; ++i) o->OnCallDone(Observer::Call::kComplete, took);
+  }
+};
+
 struct CoordinatorImpl::PendingStep {
+  explicit PendingStep(const StepTiming& t) : timing(t) {}
   std::shared_ptr<SessionSink> sink;
   uint64_t cookie = 0;
   SessionResult* out = nullptr;
+  StepTiming timing;
   // Parts still running: a waiting take, a durability wait, and the
   // SessionStep call itself while it sets the others up.
   std::atomic<int> parts{1};
@@ -85,7 +114,9 @@ struct CoordinatorImpl::PendingStep {
     return true;
   }
   void EndPartAndNotify(const absl::Status& stored) {
-    if (EndPart(stored)) sink->StepDone(cookie);
+    if (!EndPart(stored)) return;
+    timing.Report();
+    sink->StepDone(cookie);
   }
 };
 
@@ -246,6 +277,15 @@ bool CoordinatorImpl::TakeLocked(Entry& e, const std::string& worker, int64_t ma
 
 bool CoordinatorImpl::SessionStep(Session& session, const SessionOps& ops, SessionResult* out,
                                   uint64_t cookie) {
+  const StepTiming timing(observer_, ops);
+  const bool final_now = SessionStepTimed(session, ops, out, cookie, timing);
+  if (final_now) timing.Report();
+  return final_now;
+}
+
+bool CoordinatorImpl::SessionStepTimed(Session& session, const SessionOps& ops,
+                                       SessionResult* out, uint64_t cookie,
+                                       const StepTiming& timing) {
   out->Clear();
   const size_t op_count = ops.split_answers.size() + ops.progress.size() +
                           ops.completions.size() + ops.releases.size();
@@ -318,7 +358,7 @@ bool CoordinatorImpl::SessionStep(Session& session, const SessionOps& ops, Sessi
                        ? Hub()
                        : nullptr;
     if (hub != nullptr) {
-      pending = std::make_shared<PendingStep>();
+      pending = std::make_shared<PendingStep>(timing);
       pending->sink = session.sink_;
       pending->cookie = cookie;
       pending->out = out;
@@ -341,7 +381,7 @@ bool CoordinatorImpl::SessionStep(Session& session, const SessionOps& ops, Sessi
       if (stored || take_needs_disk) wait_seq = seq;
     }
     if (wait_seq != 0 && pending == nullptr) {
-      pending = std::make_shared<PendingStep>();
+      pending = std::make_shared<PendingStep>(timing);
       pending->sink = session.sink_;
       pending->cookie = cookie;
       pending->out = out;
