@@ -184,7 +184,7 @@ class ShardqSession final : public ClientSession {
   }
 
   absl::Status Complete(const std::string& queue, const Taken& taken) override {
-    absl::StatusOr<CompleteOutcome> outcome = backend_->Complete(queue, worker_, taken.lease_id);
+    absl::StatusOr<CompleteOutcome> outcome = backend_->Complete(queue, worker_, taken.lease_id, 0);
     if (!outcome.ok()) return outcome.status();
     if (*outcome != CompleteOutcome::kCompleted) {
       return absl::InternalError(absl::StrCat("shardq counted the completion of ",

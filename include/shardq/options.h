@@ -64,12 +64,10 @@ struct WorkQueueOptions {
   // of one item and the take of the next then travel together). Ready items
   // count against num_clients; one not started yet is given back whole when
   // the coordinator rebalances the tail, and ready items are released when
-  // the WorkQueue closes. 0: take each item when it is asked for.
-  // Off by default for now: with it, a pipeline reading items in parallel
-  // does not yet give the same record order on every run with the same
-  // seeds (Determinism.OrderIsIdenticalAcrossRunsWithSeeds/all_parallel).
-  // `shardq worker` takes one ahead by default.
-  int64_t take_ahead = 0;
+  // the WorkQueue closes. 0: take each item when it is asked for. Items
+  // are handed out in the coordinator's order with or without it, so a
+  // pipeline's record order stays a function of its seeds.
+  int64_t take_ahead = 1;
 
   // Tail rebalancing: when a worker finds nothing left to take, the
   // coordinator may split an item another worker is still reading; that

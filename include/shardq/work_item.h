@@ -32,6 +32,10 @@ struct WorkItem {
   // an item whose string does not parse (its reader reports the error) and
   // for items from an ItemSource that does not call ParseWorkItem.
   std::optional<SliceSpec> spec;
+  // Records read from the item, set by the reader (or pipeline) that read
+  // it before it hands the item to ItemSource::ItemDone; a WorkQueue
+  // reports it with the completion (QueueStats::records). -1: not counted.
+  int64_t records = -1;
 };
 
 // Sets item->spec from item->item (the one place a client parses an item
@@ -70,6 +74,7 @@ struct WorkerStats {
   int64_t completed = 0;  // first completions only
   int64_t held = 0;       // leases held right now
   double items_per_second = 0;  // completed / seconds since first take
+  int64_t records = 0;    // records reported with its completions (re-runs included)
 };
 
 // A consistent snapshot of one queue.
@@ -85,6 +90,10 @@ struct QueueStats {
   int64_t expired = 0;     // leases that timed out
   int64_t released = 0;    // leases given back by their worker
   int64_t given_back = 0;  // items taken ahead, given back unstarted (take-ahead)
+  // Records read, as the workers' readers reported them with their
+  // completions (first completions and re-runs; items completed without a
+  // count add nothing). The status page's records/s.
+  int64_t records = 0;
   // Completions of an item already completed by another lease (a real
   // re-run); a worker repeating the completion of its own lease is not one.
   int64_t duplicates = 0;

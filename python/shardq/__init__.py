@@ -119,7 +119,7 @@ class WorkQueue:
     finds nothing left to take, an item another worker is still reading is
     split and the rest handed to it) and ``split_min_residual`` (the
     smallest range split off: bytes, rows for tables). ``stats()`` reports
-    ``splits``. ``take_ahead`` (default 0): items kept granted and ready
+    ``splits``. ``take_ahead`` (default 1): items kept granted and ready
     beyond the one being read, so that the next item never waits for the
     coordinator (they count against ``num_clients``; one not started yet is
     given back whole when the tail is rebalanced; 0: none).
@@ -131,7 +131,7 @@ class WorkQueue:
     def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, name="work_queue", *, num_clients=1, address=None,
                  lease_timeout=30.0, worker_id=None, token=None, tls_ca=None, split=True,
-                 split_min_residual=1, connect_timeout=60.0, take_ahead=0):
+                 split_min_residual=1, connect_timeout=60.0, take_ahead=1):
         self._native = _shardq._WorkQueue(
             _check_works(works), _epochs(num_epochs), bool(shuffle),
             None if seed is None else int(seed), prefix,
@@ -142,7 +142,7 @@ class WorkQueue:
 
     @classmethod
     def attach(cls, name="work_queue", address=None, *, worker_id=None, token=None,
-               tls_ca=None, connect_timeout=60.0, take_ahead=0):
+               tls_ca=None, connect_timeout=60.0, take_ahead=1):
         """A worker of an existing queue, without knowing its works."""
         self = cls.__new__(cls)
         self._native = _shardq._WorkQueue([], 1, True, None, None, None, 1, str(name),

@@ -39,6 +39,7 @@ py::dict StatsToDict(const QueueStats& s) {
   d["expired"] = s.expired;
   d["released"] = s.released;
   d["given_back"] = s.given_back;
+  d["records"] = s.records;
   d["duplicates"] = s.duplicates;
   d["splits"] = s.splits;
   d["split_items_open"] = s.split_items_open;
@@ -63,6 +64,7 @@ py::dict StatsToDict(const QueueStats& s) {
     wd["taken"] = w.taken;
     wd["completed"] = w.completed;
     wd["held"] = w.held;
+    wd["records"] = w.records;
     wd["items_per_second"] = w.items_per_second;
     workers[py::str(name)] = wd;
   }

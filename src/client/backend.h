@@ -60,9 +60,11 @@ class QueueBackend {
                                                      absl::string_view worker,
                                                      int64_t max_items,
                                                      absl::Time deadline) = 0;
+  // `records`: how many records the worker read from the item (0: not
+  // counted; see QueueState::Complete).
   virtual absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                                    absl::string_view worker,
-                                                   uint64_t lease_id) = 0;
+                                                   uint64_t lease_id, int64_t records) = 0;
   virtual absl::Status Release(absl::string_view queue,
                                absl::string_view worker, uint64_t lease_id) = 0;
   // Completes `lease_id`, then leases up to max_items items as Take would
@@ -72,9 +74,10 @@ class QueueBackend {
   // unreachable) is in both fields.
   virtual CompleteAndTakeReply CompleteAndTake(absl::string_view queue,
                                                absl::string_view worker, uint64_t lease_id,
-                                               int64_t max_items, absl::Time deadline) {
+                                               int64_t records, int64_t max_items,
+                                               absl::Time deadline) {
     CompleteAndTakeReply reply;
-    reply.completed = Complete(queue, worker, lease_id);
+    reply.completed = Complete(queue, worker, lease_id, records);
     reply.taken = Take(queue, worker, max_items, deadline);
     return reply;
   }

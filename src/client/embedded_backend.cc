@@ -24,8 +24,8 @@ class CoordinatorBackend final : public QueueBackend {
   }
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                            absl::string_view worker,
-                                           uint64_t lease_id) override {
-    return coordinator_->Complete(queue, worker, lease_id);
+                                           uint64_t lease_id, int64_t records) override {
+    return coordinator_->Complete(queue, worker, lease_id, records);
   }
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id) override {

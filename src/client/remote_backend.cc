@@ -98,14 +98,15 @@ class RemoteBackend final : public QueueBackend {
 
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                            absl::string_view worker,
-                                           uint64_t lease_id) override {
+                                           uint64_t lease_id, int64_t records) override {
     if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
-      return session->Complete(lease_id);
+      return session->Complete(lease_id, records);
     }
     v1::CompleteRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
     req.set_lease_id(lease_id);
+    req.set_records(records);
     v1::CompleteResponse resp;
     absl::Status s = Unary("Complete", [&](grpc::ClientContext* ctx) {
       return stub_->Complete(ctx, req, &resp);
@@ -255,12 +256,13 @@ class RemoteBackend final : public QueueBackend {
   }
 
   CompleteAndTakeReply CompleteAndTake(absl::string_view queue, absl::string_view worker,
-                                       uint64_t lease_id, int64_t max_items,
+                                       uint64_t lease_id, int64_t records, int64_t max_items,
                                        absl::Time deadline) override {
     if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
-      return session->CompleteAndTake(lease_id, max_items, deadline);
+      return session->CompleteAndTake(lease_id, records, max_items, deadline);
     }
-    return QueueBackend::CompleteAndTake(queue, worker, lease_id, max_items, deadline);
+    return QueueBackend::CompleteAndTake(queue, worker, lease_id, records, max_items,
+                                         deadline);
   }
 
   absl::StatusOr<bool> BeginSession(absl::string_view queue, absl::string_view worker,

@@ -130,7 +130,7 @@ TEST(RemoteBackend, EndOfInputIsOutOfRange) {
   CreateOneItemQueue(*backend, "eoi");
   absl::StatusOr<std::vector<WorkItem>> items = backend->Take("eoi", "w", 1, absl::Now());
   ASSERT_EQ(items->size(), 1u);
-  ASSERT_TRUE(backend->Complete("eoi", "w", (*items)[0].lease_id).ok());
+  ASSERT_TRUE(backend->Complete("eoi", "w", (*items)[0].lease_id, 0).ok());
   EXPECT_TRUE(absl::IsOutOfRange(backend->Take("eoi", "w", 1, absl::Now()).status()));
 }
 
@@ -148,11 +148,11 @@ TEST_P(RemoteBackendBothModes, MissingOrWrongTokenIsUnauthenticated) {
   ASSERT_TRUE(items.ok()) << items.status();
   ASSERT_EQ(items->size(), 1u);
   const uint64_t lease = (*items)[0].lease_id;
-  EXPECT_EQ(Connect(server->port(), "nope")->Complete("tokq", "w", lease).status().code(),
+  EXPECT_EQ(Connect(server->port(), "nope")->Complete("tokq", "w", lease, 0).status().code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(*good->Complete("tokq", "w", lease), CompleteOutcome::kCompleted);
-  EXPECT_EQ(*good->Complete("tokq", "w", lease), CompleteOutcome::kDuplicate);
-  EXPECT_EQ(good->Complete("no-such-queue", "w", lease).status().code(),
+  EXPECT_EQ(*good->Complete("tokq", "w", lease, 0), CompleteOutcome::kCompleted);
+  EXPECT_EQ(*good->Complete("tokq", "w", lease, 0), CompleteOutcome::kDuplicate);
+  EXPECT_EQ(good->Complete("no-such-queue", "w", lease, 0).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -174,7 +174,7 @@ TEST_P(RemoteBackendBothModes, ATakeThatWaitsGetsTheItemAnotherWorkerReleases) {
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].item, "only");
-  EXPECT_EQ(*b->Complete("waitq", "b", (*got)[0].lease_id), CompleteOutcome::kCompleted);
+  EXPECT_EQ(*b->Complete("waitq", "b", (*got)[0].lease_id, 0), CompleteOutcome::kCompleted);
   EXPECT_TRUE(absl::IsOutOfRange(b->Take("waitq", "b", 1, absl::Now()).status()));
 }
 

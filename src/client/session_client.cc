@@ -572,10 +572,11 @@ absl::StatusOr<std::vector<WorkItem>> SessionClient::Take(int64_t max_items,
   return TakenItems(*answer, impl_->queue());
 }
 
-CompleteAndTakeReply SessionClient::CompleteAndTake(uint64_t lease_id, int64_t max_items,
-                                                    absl::Time deadline) {
+CompleteAndTakeReply SessionClient::CompleteAndTake(uint64_t lease_id, int64_t records,
+                                                    int64_t max_items, absl::Time deadline) {
   v1::SessionRequest request;
   request.add_complete_lease_ids(lease_id);
+  if (records > 0) request.add_complete_records(records);
   request.set_take(max_items);
   request.set_take_wait_ms(WaitMs(deadline));
   absl::StatusOr<v1::SessionResponse> answer =
@@ -591,9 +592,10 @@ CompleteAndTakeReply SessionClient::CompleteAndTake(uint64_t lease_id, int64_t m
   return reply;
 }
 
-absl::StatusOr<CompleteOutcome> SessionClient::Complete(uint64_t lease_id) {
+absl::StatusOr<CompleteOutcome> SessionClient::Complete(uint64_t lease_id, int64_t records) {
   v1::SessionRequest request;
   request.add_complete_lease_ids(lease_id);
+  if (records > 0) request.add_complete_records(records);
   absl::StatusOr<v1::SessionResponse> answer = Call(request, absl::ZeroDuration());
   if (!answer.ok()) return answer.status();
   return Completed(*answer, lease_id);

@@ -76,9 +76,9 @@ class SessionClient {
   // queue and worker are the session's). Each is retried across re-opens
   // of the stream until the retry budget is spent.
   absl::StatusOr<std::vector<WorkItem>> Take(int64_t max_items, absl::Time deadline);
-  CompleteAndTakeReply CompleteAndTake(uint64_t lease_id, int64_t max_items,
+  CompleteAndTakeReply CompleteAndTake(uint64_t lease_id, int64_t records, int64_t max_items,
                                        absl::Time deadline);
-  absl::StatusOr<CompleteOutcome> Complete(uint64_t lease_id);
+  absl::StatusOr<CompleteOutcome> Complete(uint64_t lease_id, int64_t records);
   absl::Status Release(uint64_t lease_id);
   absl::StatusOr<bool> Fail(uint64_t lease_id, absl::string_view reason);
   absl::StatusOr<bool> AcceptSplit(uint64_t lease_id, int64_t split_point);

@@ -257,7 +257,7 @@ TEST(SessionClient, AnswersReachTheirCallersByRequestIdEvenOutOfOrder) {
     std::vector<std::thread> threads;
     for (int t = 0; t < 2; ++t) {
       threads.emplace_back([&, t] {
-        outcomes[t] = (*session)->Complete(static_cast<uint64_t>(100 * round + t + 1));
+        outcomes[t] = (*session)->Complete(static_cast<uint64_t>(100 * round + t + 1), 0);
       });
     }
     for (auto& t : threads) t.join();
@@ -276,7 +276,7 @@ TEST(SessionClient, CompletionAndTakeTravelInOneRequest) {
   absl::StatusOr<std::vector<WorkItem>> first = (*session)->Take(1, absl::Now());
   ASSERT_TRUE(first.ok() && first->size() == 1u);
   CompleteAndTakeReply reply =
-      (*session)->CompleteAndTake((*first)[0].lease_id, 2, absl::Now());
+      (*session)->CompleteAndTake((*first)[0].lease_id, 0, 2, absl::Now());
   ASSERT_TRUE(reply.completed.ok()) << reply.completed.status();
   ASSERT_TRUE(reply.taken.ok());
   EXPECT_EQ(reply.taken->size(), 2u);
@@ -299,7 +299,7 @@ TEST(SessionClient, BrokenStreamIsReopenedWithTheHeldLeasesAndTheCallIsSentAgain
   ASSERT_TRUE(items.ok() && items->size() == 2u);
   // The completion's request breaks the stream before it is answered.
   server.service.break_on_request = 2;
-  absl::StatusOr<CompleteOutcome> outcome = (*session)->Complete((*items)[0].lease_id);
+  absl::StatusOr<CompleteOutcome> outcome = (*session)->Complete((*items)[0].lease_id, 0);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ((*session)->streams_opened(), 2);
   const std::vector<v1::SessionOpen> opens = server.service.opens();

@@ -213,20 +213,22 @@ int64_t WorkQueue::Impl::AheadWanted(bool completing) const {
   return std::max<int64_t>(0, std::min(want, room));
 }
 
-WorkItem WorkQueue::Impl::Hold(WorkItem item, bool ready) {
-  // Parsed here, once; a string that does not parse is reported by the
-  // reader of the item (which then stays held).
-  if (ParseWorkItem(&item).ok()) {
+void WorkQueue::Impl::Prepare(std::vector<WorkItem>& items) {
+  for (WorkItem& item : items) {
+    // Parsed here, once; a string that does not parse is reported by the
+    // reader of the item (which then stays held).
+    if (!ParseWorkItem(&item).ok()) continue;
     const SliceSpec& spec = *item.spec;
     // Items with a range can be split while they are read.
     if (spec.start.has_value() && spec.end.has_value() && *spec.end > *spec.start) {
       item.range = std::make_shared<SplittableRange>(*spec.start, *spec.end);
     }
   }
-  absl::MutexLock lock(&mu_);
+}
+
+void WorkQueue::Impl::HoldLocked(const WorkItem& item, bool ready) {
   held_[item.lease_id] = item;
   if (ready) ready_.push_back(item.lease_id);
-  return item;
 }
 
 absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
@@ -240,6 +242,8 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
       absl::MutexLock lock(&mu_);
       // A refill on its way brings the next items in the coordinator's
       // order: wait for it rather than overtake it with a take of our own.
+      // (Takes come from one thread at a time in a pipeline; concurrent
+      // callers of Take get items in no particular order anyway.)
       while (ready_.empty() && refills_in_flight_ > 0) ready_changed_.Wait(&mu_);
       if (!ready_.empty()) {
         // Taken ahead: no round trip.
@@ -255,16 +259,19 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
     const absl::Time slice_deadline = std::min(deadline, absl::Now() + kTakePollSlice);
     absl::StatusOr<std::vector<WorkItem>> items =
         backend_->Take(name_, worker_id_, 1 + ahead, slice_deadline);
+    if (items.ok()) Prepare(*items);
     {
       absl::MutexLock lock(&mu_);
       --takes_in_flight_;
+      if (items.ok()) {
+        for (size_t i = 0; i < items->size(); ++i) HoldLocked((*items)[i], /*ready=*/i > 0);
+      }
+      ready_changed_.SignalAll();
     }
     if (!items.ok()) return items.status();
     if (!items->empty()) {
-      WorkItem item = Hold(std::move(items->front()), /*ready=*/false);
-      for (size_t i = 1; i < items->size(); ++i) Hold(std::move((*items)[i]), /*ready=*/true);
       StartBackgroundIfNeeded();
-      return item;
+      return std::move(items->front());
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -296,29 +303,35 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
   int64_t ahead = 0;
   {
     absl::MutexLock lock(&mu_);
-    // Not while a take is on its way: it asked for the items ahead itself,
-    // and a refill answered first would hand them out out of order.
-    if (!stopping_ && takes_in_flight_ == 0 && held_.contains(item.lease_id)) {
+    // Not while a take or another refill is on its way: it asked for the
+    // items ahead itself, and a refill answered first would hand them out
+    // out of order (see takes_in_flight_).
+    if (!stopping_ && takes_in_flight_ == 0 && refills_in_flight_ == 0 &&
+        held_.contains(item.lease_id)) {
       ahead = AheadWanted(/*completing=*/true);
       if (ahead > 0) ++refills_in_flight_;
     }
   }
+  const int64_t records = std::max<int64_t>(item.records, 0);
   absl::StatusOr<CompleteOutcome> outcome = CompleteOutcome::kCompleted;
   if (ahead > 0) {
     // Refill the items kept ready in the same round trip; a take that
     // answers at once (nothing to wait for here).
     CompleteAndTakeReply reply =
-        backend_->CompleteAndTake(name_, worker_id_, item.lease_id, ahead, absl::Now());
+        backend_->CompleteAndTake(name_, worker_id_, item.lease_id, records, ahead, absl::Now());
     outcome = std::move(reply.completed);
-    if (reply.taken.ok()) {
-      for (WorkItem& taken : *reply.taken) Hold(std::move(taken), /*ready=*/true);
-      if (!reply.taken->empty()) StartBackgroundIfNeeded();
+    if (reply.taken.ok()) Prepare(*reply.taken);
+    {
+      absl::MutexLock lock(&mu_);
+      if (reply.taken.ok()) {
+        for (const WorkItem& taken : *reply.taken) HoldLocked(taken, /*ready=*/true);
+      }
+      --refills_in_flight_;
+      ready_changed_.SignalAll();
     }
-    absl::MutexLock lock(&mu_);
-    --refills_in_flight_;
-    ready_changed_.SignalAll();
+    if (reply.taken.ok() && !reply.taken->empty()) StartBackgroundIfNeeded();
   } else {
-    outcome = backend_->Complete(name_, worker_id_, item.lease_id);
+    outcome = backend_->Complete(name_, worker_id_, item.lease_id, records);
   }
   if (absl::IsNotFound(outcome.status()) && LeaseLostByCoordinator(item)) {
     SHARDQ_LOG_WARN(

@@ -76,8 +76,10 @@ class WorkQueue::Impl final : public SessionListener {
   bool LeaseLostByCoordinator(const WorkItem& item);
   // Drops a lease from held_, ready_ and progress_; false if it was not held.
   bool Forget(uint64_t lease_id);
-  // Parses a granted item and holds it; `ready`: taken ahead, not started.
-  WorkItem Hold(WorkItem item, bool ready);
+  // Parses granted items (no lock needed).
+  static void Prepare(std::vector<WorkItem>& items);
+  // Holds a prepared item; `ready`: taken ahead, not started.
+  void HoldLocked(const WorkItem& item, bool ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many items to take ahead now, within take_ahead and num_clients:
   // beyond the one a take is for, or (`completing`) with a completion.
   int64_t AheadWanted(bool completing) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -101,7 +103,12 @@ class WorkQueue::Impl final : public SessionListener {
   // Leases of held_ taken ahead and not handed out yet, oldest first.
   std::deque<uint64_t> ready_ ABSL_GUARDED_BY(mu_);
   // Takes (Take) and refills (a completion's take) on their way to the
-  // coordinator; ready_changed_ is signalled when a refill lands.
+  // coordinator; ready_changed_ is signalled when a refill lands. At most
+  // one of them is on its way at a time, and its items join held_ and
+  // ready_ under the same hold of mu_ that ends it: ready_ is then in the
+  // coordinator's grant order, which is what keeps a pipeline's record
+  // order deterministic with take-ahead (two refills racing from two
+  // threads completing items used to land in either order).
   int64_t takes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t refills_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar ready_changed_;

@@ -217,8 +217,8 @@ class RestartableBackend final : public QueueBackend {
     return Target()->Take(queue, worker, max_items, deadline);
   }
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue, absl::string_view worker,
-                                           uint64_t lease_id) override {
-    return Target()->Complete(queue, worker, lease_id);
+                                           uint64_t lease_id, int64_t records) override {
+    return Target()->Complete(queue, worker, lease_id, records);
   }
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id) override {

@@ -235,6 +235,10 @@ absl::Status QueueState::ApplyInternal(const journal::Update& update,
       absl::StatusOr<CompleteOutcome> o = ApplyComplete(update.complete(), now);
       if (!o.ok()) return o.status();
       if (outcome != nullptr) *outcome = *o;
+      if (const int64_t records = update.complete().records(); records > 0) {
+        records_ += records;
+        Worker(update.complete().worker()).records += records;
+      }
       return absl::OkStatus();
     }
     case journal::Update::kRelease:
@@ -401,7 +405,12 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
 
 absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
                                                      uint64_t lease_id,
-                                                     absl::Time now) {
+                                                     absl::Time now, int64_t records) {
+  if (records < 0 || records > kMaxRecordsPerItem) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config_.name, "': worker '", worker, "' completes lease ", lease_id,
+        " with records ", records, "; it must be in [0, ", kMaxRecordsPerItem, "]"));
+  }
   auto it = leases_.find(lease_id);
   if (it != leases_.end() && it->second.worker != worker) {
     ++refused_completions_;
@@ -434,6 +443,7 @@ absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
   journal::Update update = NewUpdate(now);
   update.mutable_complete()->set_lease_id(lease_id);
   update.mutable_complete()->set_worker(std::string(worker));
+  if (records > 0) update.mutable_complete()->set_records(records);
   CompleteOutcome outcome = CompleteOutcome::kCompleted;
   if (absl::Status s = Commit(update, &outcome); !s.ok()) return s;
   return outcome;

@@ -244,8 +244,13 @@ class QueueState {
   // PERMISSION_DENIED when the lease is or was another worker's. The
   // worker completing its own completed lease again gets kDuplicate and
   // nothing changes (nothing is journaled, no duplicate is counted).
+  // `records` (0: not counted) is how many records the worker read from
+  // the item: summed into Stats().records and the worker's records when the
+  // completion is journaled (a first completion or a re-run);
+  // INVALID_ARGUMENT when negative or above kMaxRecordsPerItem.
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view worker,
-                                           uint64_t lease_id, absl::Time now);
+                                           uint64_t lease_id, absl::Time now,
+                                           int64_t records = 0);
   // (Counts refusals in Stats().refused_completions, in memory only.)
 
   // Gives the item back at once: it goes to the front of the queue.
@@ -312,6 +317,9 @@ class QueueState {
 
   // How many ended leases are remembered (see Complete).
   static constexpr size_t kEndedLeasesKept = size_t{1} << 16;
+  // The most records one completion may report (keeps the sums far from
+  // overflow).
+  static constexpr int64_t kMaxRecordsPerItem = int64_t{1} << 40;
 
   // Epochs with a record (in progress), for tests of bounded memory.
   int64_t epoch_records() const { return static_cast<int64_t>(epochs_.size()); }
@@ -348,6 +356,7 @@ class QueueState {
   struct WorkerRecord {
     int64_t taken = 0;
     int64_t completed = 0;
+    int64_t records = 0;  // Complete's `records`, summed
     int64_t held = 0;
     absl::Time first_take = absl::InfinitePast();
     absl::Time last_completion = absl::InfinitePast();
@@ -526,6 +535,7 @@ class QueueState {
   int64_t expired_count_ = 0;
   int64_t released_ = 0;
   int64_t given_back_ = 0;  // releases with Release.given_back
+  int64_t records_ = 0;     // Complete.records, summed
   int64_t duplicates_ = 0;
   // Completions refused (NOT_FOUND / PERMISSION_DENIED): soft state, not
   // journaled; after a crash these are mostly grants the crash lost.

@@ -59,6 +59,45 @@ WorkItem MustTake(QueueState& s, const std::string& worker, absl::Time now) {
   return r->item;
 }
 
+// ---- Issue 20: records reported with completions -------------------------------
+
+TEST(Accounting, RecordsOfJournaledCompletionsAreSummedPerQueueAndWorkerAndSurviveReplay) {
+  Journaled j(Config(3));
+  QueueState& s = *j.live;
+  const WorkItem a = MustTake(s, "w1", kT0);
+  ASSERT_EQ(*s.Complete("w1", a.lease_id, kT0, 40), CompleteOutcome::kCompleted);
+  // The holder repeating its completion changes nothing, records included.
+  ASSERT_EQ(*s.Complete("w1", a.lease_id, kT0, 40), CompleteOutcome::kDuplicate);
+  const WorkItem b = MustTake(s, "w2", kT0);
+  ASSERT_EQ(*s.Complete("w2", b.lease_id, kT0, 2), CompleteOutcome::kCompleted);
+  const WorkItem c = MustTake(s, "w2", kT0);
+  ASSERT_EQ(*s.Complete("w2", c.lease_id, kT0), CompleteOutcome::kCompleted);  // not counted
+  QueueStats stats = s.Stats(kT0);
+  EXPECT_EQ(stats.records, 42);
+  EXPECT_EQ(stats.workers.at("w1").records, 40);
+  EXPECT_EQ(stats.workers.at("w2").records, 2);
+  j.ExpectReplayAndSnapshotAgree();
+  absl::StatusOr<std::unique_ptr<QueueState>> rebuilt =
+      QueueState::FromSnapshot(s.ToSnapshot(), kT0);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  EXPECT_EQ((*rebuilt)->Stats(kT0).records, 42);
+  EXPECT_EQ((*rebuilt)->Stats(kT0).workers.at("w1").records, 40);
+}
+
+TEST(Accounting, ARecordCountOutOfRangeIsInvalidArgumentAndCompletesNothing) {
+  Journaled j(Config(1));
+  QueueState& s = *j.live;
+  const WorkItem a = MustTake(s, "w", kT0);
+  for (int64_t bad : {int64_t{-1}, QueueState::kMaxRecordsPerItem + 1}) {
+    absl::StatusOr<CompleteOutcome> r = s.Complete("w", a.lease_id, kT0, bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("records"), absl::string_view::npos) << r.status();
+  }
+  EXPECT_EQ(s.Stats(kT0).completed, 0);
+  EXPECT_EQ(*s.Complete("w", a.lease_id, kT0, QueueState::kMaxRecordsPerItem),
+            CompleteOutcome::kCompleted);
+}
+
 // ---- Item 7: only real re-runs are duplicates --------------------------------
 
 TEST(Accounting, ACompletionOfALeaseNeverHandedOutIsNotFoundNotADuplicate) {

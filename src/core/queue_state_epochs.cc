@@ -106,6 +106,7 @@ QueueStats QueueState::Stats(absl::Time now) const {
   stats.expired = expired_count_;
   stats.released = released_;
   stats.given_back = given_back_;
+  stats.records = records_;
   stats.duplicates = duplicates_;
   stats.refused_completions = refused_completions_;
   stats.finished = Finished();
@@ -161,6 +162,7 @@ QueueStats QueueState::Stats(absl::Time now) const {
     ws.taken = w.taken;
     ws.completed = w.completed;
     ws.held = w.held;
+    ws.records = w.records;
     const absl::Time end = w.last_completion == absl::InfinitePast() ? now : w.last_completion;
     const double seconds = absl::ToDoubleSeconds(end - w.first_take);
     if (w.first_take != absl::InfinitePast() && seconds > 0) {

@@ -241,6 +241,7 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
     r->set_taken(w.taken);
     r->set_completed(w.completed);
     r->set_held(w.held);
+    r->set_records(w.records);
     r->set_first_take_us(absl::ToUnixMicros(w.first_take));
     r->set_last_completion_us(absl::ToUnixMicros(w.last_completion));
   }
@@ -249,6 +250,7 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
   out.set_expired_count(expired_count_);
   out.set_released(released_);
   out.set_given_back(given_back_);
+  out.set_records(records_);
   out.set_duplicates(duplicates_);
   // Sorted so that equal states give equal snapshots.
   std::vector<std::pair<int64_t, ItemRange>> overrides(overrides_.begin(), overrides_.end());
@@ -424,6 +426,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     w.taken = r.taken();
     w.completed = r.completed();
     w.held = r.held();
+    w.records = r.records();
     w.first_take = absl::FromUnixMicros(r.first_take_us());
     w.last_completion = absl::FromUnixMicros(r.last_completion_us());
   }
@@ -432,6 +435,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   s.expired_count_ = snapshot.expired_count();
   s.released_ = snapshot.released();
   s.given_back_ = snapshot.given_back();
+  s.records_ = snapshot.records();
   s.duplicates_ = snapshot.duplicates();
   if (absl::Status st = s.LoadRanges(snapshot, what); !st.ok()) return st;
   // Ranges of held items, now that overrides (split heads) are in place.

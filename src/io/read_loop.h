@@ -70,6 +70,7 @@ class ReadLoop {
         if (!opened.ok()) return fail(opened.status());
         item_ = *std::move(next);
         reader_ = *std::move(opened);
+        item_records_ = 0;
       }
       out.emplace_back();
       absl::StatusOr<bool> more = reader_->Next(&out.back());
@@ -80,12 +81,14 @@ class ReadLoop {
       }
       if (*more) {
         ++records_;
+        ++item_records_;
         continue;
       }
       // Every record of the item has been returned: it is done.
       if (on_item_end_) on_item_end_(*reader_);
       reader_.reset();
       WorkItem finished = *std::move(item_);
+      finished.records = item_records_;  // reported with the completion
       item_.reset();
       ++items_done_;
       if (absl::Status s = source.ItemDone(finished); !s.ok()) return fail(s);
@@ -110,6 +113,7 @@ class ReadLoop {
   absl::Status deferred_error_;
   absl::Status item_error_;  // the held item's failure; sticky
   int64_t records_ = 0;
+  int64_t item_records_ = 0;  // returned from the item being read
   int64_t items_done_ = 0;
 };
 

@@ -8,6 +8,7 @@ nlohmann::json QueueStatsJson(const QueueStats& s) {
       {"epochs", s.num_epochs}, {"pending", s.pending}, {"leased", s.leased},
       {"completed", s.completed}, {"taken", s.taken},   {"expired", s.expired},
       {"released", s.released}, {"given_back", s.given_back}, {"duplicates", s.duplicates},
+      {"records", s.records},
       {"splits", s.splits},     {"split_items_open", s.split_items_open},
       {"finished", s.finished}, {"failed", s.failed}, {"refused_completions", s.refused_completions},
       {"finished_with_failures", s.finished && s.failed > 0},
@@ -34,6 +35,7 @@ nlohmann::json QueueStatsJson(const QueueStats& s) {
                             {"completed", w.completed},
                             {"taken", w.taken},
                             {"held", w.held},
+                            {"records", w.records},
                             {"items_per_second", w.items_per_second}});
   }
   return q;

@@ -40,6 +40,7 @@ std::map<std::string, double> Scalars(const QueueMetrics& m) {
       {q + "duplicates", static_cast<double>(s.duplicates)},
       {q + "splits", static_cast<double>(s.splits)},
       {q + "split_items_open", static_cast<double>(s.split_items_open)},
+      {q + "records", static_cast<double>(s.records)},
       {q + "take_rate", m.take_rate},
       {q + "complete_rate", m.complete_rate},
   };
@@ -153,6 +154,9 @@ std::string PrometheusText(const std::vector<QueueMetrics>& queues,
        [](const QueueMetrics& m) { return double(m.stats.splits); }},
       {"shardq_split_items_open", "gauge", "Ranges split off held items, not completed yet.",
        [](const QueueMetrics& m) { return double(m.stats.split_items_open); }},
+      {"shardq_records_total", "counter",
+       "Records read, as workers report them with their completions (re-runs included).",
+       [](const QueueMetrics& m) { return double(m.stats.records); }},
   };
   for (const Family& f : families) {
     family(f.name, f.type, f.help);
@@ -183,6 +187,9 @@ std::string PrometheusText(const std::vector<QueueMetrics>& queues,
        [](const WorkerStats& w) { return double(w.taken); }},
       {"shardq_worker_items_held", "gauge", "Leases each worker holds right now.",
        [](const WorkerStats& w) { return double(w.held); }},
+      {"shardq_worker_records_total", "counter",
+       "Records read per worker, as reported with its completions.",
+       [](const WorkerStats& w) { return double(w.records); }},
   };
   for (const auto& f : worker_families) {
     family(f.name, f.type, f.help);

@@ -22,7 +22,8 @@ QueueStats Sample(int64_t taken, int64_t completed) {
   s.expired = 1;
   s.duplicates = 1;
   s.epochs = {EpochStats{0, 1, 9, /*epoch=*/0}, EpochStats{8, 1, 1, /*epoch=*/1}};
-  s.workers["w0"] = WorkerStats{6, 5, 1, 2.5};
+  s.workers["w0"] = WorkerStats{6, 5, 1, 2.5, /*records=*/50 * completed};
+  s.records = 100 * completed;
   return s;
 }
 
@@ -106,7 +107,8 @@ TEST(SummaryWriter, WhatOnlyGrowsIsACounterAndNoRateIsPrecomputed) {
        {"shardq_items_completed_total", "shardq_items_taken_total",
         "shardq_worker_items_completed_total", "shardq_worker_items_taken_total",
         "shardq_lease_expiries_total", "shardq_releases_total",
-        "shardq_duplicate_completions_total", "shardq_splits_total"}) {
+        "shardq_duplicate_completions_total", "shardq_splits_total", "shardq_records_total",
+        "shardq_worker_records_total"}) {
     EXPECT_NE(text.find(absl::StrCat("# TYPE ", counter, " counter\n")), std::string::npos)
         << counter;
   }
@@ -122,6 +124,9 @@ TEST(SummaryWriter, WhatOnlyGrowsIsACounterAndNoRateIsPrecomputed) {
   EXPECT_NE(text.find("shardq_worker_items_taken_total{queue=\"train\",worker=\"w0\"} 6\n"),
             std::string::npos);
   EXPECT_NE(text.find("shardq_worker_items_held{queue=\"train\",worker=\"w0\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("shardq_records_total{queue=\"train\"} 1000\n"), std::string::npos);
+  EXPECT_NE(text.find("shardq_worker_records_total{queue=\"train\",worker=\"w0\"} 500\n"),
             std::string::npos);
   // The old names, typed gauge, and the precomputed rate are gone.
   EXPECT_EQ(text.find("shardq_items_completed{"), std::string::npos);
@@ -177,8 +182,9 @@ TEST(SummaryWriter, ScalarsCarrySplitsNextToTheOtherQueueCounters) {
       Scalars(DeriveMetrics(s, absl::Now(), nullptr, absl::Now()));
   EXPECT_EQ(scalars.at("shardq/train/splits"), 3.0);
   EXPECT_EQ(scalars.at("shardq/train/split_items_open"), 1.0);
-  // 11 per queue, 3 per epoch (2 epochs), 2 per worker (1 worker).
-  EXPECT_EQ(scalars.size(), 11u + 2 * 3 + 2);
+  EXPECT_EQ(scalars.at("shardq/train/records"), 1000.0);
+  // 12 per queue, 3 per epoch (2 epochs), 2 per worker (1 worker).
+  EXPECT_EQ(scalars.size(), 12u + 2 * 3 + 2);
 }
 
 TEST(SummaryWriter, UnwritableDirectoryIsAnError) {

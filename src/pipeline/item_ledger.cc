@@ -246,8 +246,17 @@ absl::Status ItemLedger::Consume(const RecordTags& tags) {
 absl::Status ItemLedger::CompleteItems(
     const std::vector<std::shared_ptr<ItemTicket>>& done) {
   absl::Status first_error;
-  for (const auto& ticket : done) {
-    absl::Status s = source_->ItemDone(ticket->item());
+  std::vector<int64_t> records;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& ticket : done) records.push_back(ticket->emitted_);
+  }
+  for (size_t i = 0; i < done.size(); ++i) {
+    const std::shared_ptr<ItemTicket>& ticket = done[i];
+    // The records read from it go with the completion (records/s).
+    WorkItem item = ticket->item();
+    item.records = records[i];
+    absl::Status s = source_->ItemDone(item);
     if (!s.ok() && first_error.ok()) {
       first_error = absl::Status(
           s.code(), absl::StrCat(options_.name, ": completing item '",

@@ -69,6 +69,7 @@ void ToProto(const QueueStats& stats, v1::QueueStatus* out) {
   out->set_expired(stats.expired);
   out->set_released(stats.released);
   out->set_given_back(stats.given_back);
+  out->set_records(stats.records);
   out->set_duplicates(stats.duplicates);
   out->set_finished(stats.finished);
   out->set_splits(stats.splits);
@@ -100,6 +101,7 @@ void ToProto(const QueueStats& stats, v1::QueueStatus* out) {
     worker->set_completed(w.completed);
     worker->set_held(w.held);
     worker->set_items_per_second(w.items_per_second);
+    worker->set_records(w.records);
   }
 }
 
@@ -116,6 +118,7 @@ QueueStats FromProto(const v1::QueueStatus& status) {
   out.expired = status.expired();
   out.released = status.released();
   out.given_back = status.given_back();
+  out.records = status.records();
   out.duplicates = status.duplicates();
   out.finished = status.finished();
   out.splits = status.splits();
@@ -138,6 +141,7 @@ QueueStats FromProto(const v1::QueueStatus& status) {
     ws.completed = w.completed();
     ws.held = w.held();
     ws.items_per_second = w.items_per_second();
+    ws.records = w.records();
     out.workers[w.worker()] = ws;
   }
   return out;

@@ -494,26 +494,28 @@ auto CoordinatorImpl::Mutate(absl::string_view queue, Change change)
 }
 
 absl::StatusOr<CompleteOutcome> CoordinatorImpl::Complete(
-    absl::string_view queue, absl::string_view worker, uint64_t lease_id) {
+    absl::string_view queue, absl::string_view worker, uint64_t lease_id, int64_t records) {
   CallTimer timer(observer_, Observer::Call::kComplete);
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
   if (absl::Status s = Writable(); !s.ok()) return s;
   return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return CompleteLocked(e, worker, lease_id);
+    return CompleteLocked(e, worker, lease_id, records);
   });
 }
 
 absl::StatusOr<CompleteOutcome> CoordinatorImpl::CompleteLocked(Entry& e,
                                                                 absl::string_view worker,
-                                                                uint64_t lease_id) {
-  absl::StatusOr<CompleteOutcome> outcome = e.state->Complete(worker, lease_id, clock_->Now());
+                                                                uint64_t lease_id,
+                                                                int64_t records) {
+  absl::StatusOr<CompleteOutcome> outcome =
+      e.state->Complete(worker, lease_id, clock_->Now(), records);
   if (outcome.ok()) NotifyChanged(e);  // a take may wait for the queue to finish
   return outcome;
 }
 
 void CoordinatorImpl::CompleteAsync(
     absl::string_view queue, absl::string_view worker, uint64_t lease_id,
-    std::function<void(absl::StatusOr<CompleteOutcome>)> done) {
+    std::function<void(absl::StatusOr<CompleteOutcome>)> done, int64_t records) {
   if (observer_.load() != nullptr) {
     auto timer = std::make_shared<CallTimer>(observer_, Observer::Call::kComplete);
     done = [timer, done = std::move(done)](absl::StatusOr<CompleteOutcome> outcome) {
@@ -529,7 +531,7 @@ void CoordinatorImpl::CompleteAsync(
   uint64_t seq;
   {
     absl::MutexLock lock(&e.mu);
-    outcome = CompleteLocked(e, worker, lease_id);
+    outcome = CompleteLocked(e, worker, lease_id, records);
     seq = AfterChange(e);
   }
   if (journal_ == nullptr || seq == 0) return done(std::move(outcome));

@@ -133,15 +133,17 @@ class CoordinatorImpl {
                                              absl::Time deadline);
 
   // See QueueState::Complete / Release / Heartbeat / ReportProgress.
+  // `records`: as QueueState::Complete's.
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                            absl::string_view worker,
-                                           uint64_t lease_id);
+                                           uint64_t lease_id, int64_t records = 0);
   // Complete without blocking the caller until the completion is durable:
   // `done` gets the same answer, inline when nothing needs the disk, else
   // on the journal's thread once the completion is durable (it must be
   // quick). For servers that should not park a thread per waiting call.
   void CompleteAsync(absl::string_view queue, absl::string_view worker, uint64_t lease_id,
-                     std::function<void(absl::StatusOr<CompleteOutcome>)> done);
+                     std::function<void(absl::StatusOr<CompleteOutcome>)> done,
+                     int64_t records = 0);
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id);
   // A failed attempt at the item of `lease_id` (QueueState::Fail): true when
@@ -321,7 +323,7 @@ class CoordinatorImpl {
   // wakes its waiters and logs how many, at info.
   void ExpireLeases(Entry& e, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   absl::StatusOr<CompleteOutcome> CompleteLocked(Entry& e, absl::string_view worker,
-                                                 uint64_t lease_id)
+                                                 uint64_t lease_id, int64_t records)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // Waits (without any lock) until `seq` is durable.
   absl::Status Durable(uint64_t seq);

@@ -326,8 +326,11 @@ bool CoordinatorImpl::SessionStepTimed(Session& session, const SessionOps& ops,
       absl::Status s = e.state->ReportProgress(worker, lease, offset, now);
       if (out->progress.ok()) out->progress = s;
     }
-    for (uint64_t lease : ops.completions) {
-      absl::StatusOr<CompleteOutcome> outcome = CompleteLocked(e, worker, lease);
+    for (size_t i = 0; i < ops.completions.size(); ++i) {
+      const uint64_t lease = ops.completions[i];
+      const int64_t records =
+          i < ops.completion_records.size() ? ops.completion_records[i] : 0;
+      absl::StatusOr<CompleteOutcome> outcome = CompleteLocked(e, worker, lease, records);
       out->completions.push_back(
           {lease, outcome.status(), outcome.ok() && *outcome == CompleteOutcome::kDuplicate});
       stored = stored || outcome.ok();

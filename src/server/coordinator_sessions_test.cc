@@ -124,6 +124,31 @@ TEST(CoordinatorSessions, ACompletionAndTheNextTakeAreOneStepAnsweredAtOnce) {
   c.CloseSession(*w.session);
 }
 
+TEST(CoordinatorSessions, RecordsGoWithTheirCompletionAndABadCountFailsOnlyItsCompletion) {
+  FakeClock clock;
+  CoordinatorImpl c(&clock);
+  ASSERT_TRUE(c.CreateQueue(Config(3, /*num_clients=*/3)).ok());
+  Worker w = Open(c, "w");
+  SessionResult taken;
+  ASSERT_TRUE(c.SessionStep(*w.session, TakeOps(3), &taken, 1));
+  ASSERT_EQ(taken.items.size(), 3u);
+  SessionOps ops;
+  ops.completions = {taken.items[0].lease_id, taken.items[1].lease_id, taken.items[2].lease_id};
+  ops.completion_records = {7, -5};  // the third: not counted
+  SessionResult done;
+  ASSERT_TRUE(c.SessionStep(*w.session, ops, &done, 2));
+  ASSERT_EQ(done.completions.size(), 3u);
+  EXPECT_TRUE(done.completions[0].status.ok());
+  EXPECT_EQ(done.completions[1].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(done.completions[2].status.ok());
+  absl::StatusOr<QueueStats> stats = c.Stats("q");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->completed, 2);
+  EXPECT_EQ(stats->records, 7);
+  EXPECT_EQ(stats->workers.at("w").records, 7);
+  c.CloseSession(*w.session);
+}
+
 TEST(CoordinatorSessions, AWaitingTakeIsAnsweredByTheHubWhenAnItemIsReleased) {
   FakeClock clock;
   CoordinatorImpl c(&clock);

@@ -202,7 +202,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Complete(grpc::CallbackServerConte
       [reactor, resp](absl::StatusOr<CompleteOutcome> outcome) {
         if (outcome.ok()) resp->set_duplicate(*outcome == CompleteOutcome::kDuplicate);
         reactor->Finish(ToGrpcStatus(outcome.status()));
-      });
+      },
+      req->records());
   return reactor;
 }
 

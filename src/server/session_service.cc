@@ -32,6 +32,7 @@ void ToOps(const v1::SessionRequest& req, SessionOps* ops) {
     ops->progress.emplace_back(p.lease_id(), p.offset());
   }
   ops->completions.assign(req.complete_lease_ids().begin(), req.complete_lease_ids().end());
+  ops->completion_records.assign(req.complete_records().begin(), req.complete_records().end());
   for (const v1::SessionRelease& r : req.releases()) {
     ops->releases.push_back({r.lease_id(), r.failed(), r.reason()});
   }

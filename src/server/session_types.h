@@ -34,6 +34,9 @@ struct SessionOps {
   std::vector<SplitAnswer> split_answers;
   std::vector<std::pair<uint64_t, int64_t>> progress;  // (lease id, offset)
   std::vector<uint64_t> completions;
+  // Records read from each item of `completions`, in the same order
+  // (QueueState::Complete); shorter: the rest not counted.
+  std::vector<int64_t> completion_records;
   std::vector<Release> releases;
   // > 0: lease up to this many items, waiting up to take_wait while every
   // remaining item is held by other workers.
@@ -44,6 +47,7 @@ struct SessionOps {
     split_answers.clear();
     progress.clear();
     completions.clear();
+    completion_records.clear();
     releases.clear();
     take = 0;
     take_wait = absl::ZeroDuration();

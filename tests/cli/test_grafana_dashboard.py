@@ -66,7 +66,8 @@ def test_every_metric_the_dashboard_queries_is_exported(start_coordinator, tmp_p
     for name in ("shardq_items_completed_total", "shardq_take_duration_seconds_bucket",
                  "shardq_complete_duration_seconds_bucket", "shardq_build_info",
                  "process_resident_memory_bytes", "process_cpu_seconds_total",
-                 "shardq_journal_commits_total"):
+                 "shardq_journal_commits_total", "shardq_records_total",
+                 "shardq_worker_records_total"):
         assert name in checked, name
     # Counters (and histogram series) are only ever graphed through a range
     # function such as rate(): their raw value is a running total.

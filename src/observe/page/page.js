@@ -234,11 +234,12 @@
     rows.sort((a, b) => (b.reasons.length - a.reasons.length) || (a.w.items_per_second - b.w.items_per_second) ||
                         (a.w.worker < b.w.worker ? -1 : 1));
     const shown = rows.slice(0, MAX_TABLE_ROWS);
-    let html = `<table class="workers"><tr><th>worker</th><th>items/s</th><th>completed</th><th>held</th>` +
+    let html = `<table class="workers"><tr><th>worker</th><th>items/s</th><th>completed</th><th>records</th><th>held</th>` +
                `<th>oldest lease</th><th>last seen</th><th>straggler</th></tr>`;
     for (const r of shown) {
       html += `<tr class="${r.reasons.length ? "straggler" : ""}" data-worker="${esc(r.w.worker)}"><td>${esc(r.w.worker)}</td>` +
-              `<td>${r.w.items_per_second.toFixed(2)}</td><td>${r.w.completed}</td><td>${r.w.held}</td>` +
+              `<td>${r.w.items_per_second.toFixed(2)}</td><td>${r.w.completed}</td>` +
+              `<td>${r.w.records == null ? "\u2014" : r.w.records}</td><td>${r.w.held}</td>` +
               `<td>${r.age == null ? "\u2014" : duration(r.age)}</td>` +
               `<td>${r.seen == null ? "\u2014" : duration(now - r.seen) + " ago"}</td>` +
               `<td>${r.reasons.length ? "straggler: " + esc(r.reasons.join("; ")) : ""}</td></tr>`;
@@ -299,6 +300,19 @@
       name: k, color: ["#777", COLORS.open, COLORS.complete, COLORS.fail][i],
       points: smp.map(s => [s.t, s[k]])})), smp.length ? Math.min(end - 1, smp[0].t) : end - windowS, end,
       "items by state", "levels");
+    // Records/s between polled samples (the workers' readers report each
+    // item's records with its completion; history before the page opened,
+    // and reports, have none).
+    const recPts = [];
+    for (let i = 1; i < smp.length; i++) {
+      const a = smp[i - 1], c = smp[i], dt = c.t - a.t;
+      if (dt > 0 && a.records != null && c.records != null) recPts.push([c.t, (c.records - a.records) / dt]);
+    }
+    const recentRecords = recPts.slice(-5);
+    const recordsRate = recentRecords.length ? recentRecords.reduce((s, p) => s + p[1], 0) / recentRecords.length : 0;
+    const recordsChart = lineChart([{name: "records/s", color: COLORS.split, points: recPts}],
+                                   recPts.length ? Math.min(end - 1, recPts[0][0]) : end - windowS, end,
+                                   "records/s", "records-rate");
     const tl = timelineSvg(q, end, windowS);
     const boundNote = `${q.bound} events kept per queue by the coordinator` +
                       (q.dropped ? `, ${q.dropped} older ones dropped` : "");
@@ -309,8 +323,10 @@
       `<p class="counters"><span>${qs.items} items \u00d7 ${qs.epochs} epochs</span><span>seed ${qs.seed}</span>` +
       `<span>pending ${qs.pending}</span><span>leased ${qs.leased}</span><span>completed ${qs.completed}</span>` +
       `<span>failed ${qs.failed}</span><span>expired ${qs.expired}</span><span>released ${qs.released}</span>` +
-      `<span>splits ${qs.splits} (${qs.split_items_open} open)</span><span>duplicates ${qs.duplicates}</span></p>` +
-      `<div class="grid"><div>${epochs}</div><div>${rateChart}${levels}</div></div>` +
+      `<span>splits ${qs.splits} (${qs.split_items_open} open)</span><span>duplicates ${qs.duplicates}</span>` +
+      `<span class="records" data-records="${qs.records}" data-records-per-second="${recordsRate.toFixed(1)}">` +
+      `records ${qs.records} (${recordsRate.toFixed(1)}/s)</span></p>` +
+      `<div class="grid"><div>${epochs}</div><div>${rateChart}${recordsChart}${levels}</div></div>` +
       `<h3>worker timeline</h3>${tl.html}<p class="muted">${esc(boundNote)}</p>` +
       `<h3>workers</h3>${workersTable(qs, q, now)}</section>`;
   }
@@ -363,7 +379,8 @@
         mergeTimeline(q, tl, server.now);
         // History before the page opened, from the timeline.
         if (!q.samples.length) q.samples = deriveSamples(q, qs, server.now);
-        q.samples.push({t: server.now, pending: qs.pending, leased: qs.leased, completed: qs.completed, failed: qs.failed});
+        q.samples.push({t: server.now, pending: qs.pending, leased: qs.leased, completed: qs.completed,
+                        failed: qs.failed, records: qs.records});
         while (q.samples.length && q.samples[0].t < server.now - KEEP_SECONDS) q.samples.shift();
       }
       last = {status, server};
