@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -22,9 +24,12 @@ namespace shardq::pipeline::testutil {
 
 // A name no other test in this process uses (embedded queues are shared
 // process-wide by name).
+// Unique across processes too: test files go to the shared TempDir, and
+// two runs of one test binary at once (another worktree's ctest) used to
+// write each other's files, which Determinism.* reported as a changed order.
 inline std::string UniqueName(const std::string& tag) {
   static std::atomic<int> counter{0};
-  return absl::StrCat(tag, "-", counter++);
+  return absl::StrCat(tag, "-", ::getpid(), "-", counter++);
 }
 
 // Writes `files` text files of `lines` lines each, "<tag> <file> <line>",
