@@ -37,6 +37,11 @@ from shardq._shardq import (  # noqa: F401
 from shardq.example import (  # noqa: F401
     FixedLen, serialize_example, parse_example, parse_example_fn)
 from shardq import data  # noqa: F401,E402
+from shardq.queues import (  # noqa: F401,E402  (TF 1.x queues, see shardq/queues.py)
+    FIFOQueue, PriorityQueue, RandomShuffleQueue)
+from shardq.queue_runners import (  # noqa: F401,E402
+    Coordinator, QueueRunner, add_queue_runner, batch, batch_join, shuffle_batch,
+    shuffle_batch_join, start_queue_runners)
 
 __all__ = [
     "WorkQueue", "Item", "TextLineReader", "TFRecordReader", "TFRecordWriter", "TableReader",
@@ -46,6 +51,9 @@ __all__ = [
     "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",
     "CancelledError",
 ]
+__all__ += ["FIFOQueue", "RandomShuffleQueue", "PriorityQueue", "QueueRunner", "Coordinator",
+            "add_queue_runner", "start_queue_runners", "batch", "batch_join", "shuffle_batch",
+            "shuffle_batch_join"]
 
 
 class Item(str):
