@@ -9,6 +9,7 @@ import atexit
 import contextlib
 import sys
 import threading
+import time
 import weakref
 
 from shardq import _shardq
@@ -299,14 +300,20 @@ class Coordinator:
                               if isinstance(t, threading.Thread)]
 
         def all_done(wait):
-            native_done = self._native.join(wait)
-            return native_done and not any(t.is_alive() for t in python_threads)
+            """Waits up to `wait` seconds for the threads; True if all ended."""
+            if not self._native.join(wait):
+                return False
+            alive = [t for t in python_threads if t.is_alive()]
+            if alive:
+                alive[0].join(wait)
+            return not any(t.is_alive() for t in python_threads)
 
         while not all_done(0.1) and not self._native.wait_for_stop(0.0):
             pass
-        deadline_left = stop_grace_period_secs
-        while not all_done(min(0.1, max(deadline_left, 0))) and deadline_left > 0:
-            deadline_left -= 0.1
+        grace_end = time.monotonic() + stop_grace_period_secs
+        while not all_done(max(0.0, min(0.1, grace_end - time.monotonic()))) and \
+                time.monotonic() < grace_end:
+            pass
         self.joined = True
         stragglers = [t.name for t in python_threads if t.is_alive()]
         if not self._native.join(0):

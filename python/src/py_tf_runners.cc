@@ -20,6 +20,8 @@
 #include <variant>
 #include <vector>
 
+#include <unistd.h>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -139,11 +141,19 @@ typename pipeline::QueueRunner<T>::Producer PythonProducer(std::shared_ptr<py::o
 }  // namespace
 
 // A ThreadCoordinator whose waits release the GIL. Destroying it stops and
-// joins its threads, also without the GIL (they may need it to finish).
+// joins its threads, also without the GIL (they may need it to finish). In
+// a child forked from the process that made it (a DataLoader worker whose
+// garbage collector finds the parent's Coordinator), its threads do not
+// exist: it is leaked, not joined.
 class PyThreadCoordinator {
  public:
-  PyThreadCoordinator() : coordinator_(std::make_unique<pipeline::ThreadCoordinator>()) {}
+  PyThreadCoordinator()
+      : coordinator_(std::make_unique<pipeline::ThreadCoordinator>()), pid_(getpid()) {}
   ~PyThreadCoordinator() {
+    if (getpid() != pid_) {
+      (void)coordinator_.release();
+      return;
+    }
     py::gil_scoped_release release;
     coordinator_.reset();
   }
@@ -192,6 +202,7 @@ class PyThreadCoordinator {
   }
 
   std::unique_ptr<pipeline::ThreadCoordinator> coordinator_;
+  const pid_t pid_;
 };
 
 // A QueueRunner over a queue's TFElements (or prioritized ones).
