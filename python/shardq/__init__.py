@@ -18,6 +18,7 @@ process and its workers are the threads that create WorkQueues.
 import operator
 
 from shardq._version import __version__  # noqa: F401  (from CMake's project())
+from shardq import _tf_loading  # noqa: F401,E402  (before _shardq: see the module)
 from shardq import _shardq
 from shardq.errors import (  # noqa: F401  (re-exported)
     CancelledError,

@@ -39,7 +39,7 @@ py::array ArrayOf(py::handle value, size_t index) {
                                       ": needs bytes or a numpy array, got ",
                                       std::string(py::str(py::type::of(value)))));
   }
-  if (array.dtype().kind() == 'O') {
+  if (std::string(py::str(array.dtype().attr("kind"))) == "O") {
     Invalid(absl::StrCat("queue element component ", index,
                          ": numpy object arrays cannot be queued; use bytes for a string, "
                          "or an array of numbers"));
@@ -56,9 +56,15 @@ TFComponent ArrayComponent(const py::array& array, const char* data, int64_t ski
   return c;
 }
 
-py::array NewArray(const std::string& dtype, std::vector<int64_t> shape) {
-  std::vector<py::ssize_t> dims(shape.begin(), shape.end());
-  return py::array(py::dtype::from_args(py::str(dtype)), dims);
+// Sizes and new arrays go through numpy's Python API, not pybind11's
+// descriptor layout (which differs between numpy 1 and 2 for pybind11
+// 2.10, and a TensorFlow venv brings numpy 2).
+size_t NumBytes(const py::array& array) { return array.attr("nbytes").cast<size_t>(); }
+
+py::array NewArray(const std::string& dtype, const std::vector<int64_t>& shape) {
+  py::tuple dims(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) dims[i] = py::int_(shape[i]);
+  return py::module_::import("numpy").attr("empty")(dims, py::str(dtype)).cast<py::array>();
 }
 
 }  // namespace
@@ -80,8 +86,8 @@ TFElement ElementFromPython(const py::list& components) {
       continue;
     }
     py::array array = ArrayOf(value, i);
-    element.push_back(ArrayComponent(array, static_cast<const char*>(array.data()), 0,
-                                     static_cast<size_t>(array.nbytes())));
+    element.push_back(
+        ArrayComponent(array, static_cast<const char*>(array.data()), 0, NumBytes(array)));
   }
   return element;
 }
@@ -127,7 +133,7 @@ std::vector<TFElement> ElementsFromPython(const py::list& components) {
       continue;
     }
     const py::array& array = arrays[i];
-    const size_t row_bytes = n == 0 ? 0 : static_cast<size_t>(array.nbytes() / n);
+    const size_t row_bytes = n == 0 ? 0 : NumBytes(array) / static_cast<size_t>(n);
     const char* base = static_cast<const char*>(array.data());
     for (int64_t r = 0; r < n; ++r) {
       elements[static_cast<size_t>(r)].push_back(
