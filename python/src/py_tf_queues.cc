@@ -142,7 +142,9 @@ class PyTFQueue {
   auto Visit(F f) const {
     return ref_.plain != nullptr ? f(*ref_.plain) : f(*ref_.priority);
   }
-  std::string name() const { return ref_.plain != nullptr ? ref_.plain->name() : ref_.priority->name(); }
+  std::string name() const {
+    return ref_.plain != nullptr ? ref_.plain->name() : ref_.priority->name();
+  }
   std::string What(const char* op) const { return absl::StrCat("queue '", name(), "': ", op); }
 
   void Enqueue(const py::list& components, int64_t priority, std::optional<double> timeout) {

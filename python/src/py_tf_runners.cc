@@ -173,7 +173,9 @@ class PyThreadCoordinator {
   bool Join(std::optional<double> timeout) {
     return Sliced(timeout, [&](absl::Duration t) {
       absl::Status s = coordinator_->Join(t);
-      return !absl::IsDeadlineExceeded(s) || s.message().find("Join timed out") == std::string::npos;
+      // DEADLINE_EXCEEDED is Join's own timeout, or a thread's error.
+      return !absl::IsDeadlineExceeded(s) ||
+             s.message().find("Join timed out") == std::string::npos;
     });
   }
 
@@ -238,10 +240,11 @@ class PyQueueRunner {
     std::vector<typename pipeline::QueueRunner<T>::Producer> made;
     for (py::handle p : producers) {
       if (py::isinstance<PyReadOp>(p)) {
-        made.push_back(ReadProducer<T>(p.cast<PyReadOp&>(),
-                                       std::make_shared<std::pair<std::shared_ptr<void>,
-                                                                  std::shared_ptr<py::object>>>(
-                                           keep, KeepAlive(py::reinterpret_borrow<py::object>(p)))));
+        // The thread keeps the queue and the read op (its source) alive.
+        std::shared_ptr<void> alive =
+            std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<py::object>>>(
+                keep, KeepAlive(py::reinterpret_borrow<py::object>(p)));
+        made.push_back(ReadProducer<T>(p.cast<PyReadOp&>(), std::move(alive)));
       } else if (PyCallable_Check(p.ptr()) != 0) {
         made.push_back(PythonProducer<T>(KeepAlive(py::reinterpret_borrow<py::object>(p)), keep));
       } else {
@@ -265,7 +268,9 @@ void BindTFRunners(py::module_& m) {
                    "a queue runner reads 'text' or 'tfrecord' records, got '", reader, "'")));
              }
              for (int p : picks) {
-               if (p != 0 && p != 1) throw py::value_error("a read component is 0 (key) or 1 (value)");
+               if (p != 0 && p != 1) {
+                 throw py::value_error("a read component is 0 (key) or 1 (value)");
+               }
              }
              auto op = std::make_unique<PyReadOp>();
              op->source = SourceOf(source);

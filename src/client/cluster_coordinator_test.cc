@@ -20,8 +20,8 @@ constexpr char kCluster[] =
     R"({"cluster": {"chief": ["c0:2222"], "ps": ["p0:2222"], "worker": ["w0:2222", "w1:2222"]},)";
 
 TEST(ClusterCoordinator, ChiefTaskZeroServesOnItsHostAtTheDefaultPort) {
-  auto chief = FindClusterCoordinator(
-      "", Env({{"TF_CONFIG", std::string(kCluster) + R"("task": {"type": "chief", "index": 0}})"}}));
+  const std::string chief_task = R"("task": {"type": "chief", "index": 0}})";
+  auto chief = FindClusterCoordinator("", Env({{"TF_CONFIG", kCluster + chief_task}}));
   ASSERT_TRUE(chief.ok()) << chief.status();
   ASSERT_TRUE(chief->has_value());
   EXPECT_EQ((*chief)->address, "c0:7077");
