@@ -18,6 +18,7 @@ process and its workers are the threads that create WorkQueues.
 import operator
 
 from shardq._version import __version__  # noqa: F401  (from CMake's project())
+from shardq import _tf_loading  # noqa: F401,E402  (before _shardq: see the module)
 from shardq import _shardq
 from shardq.errors import (  # noqa: F401  (re-exported)
     CancelledError,
@@ -37,6 +38,11 @@ from shardq._shardq import (  # noqa: F401
 from shardq.example import (  # noqa: F401
     FixedLen, serialize_example, parse_example, parse_example_fn)
 from shardq import data  # noqa: F401,E402
+from shardq.queues import (  # noqa: F401,E402  (TF 1.x queues, see shardq/queues.py)
+    FIFOQueue, PriorityQueue, RandomShuffleQueue)
+from shardq.queue_runners import (  # noqa: F401,E402
+    Coordinator, QueueRunner, add_queue_runner, batch, batch_join, shuffle_batch,
+    shuffle_batch_join, start_queue_runners)
 
 __all__ = [
     "WorkQueue", "Item", "TextLineReader", "TFRecordReader", "TFRecordWriter", "TableReader",
@@ -46,6 +52,9 @@ __all__ = [
     "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",
     "CancelledError",
 ]
+__all__ += ["FIFOQueue", "RandomShuffleQueue", "PriorityQueue", "QueueRunner", "Coordinator",
+            "add_queue_runner", "start_queue_runners", "batch", "batch_join", "shuffle_batch",
+            "shuffle_batch_join"]
 
 
 class Item(str):
@@ -123,6 +132,10 @@ class WorkQueue:
     beyond the one being read, so that the next item never waits for the
     coordinator (they count against ``num_clients``; one not started yet is
     given back whole when the tail is rebalanced; 0: none).
+    In a job of several processes that names no coordinator (TF_CONFIG
+    without a "shardq" job, torchrun), one task serves the queue from its
+    own process and the others connect (see shardq/cluster.py);
+    ``state_dir`` makes that coordinator durable.
 
     Items are handed out at least once and completed exactly once: an item
     whose worker dies is handed to another after ``lease_timeout``.
@@ -131,7 +144,9 @@ class WorkQueue:
     def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, name="work_queue", *, num_clients=1, address=None,
                  lease_timeout=30.0, worker_id=None, token=None, tls_ca=None, split=True,
-                 split_min_residual=1, connect_timeout=60.0, take_ahead=1):
+                 split_min_residual=1, connect_timeout=60.0, take_ahead=1, state_dir=None):
+        from shardq import cluster
+        address = cluster.resolve(address, state_dir, token)
         self._native = _shardq._WorkQueue(
             _check_works(works), _epochs(num_epochs), bool(shuffle),
             None if seed is None else int(seed), prefix,
@@ -145,6 +160,8 @@ class WorkQueue:
                tls_ca=None, connect_timeout=60.0, take_ahead=1):
         """A worker of an existing queue, without knowing its works."""
         self = cls.__new__(cls)
+        from shardq import cluster
+        address = cluster.resolve(address, None, token)
         self._native = _shardq._WorkQueue([], 1, True, None, None, None, 1, str(name),
                                           address, 30.0, worker_id, token, tls_ca, True,
                                           connect_timeout=float(connect_timeout),

@@ -1,6 +1,8 @@
 // The native module behind the `shardq` Python package.
 #include "pybind11/pybind11.h"
 #include "python/src/py_sources.h"
+#include "python/src/py_cluster.h"
+#include "python/src/py_tf_element.h"
 
 PYBIND11_MODULE(_shardq, m) {
   m.doc() = "shardq native core (use the `shardq` package, not this module)";
@@ -10,4 +12,6 @@ PYBIND11_MODULE(_shardq, m) {
   shardq::python::BindSummary(m);
   shardq::python::BindPipeline(m);
   shardq::python::BindTorchSupport(m);
+  shardq::python::BindTFQueues(m);
+  shardq::python::BindCluster(m);
 }

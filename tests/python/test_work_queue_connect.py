@@ -72,18 +72,26 @@ def test_ctrl_c_ends_a_work_queue_that_waits_for_the_coordinator(text_files):
     assert "KeyboardInterrupt" in "".join(seen)
 
 
-TF_CONFIG_TWO_WORKERS = ('{"cluster": {"worker": ["w0:1", "w1:1"]}, '
-                         '"task": {"type": "worker", "index": 0}}')
-
-
-def test_tf_cluster_of_two_workers_without_a_coordinator_is_refused(text_files, monkeypatch):
+def test_tf_cluster_of_two_workers_without_a_coordinator_is_served_by_task_zero(
+        text_files, monkeypatch):
+    # Issue 19: no longer refused; worker 0 serves the queue from this
+    # process on SHARDQ_PORT (tests/python/test_cluster_coordinator.py runs
+    # the whole cluster).
+    import socket
+    import shardq.cluster
     for name in ("SHARDQ_ADDRESS", "MASTER_ADDR", "SHARDQ_PORT", "WORLD_SIZE",
                  "SHARDQ_EMBEDDED"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TF_CONFIG", TF_CONFIG_TWO_WORKERS)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("SHARDQ_PORT", str(port))
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+                                    '"task": {"type": "worker", "index": 0}}')
     files = text_files(1, 3)
-    with pytest.raises(shardq.FailedPreconditionError, match="SHARDQ_EMBEDDED=1"):
-        shardq.WorkQueue(files, name="tf-refused")
+    served = shardq.WorkQueue(files, name="tf-served")
+    assert shardq.cluster.serving() == port
+    assert served.take() == files[0]
     # Opting in gives this process its own queue.
     monkeypatch.setenv("SHARDQ_EMBEDDED", "1")
     queue = shardq.WorkQueue(files, name="tf-opted-in")
