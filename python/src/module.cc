@@ -10,4 +10,5 @@ PYBIND11_MODULE(_shardq, m) {
   shardq::python::BindSummary(m);
   shardq::python::BindPipeline(m);
   shardq::python::BindTorchSupport(m);
+  shardq::python::BindDownload(m);
 }
