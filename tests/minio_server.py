@@ -72,7 +72,9 @@ class S3Admin:
         self.access_key, self.secret_key = access_key, secret_key
 
     def request(self, method, bucket, key="", body=b"", query=""):
-        path = "/" + bucket + ("/" + urllib.parse.quote(key, safe="/-_.~") if key else "/")
+        path = "/" + bucket + ("/" + urllib.parse.quote(key, safe="/-_.~") if key else "")
+        if bucket and not key:
+            path += "/"
         now = datetime.datetime.now(datetime.timezone.utc)
         amz_date = now.strftime("%Y%m%dT%H%M%SZ")
         day = now.strftime("%Y%m%d")
@@ -144,6 +146,7 @@ class MinioServer:
         else:
             raise last_error
         self.admin = S3Admin("127.0.0.1", self.port)
+        self._wait_initialized()
 
     @property
     def endpoint(self):
@@ -173,6 +176,19 @@ class MinioServer:
                 conn.close()
             time.sleep(0.1)
         raise RuntimeError("minio did not become ready within 60 s")
+
+    def _wait_initialized(self):
+        # "ready" can come before the object layer answers requests (503
+        # XMinioServerNotInitialized): wait until a listing of buckets works.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.admin.request("GET", "")
+                return
+            except (RuntimeError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def stop(self):
         if self.proc.poll() is None:
