@@ -75,6 +75,7 @@ struct Request {
   std::string body;  // a non-ranged answer, or an error's XML (bounded)
   std::string etag_header;
   int64_t content_length = -1;
+  int64_t content_range_total = -1;  // the TOTAL of "Content-Range: bytes A-B/TOTAL"
   // Per attempt: bytes of a 200 answer to a range request to drop first.
   int64_t skip = 0;
   bool overflow = false;
@@ -113,6 +114,7 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
       request->status = status;
     }
     request->content_length = -1;
+    request->content_range_total = -1;
     request->etag_header.clear();
     return bytes;
   }
@@ -126,6 +128,13 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     if (absl::SimpleAtoi(value, &length)) request->content_length = length;
   } else if (name == "etag") {
     request->etag_header = TrimETag(value);
+  } else if (name == "content-range") {
+    const size_t slash = value.rfind('/');
+    int64_t total = -1;
+    if (slash != absl::string_view::npos &&
+        absl::SimpleAtoi(value.substr(slash + 1), &total)) {
+      request->content_range_total = total;
+    }
   }
   return bytes;
 }
@@ -384,6 +393,34 @@ absl::StatusOr<S3ObjectInfo> S3Client::Head(const S3Url& url) {
   info.key = url.key;
   info.size = request.content_length;
   info.etag = request.etag_header;
+  return info;
+}
+
+absl::StatusOr<S3ObjectInfo> S3Client::OpenRead(const S3Url& url, size_t n,
+                                                std::string* head) {
+  head->resize(n);
+  Request request;
+  request.url = ObjectRequestUrl(config_, url.bucket, url.key);
+  request.display = url.ToString();
+  request.bucket = url.bucket;
+  request.ranged = true;
+  request.n = n;
+  request.dst = head->data();
+  if (absl::Status s = Run(request); !s.ok()) return s;
+  if (request.status == 416) {  // an empty object has no byte 0
+    head->clear();
+    return Head(url);
+  }
+  head->resize(request.got);
+  S3ObjectInfo info;
+  info.key = url.key;
+  info.etag = request.etag_header;
+  info.size = request.status == 206 ? request.content_range_total : request.content_length;
+  if (info.size < 0 || info.size < static_cast<int64_t>(request.got)) {
+    return absl::DataLossError(absl::StrCat(
+        "GET ", request.display, ": the answer gives no object size (HTTP ",
+        request.status, " without Content-Range)"));
+  }
   return info;
 }
 

@@ -49,6 +49,12 @@ class S3Client {
   // Size and ETag of an object (info.key is url.key).
   absl::StatusOr<S3ObjectInfo> Head(const S3Url& url);
 
+  // Opens an object for reading in one request: a ranged GET of its first
+  // `n` bytes (into *head, fewer when the object is shorter), whose answer
+  // also gives the size and ETag that a HEAD would. Errors as Head.
+  absl::StatusOr<S3ObjectInfo> OpenRead(const S3Url& url, size_t n,
+                                        std::string* head);
+
   // Reads [offset, offset + n) of the object into dst: n bytes, fewer only
   // where the object ends. With a non-empty `etag` the object must still
   // have it (If-Match): FAILED_PRECONDITION when it was replaced. A retry

@@ -38,15 +38,32 @@ struct Chunk {
   }
 };
 
+// Bytes an open fetches from the start of the object (they answer format
+// sniffs), and bytes past the announced range that its last chunk also
+// fetches (the readers' look-ahead for a record that ends past the range:
+// both readers read 256 KiB buffers).
+constexpr size_t kOpenBytes = 64 << 10;
+constexpr int64_t kBoundaryBytes = 256 << 10;
+
 class S3File final : public RandomAccessFile {
  public:
-  S3File(std::shared_ptr<S3Client> client, S3Url url, const S3ObjectInfo& info)
+  S3File(std::shared_ptr<S3Client> client, S3Url url, const S3ObjectInfo& info,
+         std::string head)
       : RandomAccessFile(url.ToString(), info.size),
         client_(std::move(client)),
         url_(std::move(url)),
         etag_(info.etag),
         chunk_bytes_(static_cast<size_t>(std::max<int64_t>(
-            client_->config().chunk_bytes, 1))) {}
+            client_->config().chunk_bytes, 1))) {
+    if (head.empty()) return;
+    auto chunk = std::make_shared<Chunk>();
+    chunk->size = chunk->got = head.size();
+    chunk->data.reset(new char[head.size()]);
+    std::memcpy(chunk->data.get(), head.data(), head.size());
+    chunk->done.Notify();
+    absl::MutexLock lock(&mu_);
+    current_ = std::move(chunk);
+  }
 
   ~S3File() override {
     cancel_.store(true);
@@ -63,7 +80,7 @@ class S3File final : public RandomAccessFile {
   void WillRead(int64_t start, int64_t end) override {
     absl::MutexLock lock(&mu_);
     hint_start_ = std::max<int64_t>(start, 0);
-    hint_end_ = end < 0 ? size() : std::min(end, size());
+    hint_end_ = end < 0 ? size() : std::min(end + kBoundaryBytes, size());
   }
 
   absl::StatusOr<size_t> ReadSome(int64_t offset, size_t n,
@@ -171,10 +188,11 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3FileSystem::Open(
   if (!url.ok()) return url.status();
   absl::StatusOr<std::shared_ptr<S3Client>> client = Client();
   if (!client.ok()) return client.status();
-  absl::StatusOr<S3ObjectInfo> info = (*client)->Head(*url);
+  std::string head;
+  absl::StatusOr<S3ObjectInfo> info = (*client)->OpenRead(*url, kOpenBytes, &head);
   if (!info.ok()) return info.status();
   return std::unique_ptr<RandomAccessFile>(
-      new S3File(*std::move(client), *std::move(url), *info));
+      new S3File(*std::move(client), *std::move(url), *info, std::move(head)));
 }
 
 S3FileSystem* S3FileSystem::Default() {

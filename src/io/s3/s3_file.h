@@ -2,10 +2,12 @@
 // the second implementation of the file interface, so every reader reads
 // s3://bucket/key works as it reads local files.
 //
-// An open object is a HEAD (size and ETag); reads are ranged GETs pinned to
-// that ETag (If-Match), so an object replaced while it is read is refused,
-// never mixed. Sequential reads inside the range the reader announced
-// (WillRead) are fetched in chunks of S3Config::chunk_bytes, and the next
+// An open object is one ranged GET of its first 64 KiB (size and ETag come
+// with it, and format sniffs read those bytes); later reads are ranged GETs
+// pinned to that ETag (If-Match), so an object replaced while it is read is
+// refused, never mixed. Sequential reads inside the range the reader
+// announced (WillRead), plus 256 KiB past its end for the last record, are
+// fetched in chunks of S3Config::chunk_bytes, and the next
 // chunk is fetched in the background while the reader works through the
 // current one; reads outside it (a format sniff at offset 0, the look-ahead
 // past a slice's end), and every read before WillRead, fetch exactly what
@@ -32,8 +34,8 @@ class S3FileSystem final : public FileSystem {
   explicit S3FileSystem(std::shared_ptr<S3Client> client = nullptr)
       : client_(std::move(client)) {}
 
-  // INVALID_ARGUMENT for a name that is not s3://bucket/key; the HEAD's
-  // errors (NOT_FOUND, PERMISSION_DENIED, ...; see S3Client).
+  // INVALID_ARGUMENT for a name that is not s3://bucket/key; the first
+  // GET's errors (NOT_FOUND, PERMISSION_DENIED, ...; see S3Client).
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
       const std::string& path) override;
 
