@@ -45,6 +45,7 @@ set(SHARDQ_EXPORTED_TARGETS
   shardq_remote_client_api shardq_remote_client shardq_remote_dataset
   shardq_coordinator shardq_store shardq_core shardq_types shardq_proto shardq_log
   shardq_io shardq_io_formats shardq_pipeline shardq_dataset)
+list(APPEND SHARDQ_EXPORTED_TARGETS shardq_s3)  # s3:// works (issue 21)
 install(TARGETS ${SHARDQ_EXPORTED_TARGETS} EXPORT shardqTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

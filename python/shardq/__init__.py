@@ -15,7 +15,10 @@ items, slow ones fewer. With no address (and none in SHARDQ_ADDRESS,
 TF_CONFIG or torchrun's MASTER_ADDR + SHARDQ_PORT) the queue lives in this
 process and its workers are the threads that create WorkQueues.
 """
+import collections
+import itertools
 import operator
+import os
 
 from shardq._version import __version__  # noqa: F401  (from CMake's project())
 from shardq import _tf_loading  # noqa: F401,E402  (before _shardq: see the module)
@@ -66,6 +69,7 @@ class Item(str):
     def __new__(cls, item, epoch, work, start, end):
         self = super().__new__(cls, item)
         self.epoch, self.work, self.start, self.end = epoch, work, start, end
+        self.path = None  # the local copy, with WorkQueue(download_dir=...)
         return self
 
     def __repr__(self):
@@ -139,14 +143,30 @@ class WorkQueue:
 
     Items are handed out at least once and completed exactly once: an item
     whose worker dies is handed to another after ``lease_timeout``.
+
+    Works may be objects of S3-compatible storage, ``s3://bucket/key`` (and
+    patterns such as ``s3://bucket/train/*.tfrecord``, listed and sorted),
+    configured by the standard AWS environment (AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL);
+    their items carry the ETag seen at planning (``etag=``), and a reader
+    refuses an object replaced since. ``download_dir``: take() first copies
+    each item to a local file under that directory (``item.path``): a whole
+    work byte for byte, a slice as its records (text lines or TFRecords), so
+    tools that need a path can read it; the file is removed when the item is
+    completed or released. Such a queue does not split items it has handed
+    out (``split`` is off), since a copied item cannot shrink.
     """
 
     def __init__(self, works, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, name="work_queue", *, num_clients=1, address=None,
                  lease_timeout=30.0, worker_id=None, token=None, tls_ca=None, split=True,
-                 split_min_residual=1, connect_timeout=60.0, take_ahead=1, state_dir=None):
+                 split_min_residual=1, connect_timeout=60.0, take_ahead=1, state_dir=None,
+                 download_dir=None):
         from shardq import cluster
         address = cluster.resolve(address, state_dir, token)
+        self._init_downloads(download_dir)
+        if download_dir is not None:
+            split = False
         self._native = _shardq._WorkQueue(
             _check_works(works), _epochs(num_epochs), bool(shuffle),
             None if seed is None else int(seed), prefix,
@@ -155,13 +175,44 @@ class WorkQueue:
             int(split_min_residual), connect_timeout=float(connect_timeout),
             take_ahead=int(take_ahead))
 
+    def _init_downloads(self, download_dir):
+        self._download_dir = None if download_dir is None else os.fspath(download_dir)
+        self._downloads = collections.OrderedDict()  # item string -> local path
+        self._download_ids = itertools.count()
+        if self._download_dir is not None:
+            os.makedirs(self._download_dir, exist_ok=True)
+
+    def _download(self, item):
+        # PAI's take(): at the num_clients limit the oldest held item counts
+        # as finished (the native queue completed it): drop its copy.
+        while self._downloads and len(self._downloads) >= self.num_clients:
+            self._drop_download(next(iter(self._downloads)))
+        base = os.path.basename(item.work.rstrip("/")) or "item"
+        path = os.path.join(self._download_dir, f"{next(self._download_ids):06d}-{base}")
+        try:
+            _shardq._download_item(str(item), path)
+        except BaseException:
+            self._native.release(item)
+            raise
+        item.path = path
+        self._downloads[str(item)] = path
+
+    def _drop_download(self, item):
+        path = self._downloads.pop(str(item), None)
+        if path is not None:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
     @classmethod
     def attach(cls, name="work_queue", address=None, *, worker_id=None, token=None,
-               tls_ca=None, connect_timeout=60.0, take_ahead=1):
+               tls_ca=None, connect_timeout=60.0, take_ahead=1, download_dir=None):
         """A worker of an existing queue, without knowing its works."""
         self = cls.__new__(cls)
         from shardq import cluster
         address = cluster.resolve(address, None, token)
+        self._init_downloads(download_dir)
         self._native = _shardq._WorkQueue([], 1, True, None, None, None, 1, str(name),
                                           address, 30.0, worker_id, token, tls_ca, True,
                                           connect_timeout=float(connect_timeout),
@@ -179,15 +230,21 @@ class WorkQueue:
         Like PAI's take(), when this worker already holds ``num_clients``
         items, the oldest of them counts as finished and is completed.
         """
-        return Item(*self._native.take(timeout))
+        item = Item(*self._native.take(timeout))
+        if self._download_dir is not None:
+            self._download(item)
+        return item
 
     def complete(self, item):
-        """Marks an item returned by take() as done."""
+        """Marks an item returned by take() as done (and removes its local
+        copy, with download_dir)."""
         self._native.complete(item)
+        self._drop_download(item)
 
     def release(self, item):
         """Gives an item back unfinished: it goes to the front of the queue."""
         self._native.release(item)
+        self._drop_download(item)
 
     def input_dataset(self):
         """Iterator over items; each is completed when the next is requested."""
@@ -224,6 +281,8 @@ class WorkQueue:
     def close(self):
         """Gives back every item still held through take()."""
         self._native.close()
+        for item in list(self._downloads):
+            self._drop_download(item)
 
     def __enter__(self):
         return self

@@ -14,4 +14,5 @@ PYBIND11_MODULE(_shardq, m) {
   shardq::python::BindTorchSupport(m);
   shardq::python::BindTFQueues(m);
   shardq::python::BindCluster(m);
+  shardq::python::BindDownload(m);
 }

@@ -102,6 +102,7 @@ void BindExample(pybind11::module_& m);
 void BindSummary(pybind11::module_& m);
 void BindPipeline(pybind11::module_& m);
 void BindTorchSupport(pybind11::module_& m);
+void BindDownload(pybind11::module_& m);
 
 }  // namespace shardq::python
 

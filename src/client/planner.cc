@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -16,6 +17,8 @@
 #include "src/core/slice_plan.h"
 #include "src/io/compression.h"
 #include "src/io/file.h"
+#include "src/io/s3/s3_file.h"
+#include "src/io/s3/s3_url.h"
 #include "src/io/sqlite_table.h"
 #include "src/log/log.h"
 
@@ -31,16 +34,32 @@ absl::StatusOr<int64_t> TableRows(const std::string& name) {
   return CountTableRows(*ref);
 }
 
+// Objects named by an s3:// pattern, with the size and ETag their listing
+// gave (so planning does not ask again), by name.
+using ListedObjects = std::map<std::string, S3ObjectInfo>;
+
 // Bytes of a file work, rows of a table work. A compressed file cannot be
 // cut: it is one whole item (the path with no range) whatever num_slices
-// is, and a note on stderr tells the user so.
-absl::StatusOr<SizedWork> MeasureWork(std::string name) {
+// is, and a note on stderr tells the user so. An object's ETag (from its
+// listing, else a HEAD) is kept in *etag.
+absl::StatusOr<SizedWork> MeasureWork(std::string name, const ListedObjects& listed,
+                                      std::string* etag) {
   SizedWork work;
   work.name = std::move(name);
-  absl::StatusOr<int64_t> size =
-      IsTableItem(work.name) ? TableRows(work.name) : FileSize(work.name);
+  absl::StatusOr<int64_t> size;
+  if (IsS3Path(work.name)) {
+    auto it = listed.find(work.name);
+    absl::StatusOr<S3ObjectInfo> info =
+        it != listed.end() ? it->second : S3Stat(work.name);
+    if (!info.ok()) return info.status();
+    size = info->size;
+    *etag = info->etag;
+  } else {
+    size = IsTableItem(work.name) ? TableRows(work.name) : FileSize(work.name);
+  }
   if (!size.ok()) return size.status();
   work.size = *size;
+  if (work.size == 0 && IsS3Path(work.name)) return work;  // nothing to sniff
   if (IsTableItem(work.name)) return work;
   absl::StatusOr<FileCompression> compression = DetectCompression(work.name);
   if (!compression.ok()) return compression.status();
@@ -107,10 +126,38 @@ absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) {
   return files;
 }
 
-}  // namespace
+// The objects an s3:// work names: a pattern's matches, a name ending in
+// '/' the objects directly under it, else the name itself (a missing
+// object is named by MeasureWork). Listed objects go to *listed.
+absl::Status ExpandS3Work(const std::string& path, std::vector<std::string>* out,
+                          ListedObjects* listed) {
+  absl::StatusOr<SliceSpec> spec = ParseItem(path);
+  const bool pattern = IsPattern(path);
+  const bool directory = spec.ok() && spec->whole() && spec->params.empty() &&
+                         absl::EndsWith(path, "/");
+  if (!pattern && !directory) {
+    out->push_back(path);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, S3ObjectInfo>>> objects =
+      S3Glob(directory ? path + "*" : path);
+  if (!objects.ok()) {
+    if (directory && absl::IsNotFound(objects.status())) {
+      return absl::NotFoundError(
+          absl::StrCat("'", path, "' holds no objects to read"));
+    }
+    return objects.status();
+  }
+  for (auto& [name, info] : *objects) {
+    out->push_back(name);
+    if (listed != nullptr) (*listed)[name] = std::move(info);
+  }
+  return absl::OkStatus();
+}
 
-absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::string>& works,
-                                                     const std::string& prefix) {
+absl::StatusOr<std::vector<std::string>> Expand(const std::vector<std::string>& works,
+                                                const std::string& prefix,
+                                                ListedObjects* listed) {
   std::vector<std::string> out;
   for (const std::string& work : works) {
     if (work.empty()) {
@@ -123,6 +170,10 @@ absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::stri
       continue;
     }
     const std::string path = prefix + work;
+    if (IsS3Path(path)) {
+      if (absl::Status st = ExpandS3Work(path, &out, listed); !st.ok()) return st;
+      continue;
+    }
     struct stat st;
     const bool exists = ::stat(path.c_str(), &st) == 0;
     absl::StatusOr<std::vector<std::string>> files;
@@ -140,6 +191,29 @@ absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::stri
   return out;
 }
 
+// An s3:// work's items carry the ETag planning saw (etag=...), so that a
+// reader refuses an object replaced since (CheckPlannedVersion).
+absl::StatusOr<std::vector<std::string>> AddPlannedVersions(
+    std::vector<std::string> items, const std::map<std::string, std::string>& etags) {
+  if (etags.empty()) return items;
+  for (std::string& item : items) {
+    absl::StatusOr<SliceSpec> spec = ParseItem(item);
+    if (!spec.ok()) return spec.status();
+    auto it = etags.find(spec->work);
+    if (it == etags.end() || it->second.empty()) continue;
+    spec->params["etag"] = UriEncode(it->second, /*keep_slash=*/false);
+    item = FormatItem(*spec);
+  }
+  return items;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::string>& works,
+                                                     const std::string& prefix) {
+  return Expand(works, prefix, nullptr);
+}
+
 absl::StatusOr<std::vector<std::string>> PlanWorks(
     const std::vector<std::string>& works, const std::string& prefix,
     std::optional<int64_t> num_slices) {
@@ -150,14 +224,18 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
     return absl::InvalidArgumentError(
         absl::StrCat("num_slices must be >= 1, got ", *num_slices));
   }
-  absl::StatusOr<std::vector<std::string>> expanded = ExpandWorks(works, prefix);
+  ListedObjects listed;
+  absl::StatusOr<std::vector<std::string>> expanded = Expand(works, prefix, &listed);
   if (!expanded.ok()) return expanded.status();
   std::vector<SizedWork> sized;
   sized.reserve(expanded->size());
+  std::map<std::string, std::string> etags;
   int64_t total = 0;
   for (const std::string& work : *expanded) {
-    absl::StatusOr<SizedWork> w = MeasureWork(work);
+    std::string etag;
+    absl::StatusOr<SizedWork> w = MeasureWork(work, listed, &etag);
     if (!w.ok()) return w.status();
+    if (!etag.empty()) etags[w->name] = etag;
     total += w->size;
     sized.push_back(*std::move(w));
   }
@@ -165,7 +243,9 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
     return absl::InvalidArgumentError(absl::StrCat(
         "all ", expanded->size(), " works are empty: nothing to slice"));
   }
-  return PlanSlices(sized, num_slices);
+  absl::StatusOr<std::vector<std::string>> items = PlanSlices(sized, num_slices);
+  if (!items.ok()) return items.status();
+  return AddPlannedVersions(*std::move(items), etags);
 }
 
 }  // namespace shardq

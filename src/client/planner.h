@@ -18,6 +18,9 @@ namespace shardq {
 // directly in it, and a path with * ? or [ that names no existing file
 // becomes the files the glob matches (an item string with a range, such as
 // "f.txt?start=0&end=9", is not a pattern); each expansion sorted by name.
+// An s3://bucket/... work is expanded by listing the bucket
+// (ListObjectsV2): a key pattern becomes the objects it matches (* and ?
+// do not cross '/'), a name ending in '/' the objects directly under it.
 // NOT_FOUND names a pattern that matches nothing or a directory with no
 // files; INVALID_ARGUMENT an empty work name.
 absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::string>& works,
@@ -29,7 +32,10 @@ absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::stri
 // with nothing to hand out is a mistake, not an empty epoch). A GZIP/ZLIB
 // compressed file (judged from its first bytes, see DetectCompression) is
 // one whole item, its path with no range, and counts as one of num_slices;
-// the other works share the rest by size (PlanSlices).
+// the other works share the rest by size (PlanSlices). An s3:// object is
+// measured by its listing or a HEAD, and its items carry the ETag seen
+// ("s3://b/k?etag=E&start=S&end=E"), so that readers refuse an object
+// replaced after planning.
 absl::StatusOr<std::vector<std::string>> PlanWorks(
     const std::vector<std::string>& works, const std::string& prefix,
     std::optional<int64_t> num_slices);

@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<InflateStream>> InflateStream::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "': InflateStream needs gzip or zlib"));
   }
+  file->WillRead(0, -1);  // a stream is read whole, in order
   std::unique_ptr<InflateStream> stream(new InflateStream(
       std::move(file), compression, std::max<size_t>(window_bytes, 64)));
   if (inflateInit2(&stream->zlib_->stream, WindowBits(compression)) != Z_OK) {

@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "src/io/s3/s3_file.h"
+#include "src/io/s3/s3_url.h"
 
 namespace shardq {
 
@@ -44,6 +46,16 @@ absl::Status CheckRangeInFile(const std::string& path, int64_t size,
                      size, ", item starts at ", start));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckPlannedVersion(const RandomAccessFile& file,
+                                 const std::string& planned) {
+  if (planned.empty()) return absl::OkStatus();
+  const std::string now = UriEncode(file.version(), /*keep_slash=*/false);
+  if (now == planned) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("'", file.path(), "' changed since the plan was made: ETag now ",
+                   now.empty() ? "unknown" : now, ", planned ", planned));
 }
 
 absl::Status ReadError(int error, const std::string& path, int64_t offset) {
@@ -129,14 +141,32 @@ class PosixFileSystem final : public FileSystem {
   }
 };
 
+// Local paths to the operating system, s3:// names to S3FileSystem.
+class DefaultFileSystem final : public FileSystem {
+ public:
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
+      const std::string& path) override {
+    if (IsS3Path(path)) return S3FileSystem::Default()->Open(path);
+    return posix_.Open(path);
+  }
+
+ private:
+  PosixFileSystem posix_;
+};
+
 }  // namespace
 
 FileSystem* FileSystem::Default() {
-  static PosixFileSystem* const file_system = new PosixFileSystem();
+  static DefaultFileSystem* const file_system = new DefaultFileSystem();
   return file_system;
 }
 
 absl::StatusOr<int64_t> FileSize(const std::string& path) {
+  if (IsS3Path(path)) {
+    absl::StatusOr<S3ObjectInfo> info = S3Stat(path);
+    if (!info.ok()) return info.status();
+    return info->size;
+  }
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat", path);
   if (!S_ISREG(st.st_mode)) {

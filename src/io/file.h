@@ -36,6 +36,17 @@ class RandomAccessFile {
   virtual absl::StatusOr<size_t> ReadSome(int64_t offset, size_t n,
                                           char* dst) = 0;
 
+  // What identifies this content of the file, when the storage says (an
+  // object's ETag); "" for local files. A plan may record it (the item's
+  // etag parameter) so that a reader refuses a file replaced since.
+  virtual std::string version() const { return ""; }
+
+  // A hint: the caller is about to read [start, end) in order (end < 0: to
+  // the end), and little outside it. Remote files fetch ahead inside it
+  // and nothing beyond it (without a hint they fetch exactly what each
+  // read asks); local files ignore it.
+  virtual void WillRead(int64_t start, int64_t end) {}
+
  private:
   const std::string path_;
   const int64_t size_;
@@ -59,11 +70,14 @@ class FileSystem {
  public:
   virtual ~FileSystem() = default;
   // NOT_FOUND when `path` does not exist, PERMISSION_DENIED when it may not
-  // be read, INVALID_ARGUMENT when it is not a regular file.
+  // be read, INVALID_ARGUMENT when it is not a regular file. Default()
+  // opens "s3://bucket/key" names as objects of S3-compatible storage
+  // (src/io/s3/s3_file.h).
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
       const std::string& path) = 0;
 
-  // The operating system's files (open, fstat, pread). Never null.
+  // The operating system's files (open, fstat, pread), and s3:// objects.
+  // Never null.
   static FileSystem* Default();
 };
 
@@ -77,9 +91,9 @@ inline FileSystem* OrDefault(FileSystem* file_system) {
 // else absl::ErrnoToStatusCode (ENOSPC RESOURCE_EXHAUSTED, ...).
 absl::Status ReadError(int error, const std::string& path, int64_t offset);
 
-// Size in bytes of a regular file. NOT_FOUND when it does not exist,
-// INVALID_ARGUMENT when it is not a regular file, PERMISSION_DENIED when it
-// cannot be read.
+// Size in bytes of a regular file (of an object, by a HEAD, for an s3://
+// name). NOT_FOUND when it does not exist, INVALID_ARGUMENT when it is not
+// a regular file, PERMISSION_DENIED when it cannot be read.
 absl::StatusOr<int64_t> FileSize(const std::string& path);
 
 // Refuses a byte range [start, end) of a file of `size` bytes that no
@@ -92,6 +106,13 @@ absl::StatusOr<int64_t> FileSize(const std::string& path);
 // its plan saw): the records appended after planning are not read.
 absl::Status CheckRangeInFile(const std::string& path, int64_t size,
                               int64_t start, int64_t end);
+
+// Refuses a file whose content is not the one a plan saw: `planned` (an
+// item's etag parameter, URI-encoded) is not empty and differs from the
+// open file's version(). FAILED_PRECONDITION:
+//   "'PATH' changed since the plan was made: ETag now X, planned Y"
+absl::Status CheckPlannedVersion(const RandomAccessFile& file,
+                                 const std::string& planned);
 
 // Maps errno of a failed `op` on `path` to the most specific status.
 absl::Status ErrnoToStatus(int error, const std::string& op,

@@ -8,6 +8,7 @@ shardq_cc_library(
   NAME shardq_io_formats
   SRCS tfrecord.cc compression.cc compressed_tfrecord.cc
        item_readers.cc tfrecord_reader.cc sqlite_table.cc table_reader.cc
+       download.cc
   DEPS shardq_io shardq_core absl::status absl::statusor absl::strings
        shardq_log ZLIB::ZLIB SQLite::SQLite3
 )
@@ -42,3 +43,9 @@ shardq_cc_test(NAME split_coverage_test
 shardq_cc_test(NAME file_fault_test
   SRCS file_test.cc item_readers_test.cc
   DEPS shardq_io_formats ZLIB::ZLIB)
+
+# DownloadItem (issue 21's download_dir): whole works byte for byte, slices
+# as their records.
+shardq_cc_test(NAME download_test
+  SRCS download_test.cc
+  DEPS shardq_io_formats)

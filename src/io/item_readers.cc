@@ -73,6 +73,9 @@ absl::StatusOr<std::unique_ptr<TFRecordItemReader>> TFRecordItemReader::Open(
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
       OrDefault(file_system)->Open(spec->work);
   if (!file.ok()) return file.status();
+  if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
+    return s;
+  }
   FileCompression compression = ChosenCompression(options.compression);
   if (options.compression == TFRecordReaderOptions::Compression::kAuto) {
     absl::StatusOr<FileCompression> detected = DetectCompression(**file);

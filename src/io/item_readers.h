@@ -38,6 +38,14 @@ inline void SetRecordKey(const std::string& prefix, int64_t offset,
   absl::StrAppend(key, offset);
 }
 
+// The version of its work an item was planned on (its etag parameter, set
+// by the planner for s3:// objects), "" when it has none. Readers refuse a
+// file whose version() differs (CheckPlannedVersion).
+inline std::string PlannedVersion(const SliceSpec& spec) {
+  auto it = spec.params.find("etag");
+  return it == spec.params.end() ? std::string() : it->second;
+}
+
 // Text lines of an item (see TextLineReader for keys and errors).
 // resume_offset() is the byte offset of the next line.
 absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(

@@ -41,8 +41,14 @@ absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
     const WorkItem& item, FileSystem* file_system) {
   absl::StatusOr<SliceSpec> spec = SpecOf(item);
   if (!spec.ok()) return spec.status();
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      OrDefault(file_system)->Open(spec->work);
+  if (!file.ok()) return file.status();
+  if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::unique_ptr<TextSliceReader>> slice = TextSliceReader::Open(
-      spec->work, spec->start.value_or(0), spec->end.value_or(-1), file_system);
+      *std::move(file), spec->start.value_or(0), spec->end.value_or(-1));
   if (!slice.ok()) return slice.status();
   return std::make_unique<TextItemReader>(item, *std::move(slice));
 }

@@ -61,6 +61,8 @@ absl::StatusOr<std::unique_ptr<TextSliceReader>> TextSliceReader::Open(
   if (absl::Status s = CheckRangeInFile(path, size, start, end); !s.ok()) {
     return s;
   }
+  // The byte before `start` decides where the first line starts.
+  file->WillRead(start > 0 ? start - 1 : 0, end);
   if (absl::Status s = RefuseNonText(*file); !s.ok()) return s;
   if (end < 0) end = size;
   std::unique_ptr<TextSliceReader> reader(

@@ -338,6 +338,7 @@ absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> TFRecordSliceReader::Open(
   }
   if (end < 0) end = size;
   start = std::min(start, size);
+  file->WillRead(start, end);
   options.buffer_bytes = std::max(options.buffer_bytes, kMinReadBufferBytes);
   return std::unique_ptr<TFRecordSliceReader>(
       new TFRecordSliceReader(std::move(file), start, end, options));

@@ -1,0 +1,288 @@
+"""Issue 21: s3:// works against a real S3-compatible server (MinIO on
+127.0.0.1, see tests/minio_server.py): exact records across slices, gzip
+objects, 403/404, an object replaced after planning and while it is read, a
+connection reset mid-range, a queue over more than one listing page of
+objects, and download_dir."""
+import collections
+import gzip
+import os
+import pathlib
+import socket
+import sys
+import threading
+import uuid
+
+import pytest
+
+import shardq
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from minio_server import minio  # noqa: E402,F401  (the fixture)
+
+
+@pytest.fixture
+def s3(minio, monkeypatch):
+    """A fresh bucket on the module's MinIO, and the environment that points
+    shardq at it."""
+    for key, value in minio.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(64 << 10))  # several chunks per slice
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    minio.admin.make_bucket(bucket)
+    return minio, bucket
+
+
+def tfrecord_bytes(tmp_path, records):
+    path = tmp_path / f"staging-{uuid.uuid4().hex[:6]}.tfrecord"
+    with shardq.TFRecordWriter(str(path)) as w:
+        for r in records:
+            w.write(r)
+    data = path.read_bytes()
+    path.unlink()
+    return data
+
+
+def queue(works, **kw):
+    kw.setdefault("name", f"s3-{uuid.uuid4().hex[:8]}")
+    return shardq.WorkQueue(works, **kw)
+
+
+def read_all(q, reader, n=97):
+    producer = q.input_producer()
+    values = []
+    while True:
+        try:
+            _, batch = reader.read_up_to(producer, n)
+        except shardq.OutOfRangeError:
+            return values
+        values += batch
+
+
+def test_text_objects_in_slices_give_every_line_once(s3):
+    minio, bucket = s3
+    lines = []
+    for i in range(3):
+        body = "".join(f"object {i} line {j} {'x' * (j % 50)}\n" for j in range(4000))
+        lines += body.encode().splitlines()
+        minio.admin.put(bucket, f"text/part-{i}.txt", body)
+    q = queue([f"s3://{bucket}/text/*.txt"], num_slices=17)
+    assert q.num_items == 17
+    got = read_all(q, shardq.TextLineReader())
+    assert collections.Counter(got) == collections.Counter(lines)
+    assert q.stats()["finished"]
+
+
+def test_tfrecord_objects_in_slices_give_every_record_once(s3, tmp_path):
+    minio, bucket = s3
+    records = []
+    for i in range(4):
+        batch = [b"rec %d %d " % (i, j) + b"y" * (j % 300) for j in range(3000)]
+        records += batch
+        minio.admin.put(bucket, f"tf/part-{i}.tfrecord", tfrecord_bytes(tmp_path, batch))
+    q = queue([f"s3://{bucket}/tf/"], num_slices=23, num_epochs=2)
+    got = read_all(q, shardq.TFRecordReader())
+    assert collections.Counter(got) == collections.Counter(records * 2)
+
+
+def test_items_name_the_object_its_range_and_the_planned_etag(s3):
+    minio, bucket = s3
+    minio.admin.put(bucket, "one.txt", "a\nb\nc\n")
+    q = queue([f"s3://{bucket}/one.txt"], num_slices=2, shuffle=False, num_clients=2)
+    items = [q.take() for _ in range(q.num_items)]
+    assert [i.start for i in items] == [0, 3]
+    for item in items:
+        assert item.startswith(f"s3://{bucket}/one.txt?etag=")
+        assert item.work == f"s3://{bucket}/one.txt"
+
+
+def test_a_gzip_object_is_one_whole_item(s3, tmp_path):
+    minio, bucket = s3
+    gz_records = [b"gz %d" % i for i in range(2000)]
+    plain_records = [b"plain %d" % i for i in range(2000)]
+    minio.admin.put(bucket, "c.tfrecord.gz", gzip.compress(tfrecord_bytes(tmp_path, gz_records)))
+    minio.admin.put(bucket, "p.tfrecord", tfrecord_bytes(tmp_path, plain_records))
+    works = [f"s3://{bucket}/c.tfrecord.gz", f"s3://{bucket}/p.tfrecord"]
+    q = queue(works, num_slices=6, shuffle=False, num_clients=6)
+    items = [q.take() for _ in range(q.num_items)]
+    gz_items = [i for i in items if i.work.endswith(".gz")]
+    assert len(gz_items) == 1 and gz_items[0].start is None
+    q.close()
+    got = read_all(queue(works, num_slices=6), shardq.TFRecordReader())
+    assert collections.Counter(got) == collections.Counter(gz_records + plain_records)
+
+
+def test_missing_objects_and_buckets_are_not_found(s3):
+    minio, bucket = s3
+    with pytest.raises(shardq.NotFoundError, match=f"s3://{bucket}/nope.txt.*404"):
+        queue([f"s3://{bucket}/nope.txt"])
+    with pytest.raises(shardq.NotFoundError, match="matches no object"):
+        queue([f"s3://{bucket}/none/*.txt"])
+    with pytest.raises(shardq.NotFoundError, match="no-such-bucket-x"):
+        queue(["s3://no-such-bucket-x/a.txt"])
+
+
+def test_wrong_credentials_are_permission_denied_naming_the_bucket(s3, monkeypatch):
+    minio, bucket = s3
+    minio.admin.put(bucket, "a.txt", "x\n")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(shardq.PermissionDeniedError, match=f"HTTP 403.*bucket '{bucket}'"):
+        queue([f"s3://{bucket}/a.txt"])
+    with pytest.raises(shardq.PermissionDeniedError, match=f"bucket '{bucket}'"):
+        queue([f"s3://{bucket}/*.txt"])
+
+
+def test_an_object_replaced_after_planning_is_refused(s3):
+    minio, bucket = s3
+    body = "".join(f"line {j}\n" for j in range(5000))
+    minio.admin.put(bucket, "r.txt", body)
+    q = queue([f"s3://{bucket}/r.txt"], num_slices=4, shuffle=False)
+    reader = shardq.TextLineReader()
+    producer = q.input_producer()
+    _, first = reader.read_up_to(producer, 10)
+    assert first[0] == b"line 0"
+    # Same size, other bytes: only the ETag tells.
+    minio.admin.put(bucket, "r.txt", body.replace("line", "LINE"))
+    with pytest.raises(shardq.FailedPreconditionError, match="changed"):
+        while True:
+            reader.read_up_to(producer, 1000)
+
+
+def test_an_object_replaced_while_it_is_read_is_refused(s3, monkeypatch):
+    minio, bucket = s3
+    monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(16 << 10))
+    body = "".join(f"line {j:06d}\n" for j in range(100000))  # 1.2 MB, one item
+    minio.admin.put(bucket, "w.txt", body)
+    q = queue([f"s3://{bucket}/w.txt"])
+    reader = shardq.TextLineReader()
+    producer = q.input_producer()
+    _, first = reader.read_up_to(producer, 10)
+    assert len(first) == 10
+    minio.admin.put(bucket, "w.txt", body.upper())
+    with pytest.raises(shardq.FailedPreconditionError, match=f"s3://{bucket}/w.txt.*changed"):
+        while True:
+            reader.read_up_to(producer, 1000)
+
+
+class CuttingProxy:
+    """A TCP proxy to MinIO that resets one connection once it has passed
+    `cut_after` bytes from the server to the client (mid-body of a GET)."""
+
+    def __init__(self, port, cut_after):
+        self.upstream = ("127.0.0.1", port)
+        self.cut_after = cut_after
+        self.cuts = 0
+        self.connections = 0
+        self.lock = threading.Lock()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, src, dst, downstream):
+        passed = 0
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if downstream:
+                    with self.lock:
+                        cut = self.cuts == 0 and passed + len(data) > self.cut_after
+                        if cut:
+                            self.cuts += 1
+                    if cut:
+                        dst.sendall(data[: max(0, self.cut_after - passed)])
+                        for s in (src, dst):  # RST, not FIN: a reset connection
+                            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                         b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                            s.close()
+                        return
+                    passed += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+
+
+def test_a_connection_reset_mid_range_is_retried_without_duplicates(s3, monkeypatch, tmp_path, capfd):
+    minio, bucket = s3
+    records = [b"reset %d " % j + b"z" * (j % 400) for j in range(20000)]  # ~4.3 MB
+    minio.admin.put(bucket, "big.tfrecord", tfrecord_bytes(tmp_path, records))
+    proxy = CuttingProxy(minio.port, cut_after=300 << 10)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(1 << 20))
+        q = queue([f"s3://{bucket}/big.tfrecord"], num_slices=3)
+        got = read_all(q, shardq.TFRecordReader())
+    finally:
+        proxy.close()
+    assert proxy.cuts == 1
+    assert got == records or collections.Counter(got) == collections.Counter(records)
+    assert len(got) == len(records)
+    assert "retry 1 of" in capfd.readouterr().err
+
+
+def test_a_queue_over_more_than_a_listing_page_of_objects(s3):
+    minio, bucket = s3
+    expected = []
+    for i in range(1050):  # MinIO lists 1000 keys per page
+        body = f"obj {i} a\nobj {i} b\n"
+        expected += body.encode().splitlines()
+        minio.admin.put(bucket, f"many/{i:05d}.txt", body)
+    q = queue([f"s3://{bucket}/many/*.txt"], shuffle=False)
+    assert q.num_items == 1050
+    first = q.take()
+    assert first.work == f"s3://{bucket}/many/00000.txt"
+    q.release(first)
+    got = read_all(q, shardq.TextLineReader(), n=500)
+    assert collections.Counter(got) == collections.Counter(expected)
+
+
+def test_download_dir_copies_each_item_and_removes_it_on_completion(s3, tmp_path):
+    minio, bucket = s3
+    records = [b"dl %d" % j for j in range(3000)]
+    minio.admin.put(bucket, "d.tfrecord", tfrecord_bytes(tmp_path, records))
+    minio.admin.put(bucket, "t.txt", "".join(f"t {j}\n" for j in range(3000)))
+    staging = tmp_path / "copies"
+    q = queue([f"s3://{bucket}/d.tfrecord", f"s3://{bucket}/t.txt"], num_slices=6,
+              download_dir=staging)
+    got_records, got_lines = [], []
+    while True:
+        try:
+            item = q.take()
+        except shardq.OutOfRangeError:
+            break
+        assert os.path.dirname(item.path) == str(staging)
+        if item.work.endswith(".tfrecord"):
+            sub = queue([item.path])  # a local TFRecord file of exactly its records
+            got_records += read_all(sub, shardq.TFRecordReader())
+        else:
+            got_lines += pathlib.Path(item.path).read_bytes().splitlines()
+        q.complete(item)
+        assert not os.path.exists(item.path)
+    assert got_records == records or sorted(got_records) == sorted(records)
+    assert sorted(got_lines) == sorted(b"t %d" % j for j in range(3000))
+    assert os.listdir(staging) == []
