@@ -304,7 +304,7 @@ class PyPipeline {
  public:
   PyPipeline(py::handle queue, const std::string& reader, const std::string& on_corrupt,
              int64_t cycle_length, int64_t num_parallel_reads, int64_t table_batch_rows,
-             bool complete_when_read, std::string siblings)
+             bool complete_when_read, std::string siblings, int64_t max_epoch)
       : siblings_(std::move(siblings)) {
     py::handle native = py::hasattr(queue, "_native") ? queue.attr("_native") : queue;
     if (!py::isinstance<PyWorkQueue>(native)) {
@@ -315,6 +315,7 @@ class PyPipeline {
     read.cycle_length = cycle_length;
     read.num_parallel_reads = num_parallel_reads;
     read.complete_when_read = complete_when_read;
+    read.max_epoch = max_epoch;
     if (reader == "text") {
       stream_ = pipeline::ReadItems(queue_->queue(), pipeline::TextReaderFactory(), read);
     } else if (reader == "tfrecord") {
@@ -477,11 +478,11 @@ class PyPipeline {
 void BindPipeline(py::module_& m) {
   py::class_<PyPipeline>(m, "_Pipeline")
       .def(py::init<py::handle, const std::string&, const std::string&, int64_t, int64_t,
-                    int64_t, bool, std::string>(),
+                    int64_t, bool, std::string, int64_t>(),
            py::arg("queue"), py::arg("reader"), py::arg("on_corrupt") = "fail",
            py::arg("cycle_length") = 0, py::arg("num_parallel_reads") = 1,
            py::arg("table_batch_rows") = 0, py::arg("complete_when_read") = false,
-           py::arg("siblings") = "")
+           py::arg("siblings") = "", py::arg("max_epoch") = -1)
       .def("shuffle", &PyPipeline::Shuffle, py::arg("buffer_size"), py::arg("seed"))
       .def("batch", &PyPipeline::Batch, py::arg("batch_size"), py::arg("drop_remainder"))
       .def("split", &PyPipeline::Split, py::arg("replicas"), py::arg("remainder"))
