@@ -187,7 +187,8 @@ class Dataset:
                                     source["cycle_length"], source["num_parallel_reads"],
                                     source["read_size"], source["complete_when_read"],
                                     source["siblings"],
-                                    -1 if source.get("epoch") is None else source["epoch"])
+                                    -1 if source.get("epoch") is None else source["epoch"],
+                                    source.get("equal_steps") is not None)
         for name, *args in native_ops:
             if name == "parse_example":
                 parser, threads = args
@@ -235,6 +236,11 @@ def _padding_batch(ops, template):
     if parse is not None:
         out = {}
         for name, (shape, dtype, _default) in parse.spec.items():
+            if shape is None:  # VarLen: no values, every row empty
+                values = (np.zeros(0, dtype=object) if dtype == "bytes"
+                          else np.zeros(0, dtype=dtype))
+                out[name] = shardq.Ragged(values, np.zeros(batch_size, dtype=np.int64))
+                continue
             full = (batch_size,) + tuple(shape)
             out[name] = (np.full(full, b"", dtype=object) if dtype == "bytes"
                          else np.zeros(full, dtype=dtype))
@@ -254,7 +260,9 @@ def _masked(batch):
     """A real batch with its "_mask" (all True)."""
     import numpy as np
     if isinstance(batch, dict):
-        rows = len(next(iter(batch.values()))) if batch else 0
+        first = next(iter(batch.values()), None)
+        rows = (0 if first is None else len(first.row_lengths)
+                if isinstance(first, shardq.Ragged) else len(first))
         out = dict(batch)
     else:
         rows = len(batch)

@@ -144,21 +144,31 @@ class _PackedBatch(dict):
         return (_unpack, (packed, layout))
 
 
+def _to_torch(v):
+    """A parsed feature as torch sees it: a tensor over the numpy buffer
+    (no copy), a list for an object (bytes) array, a Ragged of those for a
+    VarLen feature."""
+    if isinstance(v, shardq.Ragged):
+        return shardq.Ragged(_to_torch(v.values), torch.from_numpy(v.row_lengths))
+    return torch.from_numpy(v) if v.dtype != object else list(v)
+
+
 def _pack(arrays):
     """numpy arrays (the parser's buffers) copied into one shared-memory
-    storage, as a _PackedBatch of tensor views; object arrays as lists."""
+    storage, as a _PackedBatch of tensor views; object arrays as lists,
+    VarLen features as a Ragged of tensors (sent on their own)."""
     offsets = {}
     total = 0
     for name, a in arrays.items():
-        if a.dtype != object:
+        if not isinstance(a, shardq.Ragged) and a.dtype != object:
             offsets[name] = total
             total += -(-a.nbytes // _ALIGN) * _ALIGN
     storage = torch.UntypedStorage._new_shared(max(total, 1))
     flat = torch.empty(0, dtype=torch.uint8).set_(storage)
     out = _PackedBatch()
     for name, a in arrays.items():
-        if a.dtype == object:
-            out[name] = list(a)
+        if isinstance(a, shardq.Ragged) or a.dtype == object:
+            out[name] = _to_torch(a)
             continue
         src = torch.from_numpy(a)
         dst = flat[offsets[name]:offsets[name] + a.nbytes].view(src.dtype).view(src.shape)
@@ -356,10 +366,8 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                     for batch in batches:
                         yield _pack(batch)
                 else:
-                    from_numpy = torch.from_numpy  # no copy: the parser's buffers
-                    for batch in batches:
-                        yield {k: from_numpy(v) if v.dtype != object else list(v)
-                               for k, v in batch.items()}
+                    for batch in batches:  # no copy: the parser's buffers
+                        yield {k: _to_torch(v) for k, v in batch.items()}
             finally:
                 batches.close()  # gives the items not consumed back to the queue
         finally:
