@@ -52,6 +52,26 @@ absl::StatusOr<SliceSpec> SpecOf(const WorkItem& item);
 // an item that cannot be split). Readers call it before handing a record out.
 bool ClaimRecord(const WorkItem& item, int64_t offset);
 
+// Equal steps across ranks (WorkQueue::AgreeSteps): one participant's
+// report for one pass (`key`) of `participants` participants.
+struct StepReport {
+  std::string key;          // the pass, e.g. "epoch-3"; the same on every rank
+  std::string participant;  // e.g. "rank1-w0"
+  int64_t participants = 1; // how many report under `key`, all told
+  int64_t count = 0;        // batches yielded, including the one about to be
+  bool done = false;        // no real batch left; later counts are padding
+};
+
+// The coordinator's answer (see WorkQueue::AgreeSteps).
+struct StepTally {
+  bool granted = false;   // the count was recorded (padding may be yielded)
+  bool agreed = false;    // every participant is done: `steps` is final
+  int64_t steps = 0;      // the agreed batches per participant
+  int64_t max_count = 0;  // the largest count reported so far
+  int64_t reported = 0;   // participants heard from
+  int64_t done = 0;       // participants done
+};
+
 struct EpochStats {
   int64_t pending = 0;    // not handed out, or returned by expiry/release
   int64_t leased = 0;     // held by a worker right now

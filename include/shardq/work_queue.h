@@ -114,6 +114,19 @@ class WorkQueue final : public ItemSource {
   // SaveCheckpoint so that nothing already read is read again).
   absl::Status ReportProgress();
 
+  // Equal steps across ranks: reports this participant's batch count for
+  // one pass to the coordinator and returns the tally, at once (never
+  // waits; a participant waiting for the others calls again). The
+  // protocol: report count n before yielding real batch n; with no real
+  // batch left, report done; then yield padding batch n + 1 only once a
+  // report of n + 1 is `granted`, and stop at `steps` once `agreed`.
+  // Every participant of the pass then yields the same number of batches,
+  // and no one's count ever exceeds it. Soft state on the coordinator
+  // (not journaled). INVALID_ARGUMENT / FAILED_PRECONDITION for a report
+  // that breaks the protocol (a count going down, more participants than
+  // announced, a count above the agreed one), naming the queue and key.
+  absl::StatusOr<StepTally> AgreeSteps(const StepReport& report);
+
   // Saves the queue's checkpoint to `path` (after ReportProgress): which
   // items are completed and the unread rest of held ones. Save it next to
   // the model checkpoint; RestoreCheckpoint resumes from it.

@@ -40,6 +40,7 @@ from shardq._shardq import (  # noqa: F401
     TableReader, TextLineReader, TFRecordReader, TFRecordWriter)
 from shardq.example import (  # noqa: F401
     FixedLen, serialize_example, parse_example, parse_example_fn)
+from shardq.example import VarLen, Ragged  # noqa: F401
 from shardq import data  # noqa: F401,E402
 from shardq.queues import (  # noqa: F401,E402  (TF 1.x queues, see shardq/queues.py)
     FIFOQueue, PriorityQueue, RandomShuffleQueue)
@@ -49,7 +50,7 @@ from shardq.queue_runners import (  # noqa: F401,E402
 
 __all__ = [
     "WorkQueue", "Item", "TextLineReader", "TFRecordReader", "TFRecordWriter", "TableReader",
-    "FixedLen", "serialize_example",
+    "FixedLen", "serialize_example", "VarLen", "Ragged",
     "parse_example", "parse_example_fn", "serve", "Error", "OutOfRangeError", "InvalidArgumentError",
     "NotFoundError", "DeadlineExceededError", "UnavailableError", "DataLossError",
     "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",

@@ -39,12 +39,32 @@ may still have records in a Python buffer). Put it last. A
 One pass (one ``for`` over the dataset) reads every epoch of the queue.
 Another pass over the same WorkQueue, once it is finished, raises
 FailedPreconditionError rather than ending silently empty; a pass that
-stopped early continues where the queue is.
+stopped early continues where the queue is. The torch habit: call
+``ds.set_epoch(e)`` before each pass (``for e in range(E)``); a pass then
+reads what is left of epochs <= e (epoch e, plus items of earlier epochs
+given back or expired since) and stops at the first item of a later epoch,
+which it gives back to the queue for the next pass.
+
+``from_queue(..., equal_steps=True)``: every participant sharing the queue
+(``participants`` of them: by default WORLD_SIZE, one per rank) yields the
+same number of batches per pass, agreed through the coordinator, so that
+synchronous data-parallel training never waits in an all-reduce for a rank
+with no batch left. Each batch is a dict with a boolean ``"_mask"`` per row
+(parse_example's dict, or ``{"records": batch, "_mask": ...}``): a
+participant that runs dry yields padding batches (zeros / b"" / None rows,
+``_mask`` all False) until every participant is done and the agreed count
+is reached; no real record is dropped or repeated. Before each real batch
+it reports its count (one small call to the coordinator per batch); once
+dry, it may pad only up to a count another participant has reached, so it
+keeps the other ranks' training loops going without running ahead of them
+(see src/core/step_agreement.h). The alternative without padding is
+torch.distributed.algorithms.Join (see README).
 """
 import os
 import queue as _queue
 import random
 import threading
+import time
 
 import shardq
 from shardq import _shardq
@@ -71,6 +91,18 @@ class Dataset:
 
     def _then(self, *op):
         return Dataset(self._make_iter, self._ops + (op,), self._queue_source)
+
+    def set_epoch(self, epoch):
+        """The next passes over this dataset (and every dataset of its
+        chain: they share one queue source) read epoch ``epoch`` of the
+        queue, plus items of earlier epochs given back or expired since, and
+        nothing of later epochs (see the module docstring). ``None``: every
+        epoch in one pass (the default, PAI's habit). Epochs count from 0 and
+        must be below the queue's num_epochs (InvalidArgumentError)."""
+        if self._queue_source is None:
+            raise shardq.FailedPreconditionError(
+                "set_epoch needs a dataset made by shardq.data.from_queue")
+        self._queue_source["epoch"] = _check_epoch(epoch, self._queue_source["queue"])
 
     def map(self, fn):
         """Applies ``fn`` to every element, in order. An ExampleParser
@@ -143,13 +175,20 @@ class Dataset:
         if self._queue_source is None:
             return _python_stages(iter(self._make_iter()), _swap_parse_split(self._ops))
         source = self._queue_source
+        if (source.get("equal_steps") is not None
+                and not any(name == "batch" for name, *_ in self._ops)):
+            raise shardq.InvalidArgumentError(
+                "equal_steps needs a dataset of batches: end the chain with .batch(n) "
+                "(then parse_example / prefetch)")
         _begin_pass(source["queue"])
         native_ops, python_ops = _plan(self._ops)
         _check_splits(native_ops, python_ops)
         builder = _shardq._Pipeline(source["queue"], source["reader"], source["on_corrupt"],
                                     source["cycle_length"], source["num_parallel_reads"],
                                     source["read_size"], source["complete_when_read"],
-                                    source["siblings"])
+                                    source["siblings"],
+                                    -1 if source.get("epoch") is None else source["epoch"],
+                                    source.get("equal_steps") is not None)
         for name, *args in native_ops:
             if name == "parse_example":
                 parser, threads = args
@@ -157,9 +196,127 @@ class Dataset:
             else:
                 getattr(builder, name)(*args)
         native = builder.iterator()
+        if source.get("equal_steps") is not None:
+            it = _python_stages(_closing(native), python_ops, _batch_size_at_end(native_ops))
+            return _equal_steps(it, source, self._ops)
         if not python_ops:
             return native  # next() / close() / stats()
         return _python_stages(_closing(native), python_ops, _batch_size_at_end(native_ops))
+
+
+def _check_epoch(epoch, queue):
+    """``epoch`` as an int checked against ``queue``'s num_epochs (None
+    passes: every epoch)."""
+    if epoch is None:
+        return None
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise shardq.InvalidArgumentError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
+    num_epochs = queue.num_epochs
+    if num_epochs is not None and num_epochs >= 0 and epoch >= num_epochs:
+        raise shardq.InvalidArgumentError(
+            f"set_epoch({epoch}): queue '{queue.name}' has num_epochs={num_epochs} "
+            f"(epochs 0 to {num_epochs - 1})")
+    return int(epoch)
+
+
+# --- Equal steps ---
+
+# How often a participant waiting for the others asks the coordinator again.
+_STEPS_POLL = 0.02
+
+
+def _padding_batch(ops, template):
+    """A batch of padding rows shaped as the pipeline's batches (from the
+    parse_example spec, else like ``template``), its "_mask" all False."""
+    import numpy as np
+    batch_size = next((args[0] for name, *args in reversed(ops) if name == "batch"), None)
+    parse = next((args[0] for name, *args in reversed(ops) if name == "parse_example"), None)
+    if batch_size is None:
+        raise shardq.InvalidArgumentError("equal_steps needs batches: call .batch(n)")
+    if parse is not None:
+        out = {}
+        for name, (shape, dtype, _default) in parse.spec.items():
+            if shape is None:  # VarLen: no values, every row empty
+                values = (np.zeros(0, dtype=object) if dtype == "bytes"
+                          else np.zeros(0, dtype=dtype))
+                out[name] = shardq.Ragged(values, np.zeros(batch_size, dtype=np.int64))
+                continue
+            full = (batch_size,) + tuple(shape)
+            out[name] = (np.full(full, b"", dtype=object) if dtype == "bytes"
+                         else np.zeros(full, dtype=dtype))
+    elif isinstance(template, dict) and "records" not in template:
+        out = {k: (np.zeros((batch_size,) + v.shape[1:], dtype=v.dtype)
+                   if isinstance(v, np.ndarray) and v.dtype != object
+                   else [None] * batch_size)
+               for k, v in template.items() if k != "_mask"}
+    else:
+        rows = template["records"] if template is not None else []
+        out = {"records": [_padding_row(rows)] * batch_size}
+    out["_mask"] = np.zeros(batch_size, dtype=np.bool_)
+    return out
+
+
+def _masked(batch):
+    """A real batch with its "_mask" (all True)."""
+    import numpy as np
+    if isinstance(batch, dict):
+        first = next(iter(batch.values()), None)
+        rows = (0 if first is None else len(first.row_lengths)
+                if isinstance(first, shardq.Ragged) else len(first))
+        out = dict(batch)
+    else:
+        rows = len(batch)
+        out = {"records": batch}
+    out["_mask"] = np.ones(rows, dtype=np.bool_)
+    return out
+
+
+def _equal_steps(it, source, ops):
+    """The batches of ``it`` (masked), then padding batches until this
+    participant reaches the step count all participants agree on (see
+    WorkQueue::AgreeSteps in include/shardq/work_queue.h)."""
+    queue = source["queue"]
+    native = queue._native if hasattr(queue, "_native") else queue
+    participants, participant = source["equal_steps"]
+    epoch = source.get("epoch")
+    key = "all-epochs" if epoch is None else f"epoch-{epoch}"
+
+    def report(count, done):
+        return native._agree_steps(key, participant, participants, count, done)
+
+    count = 0
+    template = None
+    try:
+        for batch in it:
+            count += 1
+            report(count, False)
+            template = _masked(batch)
+            yield template
+    finally:
+        if hasattr(it, "close"):
+            it.close()
+    tally = report(count, True)
+    while True:
+        if tally["agreed"]:
+            for _ in range(tally["steps"] - count):
+                yield _padding_batch(ops, template)
+            return
+        tally = report(count + 1, True)
+        if tally["granted"]:
+            count += 1
+            yield _padding_batch(ops, template)
+        elif not tally["agreed"]:
+            time.sleep(_STEPS_POLL)
+
+
+def _world_size():
+    """torch.distributed's world size when it is initialised, else
+    WORLD_SIZE (1 when unset)."""
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _begin_pass(queue):
@@ -388,7 +545,8 @@ _PY_STAGES = {"map": _py_map, "parse_example": _py_parse_example, "shuffle": _py
 
 
 def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
-               cycle_length=None, num_parallel_reads=1, complete="auto", _pass_siblings=""):
+               cycle_length=None, num_parallel_reads=1, complete="auto", _pass_siblings="",
+               equal_steps=False, participants=None, participant=None):
     """The records of a WorkQueue's items, read by the C++ pipeline: bytes
     for "text" and "tfrecord", dict rows (column -> value) for "table".
 
@@ -400,7 +558,11 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
     The pipeline must be the queue's only taker (no take() on it
     meanwhile). ``_pass_siblings`` (shardq.torch): the worker-id prefix of
     the other DataLoader workers of this pass; the pipeline then ends, as
-    the queue's end, once it holds nothing and they hold the rest."""
+    the queue's end, once it holds nothing and they hold the rest.
+    ``equal_steps``: see the module docstring; ``participants`` (default:
+    the world size, torch.distributed's or WORLD_SIZE) iterate datasets
+    over the queue, each named ``participant`` (default: the queue's
+    worker id), and the chain must end in batches."""
     if reader not in _READERS:
         raise shardq.InvalidArgumentError(
             f"reader must be 'text', 'tfrecord' or 'table', got {reader!r}")
@@ -414,8 +576,15 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
         complete = "read" if queue.num_clients == 1 else "consumed"
     if cycle_length is None:
         cycle_length = min(4, queue.num_clients)
+    steps = None
+    if equal_steps:
+        participants = _world_size() if participants is None else int(participants)
+        if participants < 1:
+            raise shardq.InvalidArgumentError(f"participants must be >= 1, got {participants}")
+        steps = (participants, str(participant) if participant else queue.worker_id)
     return Dataset(None, (), dict(queue=queue, reader=reader, on_corrupt=on_corrupt,
                                   read_size=int(read_size), cycle_length=int(cycle_length),
                                   num_parallel_reads=int(num_parallel_reads),
                                   complete_when_read=complete == "read",
-                                  siblings=str(_pass_siblings)))
+                                  siblings=str(_pass_siblings), epoch=None,
+                                  equal_steps=steps))

@@ -1,5 +1,7 @@
 """tf.Example parsing into numpy arrays (one contiguous buffer per feature,
 owned by the array: no copy on the way to torch.from_numpy)."""
+import collections
+
 from shardq import _shardq
 from shardq.errors import InvalidArgumentError
 
@@ -81,6 +83,49 @@ class FixedLen:
         return f"FixedLen({self.shape}, {self.dtype!r}{extra})"
 
 
+class VarLen:
+    """A variable-length feature (tf.io.VarLenFeature): any number of
+    values per record, none when a record lacks it. Parsed into a
+    ``shardq.Ragged(values, row_lengths)``: ``values`` holds every row's
+    values one after the other (numpy, dtype as FixedLen's; an object
+    array for "bytes"), ``row_lengths`` (int64) how many each row has.
+    shardq.torch hands it over as a Ragged of tensors; ``to_nested()``
+    makes a torch nested tensor."""
+
+    def __init__(self, dtype):
+        name = dtype if isinstance(dtype, str) else _dtype_name(dtype)
+        if name not in _DTYPES:
+            raise InvalidArgumentError(
+                f"VarLen dtype {dtype!r} is not float32, int64, uint8 or bytes")
+        self.dtype = _DTYPES[name]
+
+    def __repr__(self):
+        return f"VarLen({self.dtype!r})"
+
+
+class Ragged(collections.namedtuple("Ragged", ["values", "row_lengths"])):
+    """A batch of a VarLen feature: (values, row_lengths), see VarLen. A
+    named tuple, so torch's DataLoader keeps it one (converting its
+    members)."""
+    __slots__ = ()
+
+    def rows(self):
+        """The values of each row, as a list of slices of ``values``."""
+        out, start = [], 0
+        for n in self.row_lengths.tolist():
+            out.append(self.values[start:start + n])
+            start += n
+        return out
+
+    def to_nested(self):
+        """A torch nested tensor of the rows (numeric features)."""
+        import torch
+        return torch.nested.nested_tensor([torch.as_tensor(r) for r in self.rows()])
+
+    def __repr__(self):
+        return f"Ragged(values={self.values!r}, row_lengths={self.row_lengths!r})"
+
+
 def _flatten(value):
     if hasattr(value, "ravel"):
         yield from value.ravel().tolist()
@@ -99,10 +144,13 @@ class ExampleParser:
         if not features:
             raise InvalidArgumentError("parse_example needs at least one feature")
         for name, spec in features.items():
-            if not isinstance(spec, FixedLen):
+            if not isinstance(spec, (FixedLen, VarLen)):
                 raise InvalidArgumentError(
-                    f"feature {name!r}: expected shardq.FixedLen, got {type(spec).__name__}")
+                    f"feature {name!r}: expected shardq.FixedLen or shardq.VarLen, "
+                    f"got {type(spec).__name__}")
+        # A shape of None marks a VarLen feature.
         self.spec = {name: (spec.shape, spec.dtype, spec.default)
+                     if isinstance(spec, FixedLen) else (None, spec.dtype, None)
                      for name, spec in features.items()}
         self._native = _shardq._ExampleParser(self.spec)
 

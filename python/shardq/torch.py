@@ -32,8 +32,19 @@ items held by its parked siblings therefore ends its pass instead of
 waiting for them (that wait would never end); the siblings read those
 items when they are asked again.
 
-One pass over the DataLoader reads every epoch of the queue. Another pass
-over the same dataset, once its queue is finished, raises
+One pass over the DataLoader reads every epoch of the queue, unless
+``dataset.set_epoch(e)`` was called (the torch habit, as DistributedSampler):
+
+    for epoch in range(E):
+        dataset.set_epoch(epoch)
+        for batch in loader: ...
+
+A pass then reads epoch e (plus items of earlier epochs given back or
+expired since) and stops at the first item of a later epoch, which it gives
+back; across all ranks and workers every record of the epoch is read once.
+(set_epoch reaches the workers that the DataLoader starts for each pass:
+not with persistent_workers=True, which keep the dataset of their start.)
+Another pass over the same dataset, once its queue is finished, raises
 FailedPreconditionError (it never ends silently empty): make a new dataset,
 or give another queue ``name``. (A worker that joins a queue others have
 finished, such as a second process sharing it, reads nothing and ends.)
@@ -133,27 +144,47 @@ class _PackedBatch(dict):
         return (_unpack, (packed, layout))
 
 
+def _to_torch(v):
+    """A parsed feature as torch sees it: a tensor over the numpy buffer
+    (no copy), a list for an object (bytes) array, a Ragged of those for a
+    VarLen feature."""
+    if isinstance(v, shardq.Ragged):
+        return shardq.Ragged(_to_torch(v.values), torch.from_numpy(v.row_lengths))
+    return torch.from_numpy(v) if v.dtype != object else list(v)
+
+
 def _pack(arrays):
     """numpy arrays (the parser's buffers) copied into one shared-memory
-    storage, as a _PackedBatch of tensor views; object arrays as lists."""
+    storage, as a _PackedBatch of tensor views; object arrays as lists,
+    VarLen features as a Ragged of tensors (sent on their own)."""
     offsets = {}
     total = 0
     for name, a in arrays.items():
-        if a.dtype != object:
+        if not isinstance(a, shardq.Ragged) and a.dtype != object:
             offsets[name] = total
             total += -(-a.nbytes // _ALIGN) * _ALIGN
     storage = torch.UntypedStorage._new_shared(max(total, 1))
     flat = torch.empty(0, dtype=torch.uint8).set_(storage)
     out = _PackedBatch()
     for name, a in arrays.items():
-        if a.dtype == object:
-            out[name] = list(a)
+        if isinstance(a, shardq.Ragged) or a.dtype == object:
+            out[name] = _to_torch(a)
             continue
         src = torch.from_numpy(a)
         dst = flat[offsets[name]:offsets[name] + a.nbytes].view(src.dtype).view(src.shape)
         dst.copy_(src)
         out[name] = dst
     return out
+
+
+def _rank_and_world():
+    """(rank, world size): torch.distributed's when it is initialised
+    (in this process, or in the parent a DataLoader worker was forked
+    from), else RANK and WORLD_SIZE (0 and 1 when unset)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 # Items a worker's pipeline reads at once (from_queue's cycle_length); the
@@ -179,13 +210,23 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
     make a new dataset (or queue name) for another run.
     ``num_parallel_calls``: parse_example threads per worker (default: the
     cores divided among the DataLoader workers).
+
+    ``equal_steps=True`` (synchronous DDP): every rank yields the same
+    number of batches per pass (per set_epoch epoch, or per run without
+    it), agreed through the coordinator: each batch gets a boolean
+    ``"_mask"`` per row, and a rank that runs dry yields padding batches
+    (zero rows, ``_mask`` False) until the agreed count, so no rank waits
+    forever in an all-reduce. No real record is dropped or repeated. Every
+    DataLoader worker of every rank is a participant (world size from
+    torch.distributed, else WORLD_SIZE; every rank must use the same
+    num_workers and the same queue ``name``). See shardq.data.
     """
 
     def __init__(self, works, reader="tfrecord", features=None, batch_size=256,
                  drop_remainder=False, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, num_clients=1, name=None, address=None, on_corrupt="fail",
                  connect_timeout=None, *, lease_timeout=None, num_parallel_calls=None,
-                 take_ahead=None):
+                 take_ahead=None, equal_steps=False):
         super().__init__()
         if reader not in ("text", "tfrecord", "table"):
             raise shardq.InvalidArgumentError(
@@ -216,6 +257,7 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         if take_ahead is not None:
             self.queue_args["take_ahead"] = int(take_ahead)
         self.on_corrupt = on_corrupt
+        self.equal_steps = bool(equal_steps)
         if address is None and _needs_local_coordinator():
             world = int(os.environ.get("WORLD_SIZE", "1"))
             if world > 1:
@@ -229,6 +271,22 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         self.connect_timeout = connect_timeout
         self._id = uuid.uuid4().hex[:8]  # names this dataset's workers, in every pass
         self._passes = 0  # passes begun by this copy (a worker's, with persistent_workers)
+        self._epoch = None  # set_epoch: the epoch the next passes read; None: all
+
+    def set_epoch(self, epoch):
+        """The next passes read epoch ``epoch`` (from 0, below num_epochs),
+        plus items of earlier epochs given back or expired since, and
+        nothing of later epochs; None: every epoch in one pass."""
+        if epoch is not None:
+            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+                raise shardq.InvalidArgumentError(
+                    f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
+            num_epochs = self.queue_args["num_epochs"]
+            if num_epochs is not None and epoch >= num_epochs:
+                raise shardq.InvalidArgumentError(
+                    f"set_epoch({epoch}): the queue has num_epochs={num_epochs} "
+                    f"(epochs 0 to {num_epochs - 1})")
+        self._epoch = epoch
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -269,9 +327,17 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
 
     def _pipeline(self, queue, siblings):
         """The worker's C++ pipeline over ``queue``."""
+        steps = {}
+        if self.equal_steps:
+            rank, world = _rank_and_world()
+            info = torch.utils.data.get_worker_info()
+            workers = info.num_workers if info is not None else 1
+            steps = dict(equal_steps=True, participants=world * workers,
+                         participant=f"rank{rank}-w{info.id if info else 0}")
         ds = shardq.data.from_queue(queue, reader=self.reader, on_corrupt=self.on_corrupt,
                                     cycle_length=_CYCLE, complete="consumed",
-                                    _pass_siblings=siblings)
+                                    _pass_siblings=siblings, **steps)
+        ds.set_epoch(self._epoch)
         ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
         if self.features:
             ds = ds.parse_example(self.features, num_parallel_calls=self._parse_threads())
@@ -300,10 +366,8 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                     for batch in batches:
                         yield _pack(batch)
                 else:
-                    from_numpy = torch.from_numpy  # no copy: the parser's buffers
-                    for batch in batches:
-                        yield {k: from_numpy(v) if v.dtype != object else list(v)
-                               for k, v in batch.items()}
+                    for batch in batches:  # no copy: the parser's buffers
+                        yield {k: _to_torch(v) for k, v in batch.items()}
             finally:
                 batches.close()  # gives the items not consumed back to the queue
         finally:

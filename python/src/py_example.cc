@@ -43,7 +43,9 @@ std::vector<FixedLenFeature> FeaturesFromSpec(const py::dict& spec) {
     FixedLenFeature f;
     f.name = py::str(item.first);
     py::tuple t = item.second.cast<py::tuple>();
-    f.shape = t[0].cast<std::vector<int64_t>>();
+    // A shape of None: a variable-length feature (shardq.VarLen).
+    f.var_len = t[0].is_none();
+    if (!f.var_len) f.shape = t[0].cast<std::vector<int64_t>>();
     f.dtype = ParseDType(t[1].cast<std::string>(), f.name);
     // A third element, when not None: the default, flat (FixedLen checked
     // its length): numbers, or bytes values (one bytes object of the raw
@@ -75,6 +77,17 @@ std::vector<FixedLenFeature> FeaturesFromSpec(const py::dict& spec) {
 }
 
 py::object FeatureToNumpy(const ParsedFeature& f) {
+  if (f.var_len) {
+    // shardq.Ragged(values, row_lengths): the flat values (as a fixed
+    // feature's, of shape [total]) and an int64 array of one length per row.
+    ParsedFeature flat = f;
+    flat.var_len = false;
+    if (flat.dtype != DType::kBytes && flat.data->empty()) flat.data->resize(1);  // a valid pointer
+    py::object values = FeatureToNumpy(flat);
+    py::array_t<int64_t> lengths(static_cast<py::ssize_t>(f.row_lengths.size()));
+    std::copy(f.row_lengths.begin(), f.row_lengths.end(), lengths.mutable_data());
+    return py::module_::import("shardq.example").attr("Ragged")(values, lengths);
+  }
   if (f.dtype == DType::kFloat32) return Wrap<float>(f);
   if (f.dtype == DType::kInt64) return Wrap<int64_t>(f);
   if (f.dtype == DType::kUInt8) return Wrap<uint8_t>(f);

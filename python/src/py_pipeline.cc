@@ -8,6 +8,11 @@
 // one pass) also ends, like a PassSource, when it holds no item and the
 // queue's remaining items are all held by other workers of that pass
 // (py_torch_support.cc says why waiting for them would never end).
+// With `others_hold_ends_pass` (equal_steps, shardq.data), the same holds
+// for items held by ANY other worker: a rank whose worker waited for an
+// item another rank holds would stop its training loop, and with it the
+// other rank's (blocked in an all-reduce), whose consumption completes
+// that item; the equal-steps stage pads instead.
 //
 // _Pipeline is a builder, used once by shardq.data: each call appends a
 // stage; iterator() builds the pipeline and starts its threads. The element
@@ -204,11 +209,12 @@ py::dict StatsToDict(const pipeline::PipelineStats& s) {
 class PyPipelineIterator {
  public:
   PyPipelineIterator(std::shared_ptr<PyWorkQueue> queue, Elements::Iterators iterator,
-                     bool with_mask, std::string siblings)
+                     bool with_mask, std::string siblings, bool pass_rule)
       : queue_(std::move(queue)),
         iterator_(std::move(iterator)),
         with_mask_(with_mask),
-        siblings_(std::move(siblings)) {}
+        siblings_(std::move(siblings)),
+        pass_rule_(pass_rule) {}
 
   ~PyPipelineIterator() {
     py::gil_scoped_release release;
@@ -244,7 +250,7 @@ class PyPipelineIterator {
       absl::StatusOr<std::optional<T>> next;
       {
         py::gil_scoped_release release;
-        next = it.TryNext(siblings_.empty() ? kSignalCheck : kPassSlice);
+        next = it.TryNext(pass_rule_ ? kPassSlice : kSignalCheck);
       }
       if (!next.ok()) {
         if (absl::IsOutOfRange(next.status())) throw py::stop_iteration();
@@ -267,7 +273,7 @@ class PyPipelineIterator {
   // queue is held by the other workers of the pass. An item fetched after
   // the check is released by Reset, for a sibling to read.
   bool PassOver(const pipeline::PipelineStats& mine) {
-    if (siblings_.empty() || mine.items_held > 0) return false;
+    if (!pass_rule_ || mine.items_held > 0) return false;
     const absl::Time now = absl::Now();
     if (now - last_pass_check_ < kPassCheck) return false;
     last_pass_check_ = now;
@@ -295,7 +301,8 @@ class PyPipelineIterator {
   bool closed_ = false;
   bool in_next_ = false;  // guarded by the GIL
   pipeline::PipelineStats last_stats_;
-  const std::string siblings_;  // empty: no pass to end early
+  const std::string siblings_;  // the worker-id prefix of the pass's workers
+  const bool pass_rule_;        // false: no pass to end early
   absl::Time last_pass_check_ = absl::InfinitePast();
 };
 
@@ -304,8 +311,10 @@ class PyPipeline {
  public:
   PyPipeline(py::handle queue, const std::string& reader, const std::string& on_corrupt,
              int64_t cycle_length, int64_t num_parallel_reads, int64_t table_batch_rows,
-             bool complete_when_read, std::string siblings)
-      : siblings_(std::move(siblings)) {
+             bool complete_when_read, std::string siblings, int64_t max_epoch,
+             bool others_hold_ends_pass)
+      : siblings_(others_hold_ends_pass ? "" : std::move(siblings)),
+        pass_rule_(others_hold_ends_pass || !siblings_.empty()) {
     py::handle native = py::hasattr(queue, "_native") ? queue.attr("_native") : queue;
     if (!py::isinstance<PyWorkQueue>(native)) {
       throw py::type_error("shardq.data.from_queue needs a shardq.WorkQueue");
@@ -315,6 +324,7 @@ class PyPipeline {
     read.cycle_length = cycle_length;
     read.num_parallel_reads = num_parallel_reads;
     read.complete_when_read = complete_when_read;
+    read.max_epoch = max_epoch;
     if (reader == "text") {
       stream_ = pipeline::ReadItems(queue_->queue(), pipeline::TextReaderFactory(), read);
     } else if (reader == "tfrecord") {
@@ -453,7 +463,7 @@ class PyPipeline {
           stream);
     }
     return std::make_unique<PyPipelineIterator>(queue_, ValueOrThrow(std::move(iterator)),
-                                                with_mask_, siblings_);
+                                                with_mask_, siblings_, pass_rule_);
   }
 
   // What the elements are: "records", "batches", "replicas", "parsed",
@@ -467,6 +477,7 @@ class PyPipeline {
 
  private:
   const std::string siblings_;
+  const bool pass_rule_;
   std::shared_ptr<PyWorkQueue> queue_;
   Elements::Datasets stream_{std::in_place_index<0>,
                              pipeline::FromVector(std::vector<Record>{})};
@@ -477,11 +488,12 @@ class PyPipeline {
 void BindPipeline(py::module_& m) {
   py::class_<PyPipeline>(m, "_Pipeline")
       .def(py::init<py::handle, const std::string&, const std::string&, int64_t, int64_t,
-                    int64_t, bool, std::string>(),
+                    int64_t, bool, std::string, int64_t, bool>(),
            py::arg("queue"), py::arg("reader"), py::arg("on_corrupt") = "fail",
            py::arg("cycle_length") = 0, py::arg("num_parallel_reads") = 1,
            py::arg("table_batch_rows") = 0, py::arg("complete_when_read") = false,
-           py::arg("siblings") = "")
+           py::arg("siblings") = "", py::arg("max_epoch") = -1,
+           py::arg("others_hold_ends_pass") = false)
       .def("shuffle", &PyPipeline::Shuffle, py::arg("buffer_size"), py::arg("seed"))
       .def("batch", &PyPipeline::Batch, py::arg("batch_size"), py::arg("drop_remainder"))
       .def("split", &PyPipeline::Split, py::arg("replicas"), py::arg("remainder"))

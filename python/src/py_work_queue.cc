@@ -309,6 +309,34 @@ void BindWorkQueue(py::module_& m) {
       .def("stats", &PyWorkQueue::Stats)
       .def("close", &PyWorkQueue::Close)
       .def("save_checkpoint", &PyWorkQueue::SaveCheckpoint, py::arg("path"))
+      // Equal steps (WorkQueue::AgreeSteps), for shardq.data / shardq.torch.
+      .def(
+          "_agree_steps",
+          [](PyWorkQueue& q, std::string key, std::string participant, int64_t participants,
+             int64_t count, bool done) {
+            StepReport report;
+            report.key = std::move(key);
+            report.participant = std::move(participant);
+            report.participants = participants;
+            report.count = count;
+            report.done = done;
+            absl::StatusOr<StepTally> tally;
+            {
+              py::gil_scoped_release release;
+              tally = q.queue()->AgreeSteps(report);
+            }
+            const StepTally t = ValueOrThrow(std::move(tally));
+            py::dict out;
+            out["granted"] = t.granted;
+            out["agreed"] = t.agreed;
+            out["steps"] = t.steps;
+            out["max_count"] = t.max_count;
+            out["reported"] = t.reported;
+            out["done"] = t.done;
+            return out;
+          },
+          py::arg("key"), py::arg("participant"), py::arg("participants"), py::arg("count"),
+          py::arg("done"))
       .def("input_dataset",
            [](std::shared_ptr<PyWorkQueue> self) { return PyItemIterator(std::move(self)); })
       .def("input_producer",

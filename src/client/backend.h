@@ -118,6 +118,11 @@ class QueueBackend {
   virtual absl::Status ReportProgress(
       absl::string_view queue, absl::string_view worker,
       const std::vector<std::pair<uint64_t, int64_t>>& progress) = 0;
+  // Equal steps across ranks (see CoordinatorImpl::AgreeSteps).
+  virtual absl::StatusOr<StepTally> AgreeSteps(absl::string_view queue,
+                                               const StepReport& report) {
+    return absl::UnimplementedError("this backend cannot agree on steps");
+  }
   virtual absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue) = 0;
   virtual absl::StatusOr<QueueInfo> RestoreCheckpoint(const journal::Checkpoint& checkpoint,
                                                       const std::string& name) = 0;

@@ -52,6 +52,10 @@ class CoordinatorBackend final : public QueueBackend {
       const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
     return coordinator_->ReportProgress(queue, worker, progress);
   }
+  absl::StatusOr<StepTally> AgreeSteps(absl::string_view queue,
+                                       const StepReport& report) override {
+    return coordinator_->AgreeSteps(queue, report);
+  }
   absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue) override {
     return coordinator_->ExportCheckpoint(queue);
   }

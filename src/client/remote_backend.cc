@@ -227,6 +227,21 @@ class RemoteBackend final : public QueueBackend {
     });
   }
 
+  // Retried like every call: a report carries the participant's whole
+  // state, so repeating one changes nothing.
+  absl::StatusOr<StepTally> AgreeSteps(absl::string_view queue,
+                                       const StepReport& report) override {
+    v1::AgreeStepsRequest req;
+    ToProto(report, &req);
+    req.set_queue(std::string(queue));
+    v1::AgreeStepsResponse resp;
+    absl::Status s = Unary("AgreeSteps", [&](grpc::ClientContext* ctx) {
+      return stub_->AgreeSteps(ctx, req, &resp);
+    });
+    if (!s.ok()) return s;
+    return FromProto(resp);
+  }
+
   absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue) override {
     v1::ExportCheckpointRequest req;
     req.set_queue(std::string(queue));

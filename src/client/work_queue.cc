@@ -468,6 +468,9 @@ void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
   impl_->NoteProgress(item, offset);
 }
 absl::Status WorkQueue::ReportProgress() { return impl_->ReportProgress(); }
+absl::StatusOr<StepTally> WorkQueue::AgreeSteps(const StepReport& report) {
+  return impl_->backend_->AgreeSteps(impl_->name_, report);
+}
 absl::Status WorkQueue::SaveCheckpoint(const std::string& path) {
   return impl_->SaveCheckpoint(path);
 }

@@ -98,6 +98,8 @@ struct Sink {
   char* out;                 // numeric: start of this record's values
   std::vector<std::string>* strings;  // bytes: the batch's strings
   size_t strings_start;      // bytes: index of this record's first value
+  std::vector<char>* grow = nullptr;  // var_len numeric: the batch's values
+  size_t grow_start = 0;              // var_len: where this record's begin
   int64_t count = 0;
   bool seen = false;
   DType found = DType::kFloat32;
@@ -106,6 +108,13 @@ struct Sink {
 // Appends one value; false when the record has more than capacity.
 template <typename T>
 bool Put(Sink& s, T v) {
+  if (s.grow != nullptr) {
+    const size_t at = s.grow->size();
+    s.grow->resize(at + sizeof(T));
+    std::memcpy(s.grow->data() + at, &v, sizeof(T));
+    ++s.count;
+    return true;
+  }
   if (s.count >= s.capacity) {
     ++s.count;  // keep counting for the error message
     return true;
@@ -120,6 +129,7 @@ bool ParseFeature(absl::string_view bytes, Sink& sink) {
   sink.count = 0;
   sink.seen = true;
   if (sink.strings != nullptr) sink.strings->resize(sink.strings_start);
+  if (sink.grow != nullptr) sink.grow->resize(sink.grow_start);
   while (!w.done()) {
     uint32_t field;
     int wt;
@@ -146,7 +156,9 @@ bool ParseFeature(absl::string_view bytes, Sink& sink) {
         absl::string_view v;
         if (lwt != kLengthDelimited || !l.Bytes(&v)) return false;
         const int64_t n = static_cast<int64_t>(v.size());
-        if (n > 0 && sink.count + n <= sink.capacity) {
+        if (sink.grow != nullptr) {
+          sink.grow->insert(sink.grow->end(), v.begin(), v.end());
+        } else if (n > 0 && sink.count + n <= sink.capacity) {
           std::memcpy(sink.out + sink.count, v.data(), v.size());
         }
         sink.count += n;  // past capacity: only counted, for the error message
@@ -229,6 +241,10 @@ absl::StatusOr<ExampleParser> ExampleParser::Create(std::vector<FixedLenFeature>
       }
       values *= d;
     }
+    if (f.var_len && (!f.shape.empty() || f.has_default)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature '", f.name, "': a variable-length feature has no shape and no default"));
+    }
     if (!f.has_default) continue;
     const int64_t given = f.dtype == DType::kBytes
                               ? static_cast<int64_t>(f.default_strings.size())
@@ -254,7 +270,11 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
     p.dtype = features_[i].dtype;
     p.shape.push_back(batch);
     p.shape.insert(p.shape.end(), features_[i].shape.begin(), features_[i].shape.end());
-    if (p.dtype == DType::kBytes) {
+    p.var_len = features_[i].var_len;
+    if (p.var_len) {
+      p.row_lengths.reserve(static_cast<size_t>(batch));
+      if (p.dtype != DType::kBytes) p.data = std::make_shared<std::vector<char>>();
+    } else if (p.dtype == DType::kBytes) {
       p.strings.reserve(static_cast<size_t>(batch * values_per_record_[i]));
     } else {
       p.data = std::make_shared<std::vector<char>>(
@@ -265,10 +285,17 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
   for (int64_t r = 0; r < batch; ++r) {
     for (size_t i = 0; i < features_.size(); ++i) {
       const int64_t width = DTypeSize(features_[i].dtype);
+      const bool var_len = features_[i].var_len;
       sinks[i] = Sink{&features_[i], values_per_record_[i],
-                      out[i].data ? out[i].data->data() + r * values_per_record_[i] * width : nullptr,
+                      out[i].data && !var_len
+                          ? out[i].data->data() + r * values_per_record_[i] * width
+                          : nullptr,
                       out[i].dtype == DType::kBytes ? &out[i].strings : nullptr,
                       out[i].strings.size()};
+      if (var_len && out[i].data) {
+        sinks[i].grow = out[i].data.get();
+        sinks[i].grow_start = out[i].data->size();
+      }
     }
     Wire example(records[static_cast<size_t>(r)]);
     bool ok = true;
@@ -313,6 +340,16 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
     }
     for (size_t i = 0; i < features_.size(); ++i) {
       const Sink& s = sinks[i];
+      if (features_[i].var_len) {
+        if (s.seen && s.found != StoredAs(features_[i].dtype)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "record ", r, ": feature '", features_[i].name, "' holds ", DTypeName(s.found),
+              " values, expected ", DTypeName(StoredAs(features_[i].dtype)),
+              features_[i].dtype == DType::kUInt8 ? " (read as uint8)" : ""));
+        }
+        out[i].row_lengths.push_back(s.seen ? s.count : 0);
+        continue;
+      }
       if (!s.seen && features_[i].has_default) {
         if (features_[i].dtype == DType::kBytes) {
           out[i].strings.insert(out[i].strings.end(), features_[i].default_strings.begin(),
@@ -344,6 +381,12 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
             " values, expected ", values_per_record_[i]));
       }
     }
+  }
+  for (ParsedFeature& p : out) {
+    if (!p.var_len) continue;
+    int64_t total = 0;
+    for (int64_t n : p.row_lengths) total += n;
+    p.shape = {total};
   }
   return out;
 }

@@ -25,11 +25,14 @@ enum class DType { kFloat32, kInt64, kBytes, kUInt8 };
 int64_t DTypeSize(DType dtype);
 
 // A fixed-length feature: every record holds exactly prod(shape) values
-// (bytes, for kUInt8).
+// (bytes, for kUInt8). With var_len, a variable-length feature (tf's
+// VarLenFeature): any number of values per record, none when the record
+// lacks it; `shape` must be empty and there is no default.
 struct FixedLenFeature {
   std::string name;
   std::vector<int64_t> shape;  // per record; {} is a scalar
   DType dtype = DType::kFloat32;
+  bool var_len = false;
   // With has_default, a record that lacks the feature gets these values
   // instead of an error: prod(shape) values as they are stored in
   // ParsedFeature::data (float32 / int64 in native byte order, raw bytes for
@@ -41,19 +44,25 @@ struct FixedLenFeature {
 
 // One parsed feature of a batch. For kFloat32/kInt64/kUInt8, `data` holds
 // batch * prod(shape) values contiguously; for kBytes, `strings` holds them.
+// A var_len feature holds every record's values one after the other
+// (shape {total values}) and `row_lengths` says how many each record has
+// (batch entries, summing to the total).
 struct ParsedFeature {
   std::string name;
   DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;  // {batch, shape...}
+  std::vector<int64_t> shape;  // {batch, shape...}; var_len: {total values}
   std::shared_ptr<std::vector<char>> data;  // shared so Python can own it
   std::vector<std::string> strings;
+  bool var_len = false;
+  std::vector<int64_t> row_lengths;  // var_len only
 };
 
 // Thread-compatible (Parse is const).
 class ExampleParser {
  public:
-  // INVALID_ARGUMENT for no features, duplicate names, negative dims, or a
-  // default of the wrong size (naming the feature and both counts).
+  // INVALID_ARGUMENT for no features, duplicate names, negative dims, a
+  // default of the wrong size (naming the feature and both counts), or a
+  // var_len feature with a shape or a default.
   static absl::StatusOr<ExampleParser> Create(std::vector<FixedLenFeature> features);
 
   // Parses every record. INVALID_ARGUMENT naming the record index and the

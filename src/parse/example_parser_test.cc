@@ -225,5 +225,65 @@ TEST(ExampleParser, DefaultsFillMissingFeaturesAndMustMatchTheShape) {
       << s;
 }
 
+// VarLen: every row's values one after the other, with row lengths; a
+// record lacking the feature is an empty row, not an error.
+TEST(ExampleParser, VarLenFeaturesGiveValuesAndRowLengths) {
+  std::vector<std::string> records;
+  for (int i = 0; i < 3; ++i) {
+    example::Example e;
+    auto& f = *e.mutable_features()->mutable_feature();
+    if (i != 1) {  // record 1 lacks both features
+      for (int k = 0; k <= i; ++k) f["ids"].mutable_int64_list()->add_value(10 * i + k);
+      for (int k = 0; k < i; ++k) f["tags"].mutable_bytes_list()->add_value(absl::StrCat("t", k));
+    }
+    f["y"].mutable_int64_list()->add_value(i);
+    records.push_back(e.SerializeAsString());
+  }
+  std::vector<absl::string_view> views(records.begin(), records.end());
+  FixedLenFeature ids{"ids", {}, DType::kInt64};
+  ids.var_len = true;
+  FixedLenFeature tags{"tags", {}, DType::kBytes};
+  tags.var_len = true;
+  auto parser = ExampleParser::Create({ids, tags, {"y", {}, DType::kInt64}});
+  ASSERT_TRUE(parser.ok()) << parser.status();
+  auto parsed = parser->Parse(views);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ParsedFeature& p = (*parsed)[0];
+  EXPECT_TRUE(p.var_len);
+  EXPECT_EQ(p.row_lengths, (std::vector<int64_t>{1, 0, 3}));
+  EXPECT_EQ(p.shape, (std::vector<int64_t>{4}));
+  const int64_t* v = reinterpret_cast<const int64_t*>(p.data->data());
+  EXPECT_EQ(std::vector<int64_t>(v, v + 4), (std::vector<int64_t>{0, 20, 21, 22}));
+  EXPECT_EQ((*parsed)[1].row_lengths, (std::vector<int64_t>{0, 0, 2}));
+  EXPECT_EQ((*parsed)[1].strings, (std::vector<std::string>{"t0", "t1"}));
+  EXPECT_FALSE((*parsed)[2].var_len);
+}
+
+TEST(ExampleParser, VarLenRefusesAShapeADefaultOrTheWrongType) {
+  FixedLenFeature shaped{"ids", {2}, DType::kInt64};
+  shaped.var_len = true;
+  EXPECT_TRUE(absl::IsInvalidArgument(ExampleParser::Create({shaped}).status()));
+  FixedLenFeature with_default{"ids", {}, DType::kInt64};
+  with_default.var_len = true;
+  with_default.has_default = true;
+  with_default.default_data.resize(8);
+  EXPECT_TRUE(absl::IsInvalidArgument(ExampleParser::Create({with_default}).status()));
+  FixedLenFeature floats{"x", {}, DType::kFloat32};
+  floats.var_len = true;
+  auto parser = ExampleParser::Create({floats});
+  ASSERT_TRUE(parser.ok());
+  const std::string record = MakeExample(1);  // "y" is int64
+  FixedLenFeature wrong{"y", {}, DType::kFloat32};
+  wrong.var_len = true;
+  auto wrong_parser = ExampleParser::Create({wrong});
+  ASSERT_TRUE(wrong_parser.ok());
+  auto parsed = wrong_parser->Parse({record});
+  ASSERT_TRUE(absl::IsInvalidArgument(parsed.status())) << parsed.status();
+  EXPECT_NE(std::string(parsed.status().message()).find("'y'"), std::string::npos);
+  auto ok = parser->Parse({record});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[0].row_lengths, (std::vector<int64_t>{4}));
+}
+
 }  // namespace
 }  // namespace shardq

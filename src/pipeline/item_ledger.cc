@@ -79,6 +79,19 @@ absl::Status ItemLedger::FetchLoop() {
 
 absl::StatusOr<WorkItem> ItemLedger::FetchOne(bool* stopped) {
   if (work_queue_ == nullptr) return source_->NextItem();
+  absl::StatusOr<WorkItem> item = TakeFromQueue(stopped);
+  if (!item.ok() || options_.max_epoch < 0 || item->epoch <= options_.max_epoch) {
+    return item;
+  }
+  // The next item belongs to a later epoch: this pass is over. Given back
+  // whole, so that the pass of its epoch reads it.
+  if (absl::Status s = work_queue_->Release(*item); !s.ok()) return s;
+  return absl::OutOfRangeError(absl::StrCat(
+      options_.name, ": the items of epochs <= ", options_.max_epoch,
+      " are all taken (the next one is of epoch ", item->epoch, ")"));
+}
+
+absl::StatusOr<WorkItem> ItemLedger::TakeFromQueue(bool* stopped) {
   // A first take that does not wait tells "dry" (nothing to hand out now)
   // from "an item is on its way".
   absl::StatusOr<WorkItem> item = work_queue_->Take(absl::ZeroDuration());

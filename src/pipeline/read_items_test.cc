@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardq/input_producer.h"
+#include "shardq/item_source.h"
 #include "shardq/pipeline/dataset.h"
 #include "shardq/work_queue.h"
 #include "src/io/tfrecord.h"
@@ -155,6 +156,41 @@ TEST(ReadItems, CompleteWhenReadBatchesAcrossItemsWithOneHeldItem) {
   const QueueStats stats = ValueOrDie(queue->Stats());
   EXPECT_TRUE(stats.finished);
   EXPECT_EQ(stats.completed, 5);
+}
+
+// The torch habit (set_epoch): a pass with max_epoch = e reads epoch e
+// only, gives back the first item of epoch e + 1 (no failed attempt), and
+// the next pass reads epoch e + 1 from it: every record once per pass.
+TEST(ReadItems, MaxEpochReadsOneEpochPerPass) {
+  const std::string tag = UniqueName("epochs");
+  std::vector<std::string> files = WriteTextFiles(tag, 4, 9);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 8, 16, 3, /*num_epochs=*/3);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    InterleaveOptions read;
+    read.cycle_length = 3;
+    read.max_epoch = epoch;
+    auto it = ValueOrDie(ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator());
+    std::vector<std::string> values;
+    for (const Record& r : Drain(*it)) values.push_back(r.value);
+    EXPECT_EQ(Sorted(values), Sorted(ExpectedLines(tag, 4, 9))) << "epoch " << epoch;
+    const QueueStats stats = ValueOrDie(queue->Stats());
+    EXPECT_EQ(stats.completed, 8 * (epoch + 1)) << "epoch " << epoch;
+    EXPECT_EQ(stats.finished, epoch == 2);
+    EXPECT_EQ(stats.failed, 0);
+  }
+}
+
+TEST(ReadItems, MaxEpochNeedsAWorkQueue) {
+  ListItemSource source({"unused"});
+  InterleaveOptions read;
+  read.max_epoch = 0;
+  auto it = ReadItems(&source, TextReaderFactory(), read).MakeIterator();
+  EXPECT_TRUE(absl::IsInvalidArgument(it.status())) << it.status();
+  EXPECT_THAT(std::string(it.status().message()), HasSubstr("max_epoch"));
+  read.max_epoch = -2;
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(UniqueName("e2"), 1, 1), 0, 1);
+  it = ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator();
+  EXPECT_TRUE(absl::IsInvalidArgument(it.status())) << it.status();
 }
 
 TEST(ReadItems, TwoWorkersSharingAQueueReadEveryRecordOnce) {

@@ -70,8 +70,18 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
         absl::FormatDuration(options.take_poll_interval), ", must be > 0"));
   }
 
+  if (options.max_epoch < -1) {
+    return BadOption(options, "max_epoch", options.max_epoch, ">= -1");
+  }
+
   InterleaveOptions resolved = options;
   WorkQueue* work_queue = dynamic_cast<WorkQueue*>(source);
+  if (options.max_epoch >= 0 && work_queue == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReadItems '", options.name, "': max_epoch = ", options.max_epoch,
+        " needs a WorkQueue source (an item of a later epoch is given back "
+        "to the queue, which other sources cannot do)"));
+  }
   if (work_queue != nullptr) {
     if (options.max_items_held > work_queue->num_clients()) {
       return BadOption(options, "max_items_held", options.max_items_held,
@@ -109,6 +119,7 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
   ledger_options.max_items_held = resolved.max_items_held;
   ledger_options.take_poll_interval = resolved.take_poll_interval;
   ledger_options.complete_when_read = resolved.complete_when_read;
+  ledger_options.max_epoch = resolved.max_epoch;
   context->ledger =
       std::make_unique<ItemLedger>(source, work_queue, ledger_options);
   ItemLedger* ledger = context->ledger.get();

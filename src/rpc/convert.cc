@@ -166,4 +166,42 @@ HeartbeatReply FromProto(const v1::HeartbeatResponse& response) {
   return reply;
 }
 
+void ToProto(const StepReport& report, v1::AgreeStepsRequest* out) {
+  out->set_key(report.key);
+  out->set_participant(report.participant);
+  out->set_participants(report.participants);
+  out->set_count(report.count);
+  out->set_done(report.done);
+}
+
+StepReport FromProto(const v1::AgreeStepsRequest& request) {
+  StepReport r;
+  r.key = request.key();
+  r.participant = request.participant();
+  r.participants = request.participants();
+  r.count = request.count();
+  r.done = request.done();
+  return r;
+}
+
+void ToProto(const StepTally& tally, v1::AgreeStepsResponse* out) {
+  out->set_granted(tally.granted);
+  out->set_agreed(tally.agreed);
+  out->set_steps(tally.steps);
+  out->set_max_count(tally.max_count);
+  out->set_reported(tally.reported);
+  out->set_done(tally.done);
+}
+
+StepTally FromProto(const v1::AgreeStepsResponse& response) {
+  StepTally t;
+  t.granted = response.granted();
+  t.agreed = response.agreed();
+  t.steps = response.steps();
+  t.max_count = response.max_count();
+  t.reported = response.reported();
+  t.done = response.done();
+  return t;
+}
+
 }  // namespace shardq

@@ -40,6 +40,12 @@ QueueStats FromProto(const v1::QueueStatus& status);
 void ToProto(const HeartbeatReply& reply, v1::HeartbeatResponse* out);
 HeartbeatReply FromProto(const v1::HeartbeatResponse& response);
 
+// Equal steps (AgreeSteps); the request's queue is set apart.
+void ToProto(const StepReport& report, v1::AgreeStepsRequest* out);
+StepReport FromProto(const v1::AgreeStepsRequest& request);
+void ToProto(const StepTally& tally, v1::AgreeStepsResponse* out);
+StepTally FromProto(const v1::AgreeStepsResponse& response);
+
 }  // namespace shardq
 
 #endif  // SHARDQ_RPC_CONVERT_H_

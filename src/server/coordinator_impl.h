@@ -59,6 +59,7 @@
 #include "shardq/work_item.h"
 #include "src/core/clock.h"
 #include "src/core/queue_state.h"
+#include "src/core/step_agreement.h"
 #include "src/server/session_types.h"
 #include "src/server/wait_hub.h"
 #include "src/store/journal.h"
@@ -165,6 +166,13 @@ class CoordinatorImpl {
   // every pair was tried.
   absl::Status ReportProgress(absl::string_view queue, absl::string_view worker,
                               const std::vector<std::pair<uint64_t, int64_t>>& progress);
+
+  // Equal steps across ranks (src/core/step_agreement.h): records one
+  // participant's report for `queue` and answers the tally at once (a
+  // participant waiting for the others asks again; nobody waits here).
+  // Soft state, not journaled. NOT_FOUND for an unknown queue; the
+  // errors of StepAgreements::Report. (coordinator_steps.cc)
+  absl::StatusOr<StepTally> AgreeSteps(absl::string_view queue, const StepReport& report);
 
   // A training job's checkpoint of `queue` (see QueueState::ToCheckpoint).
   absl::StatusOr<journal::Checkpoint> ExportCheckpoint(absl::string_view queue);
@@ -295,6 +303,8 @@ class CoordinatorImpl {
     std::deque<uint64_t> grants_behind ABSL_GUARDED_BY(mu);
     // Open sessions and waiting session takes; null until the first session.
     std::shared_ptr<EntrySessions> sessions ABSL_GUARDED_BY(mu);
+    // Equal-steps agreements; null until the first report (AgreeSteps).
+    std::unique_ptr<StepAgreements> steps ABSL_GUARDED_BY(mu);
   };
 
   CoordinatorImpl(Clock* clock, std::unique_ptr<StateStore> journal, int64_t snapshot_every,

@@ -269,6 +269,15 @@ grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx,
       coordinator_->ReportProgress(req->queue(), req->worker(), ToPairs(req->progress())));
 }
 
+grpc::Status CoordinatorService::AgreeSteps(grpc::ServerContext* ctx,
+                                            const v1::AgreeStepsRequest* req,
+                                            v1::AgreeStepsResponse* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<StepTally> tally = coordinator_->AgreeSteps(req->queue(), FromProto(*req));
+  if (tally.ok()) ToProto(*tally, resp);
+  return ToGrpcStatus(tally.status());
+}
+
 grpc::Status CoordinatorService::ExportCheckpoint(grpc::ServerContext* ctx,
                                                   const v1::ExportCheckpointRequest* req,
                                                   v1::ExportCheckpointResponse* resp) {

@@ -77,6 +77,8 @@ class CoordinatorService final
                       v1::StatusResponse* resp) override;
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
                               v1::ReportProgressResponse* resp) override;
+  grpc::Status AgreeSteps(grpc::ServerContext* ctx, const v1::AgreeStepsRequest* req,
+                          v1::AgreeStepsResponse* resp) override;
   grpc::Status ExportCheckpoint(grpc::ServerContext* ctx,
                                 const v1::ExportCheckpointRequest* req,
                                 v1::ExportCheckpointResponse* resp) override;

@@ -80,6 +80,17 @@ struct InterleaveOptions {
   // How often a take from a WorkQueue that is waiting for items held by
   // other workers wakes to check whether the pipeline is being destroyed.
   absl::Duration take_poll_interval = absl::Milliseconds(100);
+
+  // >= 0: read one epoch the torch way (set_epoch): items of epochs up to
+  // max_epoch only. The first item taken of a later epoch is given back to
+  // the queue at once (WorkQueue::Release: it goes to the front, no failed
+  // attempt) and the stage ends after the items it holds, as at the end of
+  // the data. So a pass with max_epoch = e reads what is left of epochs
+  // <= e (epoch e, plus items of earlier epochs given back or expired
+  // since), and nothing of later epochs. -1 (the default): every epoch.
+  // Needs a WorkQueue source (INVALID_ARGUMENT otherwise: other sources
+  // cannot take an item back).
+  int64_t max_epoch = -1;
 };
 
 // Map: applies a function to every element.

@@ -144,6 +144,7 @@ struct LedgerOptions {
   int64_t max_items_held = 0;    // resolved: > 0, or 0 for unlimited
   absl::Duration take_poll_interval = absl::Milliseconds(100);
   bool complete_when_read = false;  // see InterleaveOptions
+  int64_t max_epoch = -1;           // see InterleaveOptions
 };
 
 // Why a stalled pipeline cannot get more records.
@@ -255,6 +256,8 @@ class ItemLedger {
   absl::Status FetchLoop();
   // One fetch from the source (no lock held).
   absl::StatusOr<WorkItem> FetchOne(bool* dry);
+  // FetchOne from a WorkQueue, before the max_epoch check.
+  absl::StatusOr<WorkItem> TakeFromQueue(bool* stopped);
   bool AtLimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts consumed records of `ticket`; true when the item is now done.
   bool ConsumeLocked(ItemTicket& ticket, int64_t seq, int64_t* progress)

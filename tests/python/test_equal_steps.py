@@ -1,0 +1,163 @@
+"""equal_steps=True: every rank yields the same number of batches per epoch
+(agreed through the coordinator), so synchronous DDP training never hangs
+on uneven shares; padding rows are masked, real records used once."""
+import collections
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import shardq  # noqa: E402
+import shardq.data  # noqa: E402
+from example_data import write_files  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = os.environ.get("SHARDQ_PYTHONPATH", str(REPO / "build" / "python"))
+
+
+def _serve(tmp_path):
+    port_file = tmp_path / "port"
+    serve = subprocess.Popen([str(REPO / "build" / "bin" / "shardq"), "serve", "--listen",
+                              "127.0.0.1:0", "--port-file", str(port_file)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not port_file.exists() or not port_file.read_text().strip():
+        assert time.monotonic() < deadline and serve.poll() is None
+        time.sleep(0.02)
+    return serve, f"127.0.0.1:{int(port_file.read_text())}"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+RANK = """
+import json, sys, time
+sys.path.insert(0, {pkg!r})
+import torch, torch.distributed as dist
+import shardq, shardq.torch
+files, address, slow = json.loads(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+features = {{"x": shardq.FixedLen((4,), "float32"), "y": shardq.FixedLen((), "int64")}}
+ds = shardq.torch.WorkQueueDataset(files, reader="tfrecord", features=features, batch_size=4,
+                                   num_epochs=2, seed=3, name="ddp", address=address,
+                                   equal_steps=True)
+loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+out = []
+for epoch in range(2):
+    ds.set_epoch(epoch)
+    steps, labels, padding_rows, bad_padding = 0, [], 0, 0
+    for batch in loader:
+        mask = batch["_mask"]
+        assert mask.dtype == torch.bool and mask.shape[0] == batch["x"].shape[0]
+        labels += batch["y"][mask].tolist()
+        padding_rows += int((~mask).sum())
+        bad_padding += int(batch["x"][~mask].abs().sum() != 0)
+        pred = model(batch["x"]).squeeze(-1)
+        loss = ((pred - batch["y"].float()) ** 2 * mask.float()).sum() / max(1, int(mask.sum()))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+        time.sleep(slow)
+    out.append(dict(steps=steps, labels=labels, padding_rows=padding_rows,
+                    bad_padding=bad_padding))
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+def test_ddp_with_equal_steps_finishes_with_the_same_steps_on_every_rank(tmp_path):
+    # 3 items (one per file) for 2 ranks x 2 DataLoader workers: some worker
+    # reads nothing in each epoch, so padding is certain, and the shares of
+    # the ranks differ; rank 1 trains 4x slower than rank 0.
+    files = write_files(tmp_path, 3, 20, width=4)
+    serve, address = _serve(tmp_path)
+    port = _free_port()
+    ranks = []
+    try:
+        for rank, slow in ((0, 0.005), (1, 0.02)):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+            ranks.append(subprocess.Popen(
+                [sys.executable, "-c", RANK.format(pkg=PACKAGE), json.dumps(files), address,
+                 str(slow)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+        results = []
+        for p in ranks:
+            try:
+                out, err = p.communicate(timeout=300)  # a hang guard only
+            except subprocess.TimeoutExpired:
+                for q in ranks:
+                    q.kill()
+                pytest.fail("a rank hung")
+            assert p.returncode == 0, err[-4000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+        os.kill(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=10)
+    total_padding = 0
+    for epoch in range(2):
+        r0, r1 = results[0][epoch], results[1][epoch]
+        assert r0["steps"] == r1["steps"], f"epoch {epoch}: {r0['steps']} != {r1['steps']}"
+        counts = collections.Counter(r0["labels"] + r1["labels"])
+        assert sorted(counts) == list(range(60)), f"epoch {epoch}"
+        assert set(counts.values()) == {1}, f"epoch {epoch}: a record used twice"
+        assert r0["bad_padding"] == 0 and r1["bad_padding"] == 0
+        total_padding += r0["padding_rows"] + r1["padding_rows"]
+    assert total_padding > 0
+
+
+def test_data_equal_steps_gives_two_participants_the_same_batches(tmp_path):
+    # Two participants (threads standing for two ranks) share a queue of
+    # 2 items: whatever each reads, both yield the same number of batches.
+    import threading
+    files = write_files(tmp_path, 2, 6, width=2)
+    features = {"y": shardq.FixedLen((), "int64")}
+    got = {}
+
+    def run(worker):
+        q = shardq.WorkQueue(files, name="steps-data", num_clients=8, worker_id=worker, seed=1)
+        ds = (shardq.data.from_queue(q, equal_steps=True, participants=2)
+              .batch(4).parse_example(features))
+        got[worker] = list(ds)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)  # a hang guard only
+    assert not any(t.is_alive() for t in threads), "a participant hung"
+    assert len(got["a"]) == len(got["b"])
+    batches = got["a"] + got["b"]
+    real = [int(y) for batch in batches for y in batch["y"][batch["_mask"]]]
+    assert sorted(real) == list(range(12))
+    for batch in batches:
+        if not batch["_mask"].any():
+            assert batch["y"].shape == (4,) and not batch["y"].any()
+
+
+def test_equal_steps_needs_batches(tmp_path):
+    files = write_files(tmp_path, 1, 2, width=2)
+    q = shardq.WorkQueue(files, name="steps-nobatch", worker_id="a")
+    ds = shardq.data.from_queue(q, equal_steps=True, participants=1)
+    with pytest.raises(shardq.InvalidArgumentError, match="batch"):
+        list(ds)
+
