@@ -51,6 +51,7 @@ finished, such as a second process sharing it, reads nothing and ends.)
 """
 import atexit
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,7 @@ import torch.utils.data
 
 import shardq
 import shardq.data
-from shardq import _shardq
+from shardq import _shardq, cluster
 
 
 def _needs_local_coordinator():
@@ -71,25 +72,36 @@ def _needs_local_coordinator():
     return _shardq._discover("")["source"] == "embedded"
 
 
-class _LocalCoordinator:
-    """A `shardq.serve` child process on a unix socket, stopped at exit."""
+class _CoordinatorProcess:
+    """A `shardq.serve` child process listening on ``listen``, stopped at
+    exit. A child, not a server in this process: DataLoader workers fork
+    from this process, and a forked copy of a running gRPC server hangs."""
 
-    def __init__(self):
-        self._dir = tempfile.mkdtemp(prefix="shardq-")
-        path = os.path.join(self._dir, "coordinator.sock")
-        self.address = f"unix:{path}"
+    def __init__(self, listen=None, state_dir=None):
+        if listen is None:  # this process's own queue, on a unix socket
+            self._dir = tempfile.mkdtemp(prefix="shardq-")
+            listen = "unix:" + os.path.join(self._dir, "coordinator.sock")
+        self.address = listen
+        args = [sys.executable, "-m", "shardq.serve", "--listen", listen]
+        if state_dir is not None:
+            args += ["--state-dir", os.fspath(state_dir)]
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "shardq.serve", "--listen", self.address],
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+            args, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
         deadline = time.monotonic() + 30
-        while not os.path.exists(path):
+        while not self._listening():
             if self._proc.poll() is not None:
                 raise shardq.UnavailableError(
-                    f"the local shardq coordinator exited with {self._proc.returncode}")
+                    f"the shardq coordinator for {listen} exited with {self._proc.returncode}")
             if time.monotonic() > deadline:
-                raise shardq.UnavailableError("the local shardq coordinator did not start")
+                self.stop()
+                raise shardq.UnavailableError(f"the shardq coordinator for {listen} did not start")
             time.sleep(0.01)
         atexit.register(self.stop)
+
+    def _listening(self):
+        if self.address.startswith("unix:"):
+            return os.path.exists(self.address[len("unix:"):])
+        return _port_answers(self.address)
 
     def stop(self):
         if self._proc.poll() is None:
@@ -98,6 +110,33 @@ class _LocalCoordinator:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
+
+
+_served = {}  # address -> the _CoordinatorProcess this process started for its job
+
+
+def _job_coordinator(state_dir):
+    """The coordinator address of a torchrun/TF_CONFIG job that names none
+    (shardq.cluster's rule), started as a child of this process when this
+    is the job's serving task; None outside such a job."""
+    found = _shardq._cluster_coordinator("")
+    if found is None:
+        return None
+    where, serve_here, _source = found
+    if serve_here and torch.utils.data.get_worker_info() is None and where not in _served:
+        if cluster.serving() is None and not _port_answers(where):
+            _served[where] = _CoordinatorProcess(where, state_dir)
+    return where
+
+
+def _port_answers(address):
+    """True when something accepts TCP connections at HOST:PORT."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 _ALIGN = 64  # bytes: each feature of a packed batch starts at a multiple
@@ -203,6 +242,8 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
     except that num_clients is raised to at least batch_size + 4 (a worker
     holds the items of its batches until they are consumed); a worker that
     cannot reach the coordinator raises, and the DataLoader re-raises it.
+    ``state_dir``: as shardq.WorkQueue's, for the coordinator a torchrun or
+    TF_CONFIG job's serving task starts here (shardq.cluster).
     ``drop_remainder`` drops short batches (a worker's last one). One pass
     over the DataLoader reads every epoch of the queue (epochs flow into
     each other, so no worker idles at an epoch boundary); another pass over
@@ -226,7 +267,7 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                  drop_remainder=False, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, num_clients=1, name=None, address=None, on_corrupt="fail",
                  connect_timeout=None, *, lease_timeout=None, num_parallel_calls=None,
-                 take_ahead=None, equal_steps=False):
+                 take_ahead=None, equal_steps=False, state_dir=None):
         super().__init__()
         if reader not in ("text", "tfrecord", "table"):
             raise shardq.InvalidArgumentError(
@@ -258,6 +299,11 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
             self.queue_args["take_ahead"] = int(take_ahead)
         self.on_corrupt = on_corrupt
         self.equal_steps = bool(equal_steps)
+        if address is None:
+            # A torchrun/TF_CONFIG job naming no coordinator: its serving task
+            # (rank 0) serves the queue from this process, before the
+            # DataLoader forks workers that connect to it.
+            address = _job_coordinator(state_dir)
         if address is None and _needs_local_coordinator():
             world = int(os.environ.get("WORLD_SIZE", "1"))
             if world > 1:
@@ -265,7 +311,7 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                     f"WORLD_SIZE={world} but no coordinator: run `shardq serve` on "
                     "MASTER_ADDR and set SHARDQ_PORT (or SHARDQ_ADDRESS), otherwise "
                     "every rank would read all the data")
-            self._local = _LocalCoordinator()
+            self._local = _CoordinatorProcess()
             address = self._local.address
         self.address = address  # None: the WorkQueue discovers it
         self.connect_timeout = connect_timeout

@@ -61,7 +61,7 @@ def make_files(tmp_path):
     return files
 
 
-def run_tasks(tmp_path, envs, server_index):
+def run_tasks(tmp_path, envs, server_index, child=CHILD):
     """Starts one child per env (the serving one last, so the others wait
     for it to come up); returns each child's result."""
     files = make_files(tmp_path)
@@ -69,7 +69,7 @@ def run_tasks(tmp_path, envs, server_index):
     others = ",".join(str(o) for i, o in enumerate(outs) if i != server_index)
     envs[server_index]["WAIT_FOR"] = others
     order = [i for i in range(len(envs)) if i != server_index] + [server_index]
-    children = {i: subprocess.Popen([sys.executable, "-c", CHILD, str(outs[i]), *files],
+    children = {i: subprocess.Popen([sys.executable, "-c", child, str(outs[i]), *files],
                                     env=envs[i], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True) for i in order}
     for i, child in children.items():
@@ -122,3 +122,34 @@ def test_a_task_whose_port_is_already_served_connects_to_it(tmp_path):
     finally:
         serve.terminate()
         serve.wait(timeout=BOUND)
+
+
+TORCH_CHILD = textwrap.dedent("""
+    import json, os, pathlib, sys, time
+    import torch.utils.data
+    import shardq.cluster, shardq.torch
+    out, files = pathlib.Path(sys.argv[1]), sys.argv[2:]
+    dataset = shardq.torch.WorkQueueDataset(files, reader="text", batch_size=8,
+                                            num_slices=12, name="cluster-torch", seed=7)
+    lines = []
+    for batch in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2):
+        lines += [v.decode() for v in batch]
+    # The serving rank runs the coordinator as its child process (a gRPC
+    # server in the process DataLoader workers fork from would hang them).
+    out.write_text(json.dumps({"lines": lines, "served": sorted(shardq.torch._served)}))
+    deadline = time.monotonic() + 100
+    for other in filter(None, os.environ.get("WAIT_FOR", "").split(",")):
+        while not pathlib.Path(other).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+""")
+
+
+def test_two_torchrun_ranks_with_dataloader_workers_are_served_by_rank_zero(tmp_path):
+    # WorkQueueDataset with no address under torchrun: rank 0's main process
+    # serves (not a DataLoader worker, which would take the queue down with
+    # it), every worker of both ranks connects to MASTER_ADDR:SHARDQ_PORT.
+    port = free_port()
+    envs = [clean_env(WORLD_SIZE="2", RANK=str(r), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT="29500", SHARDQ_PORT=str(port)) for r in range(2)]
+    results = run_tasks(tmp_path, envs, server_index=0, child=TORCH_CHILD)
+    assert [r["served"] for r in results] == [[f"127.0.0.1:{port}"], []]
