@@ -14,6 +14,10 @@ worker, which would take it down with it). ``WorkQueue(..., state_dir=DIR)``
 makes that coordinator durable. If the port is already served (a ``shardq
 serve`` the job started, as before), the task connects to it instead. The
 serving process must live until the other tasks are done with the queue.
+shardq.torch's WorkQueueDataset, made in the serving task's main process,
+runs that coordinator as a child process instead (`python -m shardq.serve`):
+its DataLoader workers fork from that process, and a forked copy of a
+running gRPC server hangs them.
 """
 import atexit
 import sys
