@@ -13,13 +13,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/io/compressed_tfrecord.h"
+#include "src/io/largest_allocation_testing.h"
 #include "src/io/record_test_util.h"
 
 namespace shardq {
-
-// Largest single operator new request since the last reset (see the
-// replacement operator new at the end of this file).
-std::atomic<size_t> g_compression_test_largest_allocation{0};
 
 namespace {
 
@@ -275,12 +272,12 @@ TEST(CompressedTFRecord, TruncatedStreamAndHugeLengthAreDataLossWithoutAllocatin
                                     full.substr(0, 24 + 12 + 3), huge}) {
     TempPath path(".tfrecord.gz");
     WriteGzipWithGzApi(path.path(), stream);
-    g_compression_test_largest_allocation = 0;
+    testing_util::ResetLargestAllocation();
     absl::StatusOr<Read> got = ReadCompressed(path.path(), FileCompression::kGzip);
     ASSERT_FALSE(got.ok());
     EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
     EXPECT_THAT(got.status().message(), HasSubstr("past the end of the stream"));
-    EXPECT_LE(g_compression_test_largest_allocation.load(), size_t{1} << 20);
+    EXPECT_LE(testing_util::LargestAllocation(), size_t{1} << 20);
   }
 }
 
@@ -297,27 +294,3 @@ TEST(CompressedFileWriter, RefusesNoneAndNamesMissingDirectories) {
 
 }  // namespace
 }  // namespace shardq
-
-// Records the largest request so that tests can show a corrupt length is
-// never allocated (as in tfrecord_test.cc, which is a separate binary).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t size) {
-  auto& largest = shardq::g_compression_test_largest_allocation;
-  size_t seen = largest.load(std::memory_order_relaxed);
-  while (size > seen &&
-         !largest.compare_exchange_weak(seen, size, std::memory_order_relaxed)) {
-  }
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void* operator new[](std::size_t size) { return operator new(size); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif

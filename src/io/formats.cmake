@@ -14,13 +14,13 @@ shardq_cc_library(
 )
 
 shardq_cc_test(NAME formats_test
-  SRCS crc32c_test.cc tfrecord_test.cc tfrecord_corrupt_test.cc
+  SRCS crc32c_test.cc tfrecord_test.cc tfrecord_corrupt_test.cc largest_allocation_testing.cc
   DEPS shardq_io_formats)
 
-# Separate binaries: compression_test replaces operator new to track the
-# largest allocation, as tfrecord_test.cc does.
+# Separate binaries: each links largest_allocation_testing.cc, which
+# replaces operator new to track the largest allocation.
 shardq_cc_test(NAME compression_test
-  SRCS compression_test.cc
+  SRCS compression_test.cc largest_allocation_testing.cc
   DEPS shardq_io_formats ZLIB::ZLIB)
 
 shardq_cc_test(NAME tfrecord_reader_test

@@ -23,15 +23,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/io/crc32c.h"
+#include "src/io/largest_allocation_testing.h"
 #include "src/io/record_test_util.h"
 #include "src/io/tfrecord_test_util.h"
 
 namespace shardq {
 namespace {
-
-// Largest single operator new request since the last reset (see the
-// replacement operator new at the end of this file).
-std::atomic<size_t> g_largest_allocation{0};
 
 using ::shardq::testing_util::EncodeAll;
 using ::shardq::testing_util::WriteBytes;
@@ -242,27 +239,27 @@ TEST(TFRecordSliceReader, HugeLengthWithValidCrcIsRejectedWithoutAllocating) {
   const std::string& path = temp.path();
   WriteBytes(path, bytes);
 
-  g_largest_allocation = 0;
+  testing_util::ResetLargestAllocation();
   { std::string big(size_t{3} << 20, 'x'); }
-  ASSERT_GE(g_largest_allocation.load(), size_t{3} << 20) << "tracking works";
+  ASSERT_GE(testing_util::LargestAllocation(), size_t{3} << 20) << "tracking works";
 
-  g_largest_allocation = 0;
+  testing_util::ResetLargestAllocation();
   absl::StatusOr<std::vector<Rec>> got = ReadSlice(path, 0, -1);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(got.status().message(), HasSubstr("byte offset 0"));
   EXPECT_THAT(got.status().message(), HasSubstr("1152921504606846976"));
-  EXPECT_LE(g_largest_allocation.load(), size_t{1} << 20);
+  EXPECT_LE(testing_util::LargestAllocation(), size_t{1} << 20);
 
   TFRecordReadOptions skip;
   skip.on_corrupt = TFRecordReadOptions::kSkip;
   TFRecordReadStats stats;
-  g_largest_allocation = 0;
+  testing_util::ResetLargestAllocation();
   got = ReadSlice(path, 0, -1, skip, &stats);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, std::vector<Rec>({{112, "ok"}}));
   EXPECT_EQ(stats.skipped_bytes, 112);
-  EXPECT_LE(g_largest_allocation.load(), size_t{1} << 20);
+  EXPECT_LE(testing_util::LargestAllocation(), size_t{1} << 20);
 }
 
 TEST(TFRecordSliceReader, TruncatedHeaderIsDataLoss) {
@@ -302,28 +299,3 @@ TEST(TFRecordSliceReader, BadByteRangeIsInvalidArgument) {
 
 }  // namespace
 }  // namespace shardq
-
-// Records the largest request so that tests can show a corrupt length is
-// never allocated. Plain malloc/free underneath, which GCC flags as a
-// new/free mismatch once these are inlined into their callers.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t size) {
-  size_t seen = shardq::g_largest_allocation.load(std::memory_order_relaxed);
-  while (size > seen && !shardq::g_largest_allocation.compare_exchange_weak(
-                            seen, size, std::memory_order_relaxed)) {
-  }
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-// Sanitizer runtimes replace the array forms separately; route them here too.
-void* operator new[](std::size_t size) { return operator new(size); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
