@@ -82,7 +82,7 @@ class _CoordinatorProcess:
             self._dir = tempfile.mkdtemp(prefix="shardq-")
             listen = "unix:" + os.path.join(self._dir, "coordinator.sock")
         self.address = listen
-        args = [sys.executable, "-m", "shardq.serve", "--listen", listen]
+        args = [sys.executable, "-m", "shardq.serve", "--listen", listen, "--exit-with-parent"]
         if state_dir is not None:
             args += ["--state-dir", os.fspath(state_dir)]
         self._proc = subprocess.Popen(

@@ -6,6 +6,7 @@ once between them; state_dir= makes the serving task's coordinator durable."""
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -71,10 +72,17 @@ def run_tasks(tmp_path, envs, server_index, child=CHILD):
     order = [i for i in range(len(envs)) if i != server_index] + [server_index]
     children = {i: subprocess.Popen([sys.executable, "-c", child, str(outs[i]), *files],
                                     env=envs[i], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for i in order}
-    for i, child in children.items():
-        _, err = child.communicate(timeout=BOUND)
-        assert child.returncode == 0, f"task {i}: {err}"
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+                for i in order}
+    try:
+        for i, child in children.items():
+            _, err = child.communicate(timeout=BOUND)
+            assert child.returncode == 0, f"task {i}: {err}"
+    finally:  # a failed task leaves the others waiting: stop them (and their workers)
+        for child in children.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
     results = [json.loads(o.read_text()) for o in outs]
     every_line = sorted(line for r in results for line in r["lines"])
     assert every_line == sorted(f"{i}-{j}" for i in range(3) for j in range(100))
