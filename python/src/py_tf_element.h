@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pybind11/pybind11.h"
@@ -30,6 +31,19 @@ struct TFComponent {
 
 using TFElement = std::vector<TFComponent>;
 using TFPrioritized = pipeline::Prioritized<TFElement>;
+
+// What a queue of T holds for `element`: the element itself, or, in a
+// priority queue, the element with its priority.
+template <typename T>
+T MakeItem(TFElement element, int64_t priority);
+template <>
+inline TFElement MakeItem<TFElement>(TFElement element, int64_t) {
+  return element;
+}
+template <>
+inline TFPrioritized MakeItem<TFPrioritized>(TFElement element, int64_t priority) {
+  return TFPrioritized{priority, std::move(element)};
+}
 
 // A bytes component holding `bytes`.
 TFComponent BytesComponent(std::string bytes);

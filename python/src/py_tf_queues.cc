@@ -85,16 +85,6 @@ absl::Status AsEnqueueError(absl::Status s) {
 TFElement& ElementOf(TFElement& e) { return e; }
 TFElement& ElementOf(TFPrioritized& p) { return p.value; }
 
-template <typename T>
-T MakeItem(TFElement element, int64_t priority);
-template <>
-TFElement MakeItem<TFElement>(TFElement element, int64_t) {
-  return element;
-}
-template <>
-TFPrioritized MakeItem<TFPrioritized>(TFElement element, int64_t priority) {
-  return TFPrioritized{priority, std::move(element)};
-}
 
 py::object PriorityOf(const TFElement&) { return py::none(); }
 py::object PriorityOf(const TFPrioritized& p) { return py::int_(p.priority); }

@@ -45,16 +45,6 @@ constexpr absl::Duration kSignalCheck = absl::Milliseconds(100);
 // Records a reader thread reads per call before enqueueing them one by one.
 constexpr int64_t kReadChunk = 32;
 
-template <typename T>
-T MakeItem(TFElement element, int64_t priority);
-template <>
-TFElement MakeItem<TFElement>(TFElement element, int64_t) {
-  return element;
-}
-template <>
-TFPrioritized MakeItem<TFPrioritized>(TFElement element, int64_t priority) {
-  return TFPrioritized{priority, std::move(element)};
-}
 
 bool PythonIsGoing() { return Py_IsInitialized() != 0 && _Py_IsFinalizing() == 0; }
 

@@ -10,14 +10,8 @@
 namespace shardq {
 namespace {
 
-std::optional<std::string> NonEmpty(const EnvLookup& env, const std::string& name) {
-  std::optional<std::string> value = env(name);
-  if (value.has_value() && value->empty()) return std::nullopt;
-  return value;
-}
-
 absl::StatusOr<int> Port(const EnvLookup& env) {
-  std::optional<std::string> text = NonEmpty(env, "SHARDQ_PORT");
+  std::optional<std::string> text = NonEmptyEnv(env, "SHARDQ_PORT");
   if (!text.has_value()) return kDefaultShardqPort;
   int port = 0;
   if (!absl::SimpleAtoi(*text, &port) || port < 1 || port > 65535) {
@@ -79,8 +73,8 @@ absl::StatusOr<std::optional<ClusterCoordinator>> FromTfConfig(const std::string
 }
 
 absl::StatusOr<std::optional<ClusterCoordinator>> FromTorchrun(const EnvLookup& env) {
-  std::optional<std::string> world = NonEmpty(env, "WORLD_SIZE");
-  std::optional<std::string> master = NonEmpty(env, "MASTER_ADDR");
+  std::optional<std::string> world = NonEmptyEnv(env, "WORLD_SIZE");
+  std::optional<std::string> master = NonEmptyEnv(env, "MASTER_ADDR");
   if (!world.has_value() || !master.has_value()) return std::nullopt;
   int64_t size = 0;
   if (!absl::SimpleAtoi(*world, &size)) {
@@ -92,7 +86,7 @@ absl::StatusOr<std::optional<ClusterCoordinator>> FromTorchrun(const EnvLookup& 
   ClusterCoordinator out;
   out.address = absl::StrCat(*master, ":", *port);
   out.source = "torchrun";
-  if (std::optional<std::string> rank = NonEmpty(env, "RANK")) {
+  if (std::optional<std::string> rank = NonEmptyEnv(env, "RANK")) {
     int64_t r = 0;
     if (!absl::SimpleAtoi(*rank, &r)) {
       return absl::InvalidArgumentError(absl::StrCat("RANK='", *rank, "' is not a number"));
@@ -106,11 +100,11 @@ absl::StatusOr<std::optional<ClusterCoordinator>> FromTorchrun(const EnvLookup& 
 
 absl::StatusOr<std::optional<ClusterCoordinator>> FindClusterCoordinator(
     const std::string& explicit_address, const EnvLookup& env) {
-  if (!explicit_address.empty() || NonEmpty(env, "SHARDQ_ADDRESS").has_value() ||
-      NonEmpty(env, "SHARDQ_EMBEDDED").value_or("") == "1") {
+  if (!explicit_address.empty() || NonEmptyEnv(env, "SHARDQ_ADDRESS").has_value() ||
+      NonEmptyEnv(env, "SHARDQ_EMBEDDED").value_or("") == "1") {
     return std::nullopt;
   }
-  if (std::optional<std::string> tf = NonEmpty(env, "TF_CONFIG")) {
+  if (std::optional<std::string> tf = NonEmptyEnv(env, "TF_CONFIG")) {
     absl::StatusOr<std::optional<ClusterCoordinator>> found = FromTfConfig(*tf, env);
     if (!found.ok() || found->has_value()) return found;
   }

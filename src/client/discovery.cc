@@ -14,12 +14,6 @@
 namespace shardq {
 namespace {
 
-std::optional<std::string> NonEmpty(const EnvLookup& env, const std::string& name) {
-  std::optional<std::string> value = env(name);
-  if (value.has_value() && value->empty()) return std::nullopt;
-  return value;
-}
-
 // What TF_CONFIG says: the coordinator (nullopt when it has no "shardq"
 // job) and how many training tasks the cluster has.
 struct TfConfig {
@@ -79,7 +73,7 @@ absl::StatusOr<TfConfig> FromTfConfig(const std::string& text) {
 // OK when the job runs in one process (or opted into a queue per process);
 // else FAILED_PRECONDITION naming the fix.
 absl::Status CheckOneProcess(int64_t tf_training_tasks, const EnvLookup& env) {
-  if (NonEmpty(env, "SHARDQ_EMBEDDED").value_or("") == "1") return absl::OkStatus();
+  if (NonEmptyEnv(env, "SHARDQ_EMBEDDED").value_or("") == "1") return absl::OkStatus();
   constexpr absl::string_view kOptIn =
       "set SHARDQ_EMBEDDED=1 to opt into one queue per process (every process then "
       "reads the whole data set)";
@@ -90,7 +84,7 @@ absl::Status CheckOneProcess(int64_t tf_training_tasks, const EnvLookup& env) {
         "`shardq serve` and add its address to the cluster spec as a \"shardq\" job, set "
         "SHARDQ_ADDRESS, or ", kOptIn));
   }
-  if (std::optional<std::string> world = NonEmpty(env, "WORLD_SIZE")) {
+  if (std::optional<std::string> world = NonEmptyEnv(env, "WORLD_SIZE")) {
     int64_t size = 0;
     if (!absl::SimpleAtoi(*world, &size)) {
       return absl::InvalidArgumentError(
@@ -123,21 +117,21 @@ absl::StatusOr<Discovered> DiscoverCoordinator(const std::string& explicit_addre
     d.source = "explicit";
     return d;
   }
-  if (std::optional<std::string> a = NonEmpty(env, "SHARDQ_ADDRESS")) {
+  if (std::optional<std::string> a = NonEmptyEnv(env, "SHARDQ_ADDRESS")) {
     d.address = *a;
     d.source = "SHARDQ_ADDRESS";
     return d;
   }
   int64_t tf_training_tasks = 0;
-  if (std::optional<std::string> tf = NonEmpty(env, "TF_CONFIG")) {
+  if (std::optional<std::string> tf = NonEmptyEnv(env, "TF_CONFIG")) {
     absl::StatusOr<TfConfig> from_tf = FromTfConfig(*tf);
     if (!from_tf.ok()) return from_tf.status();
     if (from_tf->coordinator.has_value()) return *from_tf->coordinator;
     // An evaluator reads its own data set whole; only training tasks share.
     if (from_tf->this_task_trains) tf_training_tasks = from_tf->training_tasks;
   }
-  std::optional<std::string> master = NonEmpty(env, "MASTER_ADDR");
-  std::optional<std::string> port = NonEmpty(env, "SHARDQ_PORT");
+  std::optional<std::string> master = NonEmptyEnv(env, "MASTER_ADDR");
+  std::optional<std::string> port = NonEmptyEnv(env, "SHARDQ_PORT");
   if (master.has_value() && port.has_value()) {
     int port_number = 0;
     if (!absl::SimpleAtoi(*port, &port_number) || port_number < 1 || port_number > 65535) {
@@ -146,7 +140,7 @@ absl::StatusOr<Discovered> DiscoverCoordinator(const std::string& explicit_addre
     }
     d.address = absl::StrCat(*master, ":", port_number);
     d.source = "torchrun";
-    if (std::optional<std::string> rank = NonEmpty(env, "RANK")) {
+    if (std::optional<std::string> rank = NonEmptyEnv(env, "RANK")) {
       d.worker_id = absl::StrCat("rank-", *rank);
     }
     return d;
@@ -154,6 +148,12 @@ absl::StatusOr<Discovered> DiscoverCoordinator(const std::string& explicit_addre
   if (absl::Status one = CheckOneProcess(tf_training_tasks, env); !one.ok()) return one;
   d.source = "embedded";
   return d;
+}
+
+std::optional<std::string> NonEmptyEnv(const EnvLookup& env, const std::string& name) {
+  std::optional<std::string> value = env(name);
+  if (value.has_value() && value->empty()) return std::nullopt;
+  return value;
 }
 
 }  // namespace shardq

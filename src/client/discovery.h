@@ -32,6 +32,9 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // The process environment.
 EnvLookup ProcessEnv();
 
+// The variable's value, or nullopt when it is unset or empty.
+std::optional<std::string> NonEmptyEnv(const EnvLookup& env, const std::string& name);
+
 // INVALID_ARGUMENT when TF_CONFIG is not valid JSON of the expected shape
 // or SHARDQ_PORT / WORLD_SIZE is not a number (the message names the
 // variable). FAILED_PRECONDITION, naming the fix, when no coordinator is

@@ -5,6 +5,7 @@ free port, written to --port-file) and stopped by its PID.
 """
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -51,6 +52,17 @@ class Coordinator:
                 self.proc.wait()
         self.log.close()
 
+
+
+def http_port(log_path, bound=20):
+    """The port of the HTTP page `shardq serve` printed in its log."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", log_path.read_text())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.05)
+    raise AssertionError(f"serve did not print its HTTP address: {log_path.read_text()}")
 
 
 def run(*args, check=True, timeout=60, env=None):

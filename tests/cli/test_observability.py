@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 from grpc_tools import protoc
 
-from cli_helpers import REPO, make_text_files, run
+from cli_helpers import REPO, http_port, make_text_files, run
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +41,6 @@ def read_records(path):
         out.append(data[pos + 12:pos + 12 + length])
         pos += 12 + length + 4
     return out
-
-
-def http_port(log_path):
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/", log_path.read_text())
-        if m:
-            return int(m.group(1))
-        time.sleep(0.05)
-    raise AssertionError("serve did not print its HTTP address")
 
 
 def test_metrics_status_page_and_event_files(start_coordinator, tmp_path, tb_pb2):

@@ -17,22 +17,12 @@ import urllib.request
 
 import pytest
 
-from cli_helpers import make_text_files, run, shardq_bin
+from cli_helpers import http_port, make_text_files, run, shardq_bin
 
 CHROMIUM = shutil.which("chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--hide-scrollbars"]
-
-
-def http_port(log_path):
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/", log_path.read_text())
-        if m:
-            return int(m.group(1))
-        time.sleep(0.05)
-    raise AssertionError("serve did not print its HTTP address")
 
 
 def chromium(tmp_path, *args):
