@@ -457,11 +457,24 @@ absl::Status EtcdStore::Commit(std::vector<Pending>& batch) {
   };
   std::vector<std::pair<std::string, Group>> groups;  // by queue, in first-seen order
   std::vector<const Pending*> snapshots;
+  // A snapshot taken on the snapshot thread can reach the writer in the
+  // same batch as updates it already covers. Those updates are not written:
+  // the snapshot holds them, and the transaction deletes the queue's
+  // journal keys up to its seq (a put inside that range would be refused by
+  // etcd as a duplicate key).
+  std::map<std::string, uint64_t> covered_up_to;
   for (const Pending& p : batch) {
-    if (p.snapshot) {
-      snapshots.push_back(&p);
-      continue;
-    }
+    if (!p.snapshot) continue;
+    snapshots.push_back(&p);
+    uint64_t& covered = covered_up_to[p.queue];
+    covered = std::max(covered, p.snapshot_seq);
+  }
+  auto is_covered = [&](const Pending& p) {
+    auto it = covered_up_to.find(p.queue);
+    return it != covered_up_to.end() && p.seq <= it->second;
+  };
+  for (const Pending& p : batch) {
+    if (p.snapshot || is_covered(p)) continue;
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const auto& g) { return g.first == p.queue; });
     if (it == groups.end()) {
@@ -472,7 +485,7 @@ absl::Status EtcdStore::Commit(std::vector<Pending>& batch) {
   }
   std::vector<etcdserverpb::RequestOp> ops;
   for (const Pending& p : batch) {
-    if (p.snapshot) continue;
+    if (p.snapshot || is_covered(p)) continue;
     Group& g = std::find_if(groups.begin(), groups.end(),
                             [&](const auto& x) { return x.first == p.queue; })->second;
     etcdstore::Entry* entry = g.batch.add_entries();

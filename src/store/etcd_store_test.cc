@@ -188,6 +188,49 @@ TEST(EtcdStore, ASnapshotInChunksReplacesTheJournalItCovers) {
   EXPECT_EQ(recovered.last_seq, 13u);
 }
 
+TEST(EtcdStore, ASnapshotCommittedWithUpdatesItCoversStoresThemOnce) {
+  // The coordinator's snapshot thread can hand the writer a snapshot while
+  // the updates it covers still wait for their commit: both then go in one
+  // transaction (etcd refuses a put inside the same transaction's delete
+  // range as a duplicate key). Pausing etcd makes the updates wait.
+  EtcdTestCluster cluster(1);
+  START_OR_SKIP(cluster);
+  std::shared_ptr<EtcdClient> client = Connect(cluster);
+  const std::string journal_a = EtcdStore::JobPrefix("job1") + "j/" + absl::BytesToHexString("a");
+  EtcdStoreOptions options;
+  options.client = client;
+  options.job = "job1";
+  options.retry_for = absl::Seconds(60);
+  journal::QueueSnapshot snapshot;
+  snapshot.set_next_epoch(3);
+  {
+    RecoveredState recovered;
+    absl::StatusOr<std::unique_ptr<EtcdStore>> store = EtcdStore::Open(options, &recovered);
+    ASSERT_TRUE(store.ok()) << store.status();
+    cluster.Pause(0);
+    (*store)->Append("a", FailUpdate(1, "r"));  // the writer takes it and waits for etcd
+    absl::SleepFor(absl::Milliseconds(200));
+    (*store)->Append("a", FailUpdate(2, "r"));
+    (*store)->Append("a", FailUpdate(3, "r"));
+    (*store)->AppendSnapshot("a", 3, snapshot);  // covers 1..3; takes seq 4
+    EXPECT_EQ((*store)->Append("a", FailUpdate(5, "r")), 5u);
+    cluster.Resume(0);
+    absl::Status flushed = (*store)->Flush();
+    ASSERT_TRUE(flushed.ok()) << flushed;
+    // Only the update after the snapshot is left in the journal.
+    EXPECT_EQ(CountKeys(*client, journal_a + "/"), 1);
+  }
+  RecoveredState recovered;
+  std::unique_ptr<EtcdStore> store = OpenStore(client, &recovered);
+  ASSERT_NE(store, nullptr);
+  ASSERT_EQ(recovered.queues.size(), 1u);
+  ASSERT_NE(recovered.queues[0].snapshot, nullptr);
+  EXPECT_EQ(recovered.queues[0].snapshot->next_epoch(), 3);
+  EXPECT_EQ(recovered.queues[0].snapshot_seq, 3u);
+  ASSERT_EQ(recovered.queues[0].updates.size(), 1u);
+  EXPECT_EQ(recovered.last_seq, 5u);
+}
+
 TEST(EtcdStore, ADeposedLeaderCommitsNothing) {
   EtcdTestCluster cluster(1);
   START_OR_SKIP(cluster);
