@@ -228,7 +228,15 @@ int RunStatus(const StatusOptions& o) {
   if (!fetched.ok()) return ReportError("status", fetched.status());
   std::vector<QueueStats> queues = *std::move(fetched);
   if (o.json) {
-    std::printf("%s\n", StatusJson(queues).dump(2).c_str());
+    nlohmann::json out = StatusJson(queues);
+    if (std::optional<Leadership> l = connected->backend->LastLeadership()) {
+      out["leadership"] = {{"job", l->job},
+                           {"leader", l->leader},
+                           {"term", l->term},
+                           {"standbys", l->standbys},
+                           {"failovers", l->failovers}};
+    }
+    std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
   if (queues.empty()) std::printf("no queues\n");

@@ -18,6 +18,7 @@
 #include "src/observe/timeline.h"
 #include "src/server/coordinator_impl.h"
 #include "src/server/grpc_service.h"
+#include "src/server/ha_coordinator.h"
 #include "src/server/listen_address.h"
 #include "src/server/process_memory.h"
 #include "tools/verbs.h"
@@ -47,6 +48,17 @@ CLI::App* AddServe(CLI::App& app, ServeOptions* o) {
   cmd->add_flag("--http-public", o->http_public,
                 "serve --http without the --token-file token (by default it is required "
                 "there too)");
+  cmd->add_option("--etcd", o->etcd,
+                  "HOST:PORT[,HOST:PORT...] of etcd members: keep the job's state there and "
+                  "lead or stand by for it (high availability; needs --job)");
+  cmd->add_option("--job", o->job, "the job whose coordinators share state in etcd (--etcd)");
+  cmd->add_option("--advertise", o->advertise,
+                  "HOST:PORT clients are told to dial for this coordinator (--etcd; default: "
+                  "the --listen address)");
+  cmd->add_option("--etcd-lease-ttl", o->etcd_lease_ttl_seconds,
+                  "seconds of the leader's etcd lease: a stopped leader is replaced about this "
+                  "long after (--etcd)")
+      ->check(CLI::Range(1, 3600))->capture_default_str();
   cmd->add_option("--max-request-mb", o->max_request_mb,
                   "largest request accepted, in MiB; larger ones get RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 2047))->capture_default_str();
@@ -78,6 +90,41 @@ CoordinatorView ViewOf(CoordinatorImpl* coordinator) {
   return view;
 }
 
+// What the status page and /metrics read from a highly available
+// coordinator: its queues while it leads, nothing while it stands by, and
+// who leads either way.
+CoordinatorView ViewOf(HaCoordinator* ha) {
+  CoordinatorView view;
+  view.all_stats = [ha] { return ha->AllStats(); };
+  view.journal_totals = [ha]() -> std::optional<JournalMetrics> {
+    std::optional<StoreTotals> totals = ha->journal_totals();
+    if (!totals.has_value()) return std::nullopt;
+    JournalMetrics m;
+    m.commits = totals->commits;
+    m.entries = totals->entries;
+    m.bytes = totals->bytes;
+    m.snapshots = totals->snapshots;
+    return m;
+  };
+  view.leadership = [ha]() -> std::optional<LeadershipMetrics> {
+    LeadershipMetrics m;
+    m.job = ha->job();
+    m.leading = ha->leading();
+    m.failovers = ha->failovers();
+    return m;
+  };
+  return view;
+}
+
+// Writes the bound port to `path` (then renames it: a reader never sees a
+// half-written file).
+void WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
+}
+
 // Feeds the coordinator's updates and call times to the page's timeline and
 // the latency histograms.
 class ObservationFeed final : public CoordinatorImpl::Observer {
@@ -97,12 +144,87 @@ class ObservationFeed final : public CoordinatorImpl::Observer {
 
 }  // namespace
 
+namespace {
+
+// A stop signal within `wait` (then it is logged): true.
+bool StopSignalled(const sigset_t& stop_signals, absl::Duration wait) {
+  const timespec ts = absl::ToTimespec(wait);
+  const int signal_number = sigtimedwait(&stop_signals, nullptr, &ts);
+  if (signal_number <= 0) return false;
+  SHARDQ_LOG_INFO("signal {} ({}), shutting down", signal_number, strsignal(signal_number));
+  return true;
+}
+
+// `serve --etcd`: stands by or leads until a stop signal (see
+// src/server/ha_coordinator.h); the page and /metrics live as long as the
+// process, showing the queues while it leads.
+int RunServeHa(const ServeOptions& o, const ServerOptions& server, const sigset_t& stop_signals) {
+  if (o.job.empty()) {
+    return Fail(absl::InvalidArgumentError("--etcd needs --job NAME (the job whose state it keeps)"));
+  }
+  HaOptions ha_options;
+  ha_options.etcd = o.etcd;
+  ha_options.job = o.job;
+  ha_options.advertise = o.advertise;
+  ha_options.lease_ttl_seconds = o.etcd_lease_ttl_seconds;
+  ha_options.server = server;
+  absl::StatusOr<std::unique_ptr<HaCoordinator>> ha = HaCoordinator::Start(ha_options);
+  if (!ha.ok()) return Fail(ha.status());
+  absl::StatusOr<std::unique_ptr<MetricsSampler>> sampler = MetricsSampler::Start(
+      ViewOf(ha->get()), o.summary_dir, absl::Seconds(o.summary_interval_seconds));
+  if (!sampler.ok()) return Fail(sampler.status());
+  Observations observations;
+  ObservationFeed feed(&observations);
+  std::unique_ptr<StatusHttpServer> http;
+  if (!o.http.empty()) {
+    (*ha)->SetObserver(&feed);
+    StatusHttpOptions http_options;
+    http_options.listen = o.http;
+    http_options.token = server.token;
+    http_options.public_page = o.http_public;
+    absl::StatusOr<std::unique_ptr<StatusHttpServer>> started =
+        StatusHttpServer::Start(sampler->get(), http_options, &observations);
+    if (!started.ok()) return Fail(started.status());
+    http = *std::move(started);
+    std::printf("status page and /metrics on http://%s:%d/%s\n",
+                o.http.substr(0, o.http.rfind(':')).c_str(), http->port(),
+                server.token.empty() || o.http_public ? "" : " (token required)");
+  }
+  std::printf("shardq coordinator of job '%s' on port %d (advertised as %s), state in etcd at "
+              "%s%s%s; leading or standing by\n",
+              o.job.c_str(), (*ha)->port(), (*ha)->advertise().c_str(), o.etcd.c_str(),
+              server.token.empty() ? "" : " (token required)",
+              server.tls_cert_file.empty() ? "" : " (TLS)");
+  std::fflush(stdout);
+  WritePortFile(o.port_file, (*ha)->port());
+  int exit_code = 0;
+  while (!StopSignalled(stop_signals, absl::Seconds(1))) {
+    if (absl::Status s = (*ha)->fatal(); !s.ok()) {
+      SHARDQ_LOG_ERROR("job '{}': {}; stopping", o.job, s.ToString());
+      exit_code = 1;
+      break;
+    }
+  }
+  http.reset();
+  sampler->reset();
+  (*ha)->SetObserver(nullptr);
+  ha->reset();  // a leader snapshots and gives up its lease: a standby takes over at once
+  return exit_code;
+}
+
+}  // namespace
+
 int RunServe(const ServeOptions& o) {
   // The library logs warnings only; a coordinator also says what it does
   // (queues created, leases expired, recovery, shutdown). SHARDQ_LOG_LEVEL
   // overrides.
   logging::SetDefaultLevel(spdlog::level::info);
   TuneAllocatorForServing();  // src/server/process_memory.h
+  if (o.etcd.empty() && (!o.job.empty() || !o.advertise.empty())) {
+    return Fail(absl::InvalidArgumentError(
+        "--job and --advertise belong to a highly available coordinator: add --etcd "
+        "HOST:PORT[,HOST:PORT...]"));
+  }
   // Both addresses are checked before anything starts: a bad --http or a
   // port someone holds stops serve before it opens the state dir.
   if (!o.http.empty()) {
@@ -139,6 +261,7 @@ int RunServe(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (!o.etcd.empty()) return RunServeHa(o, options, stop_signals);
 
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
   if (!server.ok()) return Fail(server.status());
@@ -178,24 +301,13 @@ int RunServe(const ServeOptions& o) {
               options.tls_cert_file.empty() ? "" : " (TLS)",
               options.state_dir.empty() ? "" : ", state in ", options.state_dir.c_str());
   std::fflush(stdout);
-  if (!o.port_file.empty()) {
-    // Write then rename, so a reader never sees a half-written file.
-    const std::string tmp = o.port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    std::rename(tmp.c_str(), o.port_file.c_str());
-  }
+  WritePortFile(o.port_file, (*server)->port());
   // Until a stop signal, or until the journal fails: a coordinator that
   // cannot store state stops (fail-stop, as after a failed fsync nothing
   // written since can be trusted); restarted, it recovers every change it
   // acknowledged, and clients retry through the gap.
   int exit_code = 0;
-  while (true) {
-    const timespec one_second{1, 0};
-    const int signal_number = sigtimedwait(&stop_signals, nullptr, &one_second);
-    if (signal_number > 0) {
-      SHARDQ_LOG_INFO("signal {} ({}), shutting down", signal_number, strsignal(signal_number));
-      break;
-    }
+  while (!StopSignalled(stop_signals, absl::Seconds(1))) {
     if (absl::Status s = (*server)->coordinator()->Writable(); !s.ok()) {
       SHARDQ_LOG_ERROR("{}; stopping (a restart recovers every acknowledged change)",
                        std::string(s.message()));

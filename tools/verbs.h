@@ -46,6 +46,12 @@ struct ServeOptions {
   double summary_interval_seconds = 10;
   bool http_public = false;      // --http without the token
   int64_t max_request_mb = 64;   // largest gRPC request
+  // High availability (tools/serve_ha.cc): etcd members, the job, what
+  // clients dial, the election lease.
+  std::string etcd;
+  std::string job;
+  std::string advertise;
+  int64_t etcd_lease_ttl_seconds = 5;
 };
 CLI::App* AddServe(CLI::App& app, ServeOptions* o);
 int RunServe(const ServeOptions& o);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,6 +130,9 @@ class QueueBackend {
   virtual absl::StatusOr<QueueStats> Stats(absl::string_view queue) = 0;
   // Every queue of the coordinator, sorted by name.
   virtual absl::StatusOr<std::vector<QueueStats>> AllStats() = 0;
+  // Who led the job at the last Stats/AllStats answer, when the coordinator
+  // is one of a highly available job (`serve --etcd`); nullopt otherwise.
+  virtual std::optional<Leadership> LastLeadership() const { return std::nullopt; }
 
   // From now on, calls are tried once (with a short deadline) instead of
   // retried: the owner is closing and must not wait out a long outage.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/base/thread_annotations.h"
@@ -200,6 +201,7 @@ class RemoteBackend final : public QueueBackend {
       return stub_->Status(ctx, req, &resp);
     });
     if (!s.ok()) return s;
+    NoteLeadership(resp);
     if (resp.queues_size() != 1) {
       return absl::InternalError(absl::StrCat("status of queue '", queue, "' returned ",
                                               resp.queues_size(), " queues"));
@@ -344,12 +346,24 @@ class RemoteBackend final : public QueueBackend {
       return stub_->Status(ctx, req, &resp);
     });
     if (!s.ok()) return s;
+    NoteLeadership(resp);
     std::vector<QueueStats> out;
     for (const v1::QueueStatus& q : resp.queues()) out.push_back(FromProto(q));
     return out;
   }
 
+  std::optional<Leadership> LastLeadership() const override {
+    absl::MutexLock lock(&leadership_mu_);
+    return leadership_;
+  }
+
  private:
+  void NoteLeadership(const v1::StatusResponse& resp) {
+    if (!resp.has_leadership()) return;
+    absl::MutexLock lock(&leadership_mu_);
+    leadership_ = FromProto(resp.leadership());
+  }
+
   static std::string SessionKey(absl::string_view queue, absl::string_view worker) {
     return absl::StrCat(queue.size(), ":", queue, worker);
   }
@@ -425,8 +439,16 @@ class RemoteBackend final : public QueueBackend {
       if (contacted_.load()) break;
       absl::Status s = Attempt(rpc, timeout);
       if (!absl::IsUnavailable(s)) return s;
-      // Connected, yet no answer: not a coordinator, or it is going away.
+      // Connected, yet no answer: not a coordinator, one going away, or a
+      // standby of a highly available job ("not leader", naming the
+      // leader). The connect timeout bounds this wait too (the channel
+      // stays ready, so AwaitReady does not).
       reason = ReasonOf(s);
+      if (absl::Now() >= give_up) {
+        return absl::UnavailableError(absl::StrCat(
+            method, ": no answer from the coordinator at ", options_.address, " within ",
+            absl::FormatDuration(options_.connect_timeout), " (the connect timeout): ", reason));
+      }
       if (!SleepUnlessInterrupted(std::min(kNoAnswerPause, give_up - absl::Now()))) {
         return Interrupted(method);
       }
@@ -533,6 +555,8 @@ class RemoteBackend final : public QueueBackend {
   std::atomic<int64_t> session_count_{0};
   absl::Mutex note_mu_;
   absl::Time next_note_ ABSL_GUARDED_BY(note_mu_) = absl::InfinitePast();
+  mutable absl::Mutex leadership_mu_;
+  std::optional<Leadership> leadership_ ABSL_GUARDED_BY(leadership_mu_);
 };
 
 }  // namespace

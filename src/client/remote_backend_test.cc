@@ -18,6 +18,7 @@
 #include "src/client/retry.h"
 #include "src/client/work_queue_backend.h"
 #include "src/server/grpc_service.h"
+#include "src/server/standby_server.h"
 
 namespace shardq {
 namespace {
@@ -231,6 +232,25 @@ TEST(RemoteBackend, UnreachableCoordinatorIsUnavailableAfterTheConnectTimeout) {
             std::string::npos) << s;
   // The last connection error, not only "unavailable".
   EXPECT_NE(s.message().find("refused"), std::string::npos) << s;
+}
+
+TEST(RemoteBackend, AServerThatOnlyAnswersUnavailableFailsAfterTheConnectTimeoutWithItsAnswer) {
+  // A standby of a highly available job: connected, every call refused.
+  ServerOptions server_options;
+  server_options.listen = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<StandbyServer>> standby =
+      StandbyServer::Start(server_options, "train");
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  (*standby)->SetLeader("127.0.0.1:9", "10.0.0.1:7077", 4);
+  RemoteOptions options;
+  options.address = absl::StrCat("127.0.0.1:", (*standby)->port());
+  options.connect_timeout = absl::Milliseconds(500);
+  std::shared_ptr<QueueBackend> backend = *ConnectRemote(options);
+  absl::Status s = backend->AllStats().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("within 500ms (the connect timeout)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("not leader: job 'train' is led by 10.0.0.1:7077 (term 4)"),
+            std::string::npos) << s;
 }
 
 TEST(RemoteBackend, AWaitForTheFirstAnswerSaysSoOnStderr) {

@@ -132,6 +132,11 @@ std::optional<JournalMetrics> MetricsSampler::JournalTotals() {
   return view_.journal_totals();
 }
 
+std::optional<LeadershipMetrics> MetricsSampler::Leadership() {
+  if (!view_.leadership) return std::nullopt;
+  return view_.leadership();
+}
+
 std::string StatusPage(const std::vector<QueueMetrics>& queues,
                        const std::string& metrics_href) {
   return absl::StrCat(
@@ -236,6 +241,11 @@ nlohmann::json ServerJson(MetricsSampler* sampler, const Observations* observati
   } else {
     out["journal"] = nullptr;
   }
+  if (std::optional<LeadershipMetrics> l = sampler->Leadership()) {
+    out["leadership"] = {{"job", l->job}, {"leading", l->leading}, {"failovers", l->failovers}};
+  } else {
+    out["leadership"] = nullptr;
+  }
   return out;
 }
 
@@ -298,6 +308,9 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
     const std::optional<JournalMetrics> journal = sampler->JournalTotals();
     std::string text = PrometheusText(sampler->Current(), journal ? &*journal : nullptr);
     text += BuildInfoText(ShardqVersion());
+    if (std::optional<LeadershipMetrics> leadership = sampler->Leadership()) {
+      text += LeadershipText(*leadership);
+    }
     if (observations != nullptr) {
       text += observations->take_latency.PrometheusText(
           "shardq_take_duration_seconds",

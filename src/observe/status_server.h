@@ -33,6 +33,9 @@ struct CoordinatorView {
   std::function<std::vector<QueueStats>()> all_stats;
   // The journal's totals; nullopt (or no function) for a coordinator in memory.
   std::function<std::optional<JournalMetrics>()> journal_totals;
+  // A highly available coordinator's role; nullopt (or no function) for
+  // one that always leads.
+  std::function<std::optional<LeadershipMetrics>()> leadership;
 };
 
 // Samples every queue of a coordinator every `interval`. Thread-safe.
@@ -50,6 +53,8 @@ class MetricsSampler {
   std::vector<QueueMetrics> Current();
   // The coordinator's journal totals now; nullopt in memory.
   std::optional<JournalMetrics> JournalTotals();
+  // The coordinator's role in a highly available job; nullopt otherwise.
+  std::optional<LeadershipMetrics> Leadership();
 
  private:
   MetricsSampler(CoordinatorView view, std::unique_ptr<EventFileWriter> writer,

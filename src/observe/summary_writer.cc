@@ -222,4 +222,16 @@ std::string PrometheusText(const std::vector<QueueMetrics>& queues,
   return out;
 }
 
+std::string LeadershipText(const LeadershipMetrics& leadership) {
+  const std::string label = absl::StrCat("{job=\"", PrometheusLabelValue(leadership.job), "\"}");
+  return absl::StrCat(
+      "# HELP shardq_leader 1 while this coordinator leads its job, 0 while it stands by.\n",
+      "# TYPE shardq_leader gauge\n", "shardq_leader", label, " ", leadership.leading ? 1 : 0,
+      "\n",
+      "# HELP shardq_failovers_total Times this coordinator took its job over after standing "
+      "by.\n",
+      "# TYPE shardq_failovers_total counter\n", "shardq_failovers_total", label, " ",
+      leadership.failovers, "\n");
+}
+
 }  // namespace shardq

@@ -71,6 +71,17 @@ struct JournalMetrics {
 std::string PrometheusText(const std::vector<QueueMetrics>& queues,
                            const JournalMetrics* journal = nullptr);
 
+// A highly available coordinator's role in its job (`serve --etcd`).
+struct LeadershipMetrics {
+  std::string job;
+  bool leading = false;    // false: standing by
+  int64_t failovers = 0;   // times it took over after standing by
+};
+
+// shardq_leader{job} (gauge: 1 leading, 0 standing by) and
+// shardq_failovers_total{job} (counter), in the exposition format.
+std::string LeadershipText(const LeadershipMetrics& leadership);
+
 // `value` as a Prometheus label value: backslash, quote and newline escaped.
 std::string PrometheusLabelValue(absl::string_view value);
 

@@ -161,6 +161,26 @@ TEST(SummaryWriter, TheJournalIsPublishedOnlyWhenThereIsOne) {
   EXPECT_NE(text.find("shardq_journal_snapshots_total 1\n"), std::string::npos);
 }
 
+TEST(SummaryWriter, LeadershipIsAGaugeAndFailoversACounterLabelledByJob) {
+  LeadershipMetrics leading;
+  leading.job = "train\"x";
+  leading.leading = true;
+  leading.failovers = 2;
+  std::string text = LeadershipText(leading);
+  EXPECT_NE(text.find("# TYPE shardq_leader gauge\nshardq_leader{job=\"train\\\"x\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE shardq_failovers_total counter\n"
+                      "shardq_failovers_total{job=\"train\\\"x\"} 2\n"),
+            std::string::npos)
+      << text;
+  LeadershipMetrics standing_by;
+  standing_by.job = "j";
+  text = LeadershipText(standing_by);
+  EXPECT_NE(text.find("shardq_leader{job=\"j\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("shardq_failovers_total{job=\"j\"} 0\n"), std::string::npos) << text;
+}
+
 TEST(SummaryWriter, SplitsAreACounterAndOpenSplitItemsAGauge) {
   QueueStats s = Sample(14, 10);
   s.splits = 3;

@@ -166,6 +166,24 @@ HeartbeatReply FromProto(const v1::HeartbeatResponse& response) {
   return reply;
 }
 
+void ToProto(const Leadership& leadership, v1::Leadership* out) {
+  out->set_job(leadership.job);
+  out->set_leader(leadership.leader);
+  out->set_term(leadership.term);
+  for (const std::string& s : leadership.standbys) out->add_standbys(s);
+  out->set_failovers(leadership.failovers);
+}
+
+Leadership FromProto(const v1::Leadership& leadership) {
+  Leadership out;
+  out.job = leadership.job();
+  out.leader = leadership.leader();
+  out.term = leadership.term();
+  out.standbys.assign(leadership.standbys().begin(), leadership.standbys().end());
+  out.failovers = leadership.failovers();
+  return out;
+}
+
 void ToProto(const StepReport& report, v1::AgreeStepsRequest* out) {
   out->set_key(report.key);
   out->set_participant(report.participant);

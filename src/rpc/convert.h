@@ -37,6 +37,9 @@ WorkItem FromProto(const v1::WorkItem& item);
 void ToProto(const QueueStats& stats, v1::QueueStatus* out);
 QueueStats FromProto(const v1::QueueStatus& status);
 
+void ToProto(const Leadership& leadership, v1::Leadership* out);
+Leadership FromProto(const v1::Leadership& leadership);
+
 void ToProto(const HeartbeatReply& reply, v1::HeartbeatResponse* out);
 HeartbeatReply FromProto(const v1::HeartbeatResponse& response);
 

@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorImpl>> CoordinatorImpl::CreateWithStor
   std::unique_ptr<CoordinatorImpl> coordinator(new CoordinatorImpl(
       options.clock, std::move(store), std::max<int64_t>(1, options.snapshot_every),
       std::max<int64_t>(1, options.snapshot_bytes_per_update)));
+  coordinator->grants_wait_for_store_ = options.grants_wait_for_store;
   if (absl::Status s = coordinator->Recover(std::move(recovered)); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(store_name, ": ", s.message()));
   }
@@ -268,6 +269,7 @@ bool CoordinatorImpl::TooManyGrantsBehind(Entry& e) {
   while (!e.grants_behind.empty() && e.grants_behind.front() <= durable) {
     e.grants_behind.pop_front();
   }
+  if (grants_wait_for_store_) return !e.grants_behind.empty();
   return e.grants_behind.size() > kMaxGrantsBehind;
 }
 

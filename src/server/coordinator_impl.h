@@ -89,6 +89,13 @@ struct CoordinatorOptions {
   // meanwhile; a queue has at most one snapshot in progress.
   int64_t snapshot_every = 20000;
   int64_t snapshot_bytes_per_update = 256;
+  // Durable coordinators answer a take before its grant is stored (up to a
+  // bound; a crash then only re-issues items nobody completed). A
+  // coordinator that may be deposed (the etcd store: another may lead after
+  // a pause) must not hand out an item whose grant it could not store:
+  // true answers every grant only once the store has it, so a fenced
+  // leader hands out nothing.
+  bool grants_wait_for_store = false;
 };
 
 class CoordinatorImpl {
@@ -395,6 +402,8 @@ class CoordinatorImpl {
   const std::unique_ptr<StateStore> journal_;
   const int64_t snapshot_every_;
   const int64_t snapshot_bytes_per_update_;
+  // See CoordinatorOptions::grants_wait_for_store; set once, before serving.
+  bool grants_wait_for_store_ = false;
   std::atomic<bool> shutting_down_{false};
   std::atomic<Observer*> observer_{nullptr};
   Recovery recovery_;  // set once by Create

@@ -85,8 +85,9 @@ std::vector<std::pair<uint64_t, int64_t>> ToPairs(
 
 }  // namespace
 
-CoordinatorService::CoordinatorService(CoordinatorImpl* coordinator, std::string token)
-    : coordinator_(coordinator), token_(std::move(token)) {}
+CoordinatorService::CoordinatorService(CoordinatorImpl* coordinator, std::string token,
+                                       std::function<Leadership()> leadership)
+    : coordinator_(coordinator), token_(std::move(token)), leadership_(std::move(leadership)) {}
 
 CoordinatorService::~CoordinatorService() {
   if (!owner_.current()) return;
@@ -250,6 +251,7 @@ grpc::Status CoordinatorService::Status(grpc::ServerContext* ctx,
                                         const v1::StatusRequest* req,
                                         v1::StatusResponse* resp) {
   if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  if (leadership_) ToProto(leadership_(), resp->mutable_leadership());
   if (req->queue().empty()) {
     for (const QueueStats& stats : coordinator_->AllStats()) {
       ToProto(stats, resp->add_queues());
@@ -306,8 +308,31 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorSer
 }
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator,
-                                     const std::string& token)
-    : coordinator_(std::move(coordinator)), service_(coordinator_.get(), token) {}
+                                     const std::string& token,
+                                     std::function<Leadership()> leadership)
+    : coordinator_(std::move(coordinator)),
+      service_(coordinator_.get(), token, std::move(leadership)) {}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const ServerOptions& options) {
+  if (options.tls_cert_file.empty() && options.tls_key_file.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  absl::StatusOr<std::string> cert = ReadWholeFile(options.tls_cert_file, "--tls-cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadWholeFile(options.tls_key_file, "--tls-key");
+  if (!key.ok()) return key.status();
+  if (absl::Status s = CheckTlsPair(options.tls_cert_file, *cert, options.tls_key_file, *key);
+      !s.ok()) {
+    return s;
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(ssl);
+}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
@@ -324,25 +349,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "the largest request (", options.max_request_bytes, " bytes) must be in 1..",
         std::numeric_limits<int>::max()));
   }
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
-    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-      return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
-    }
-    absl::StatusOr<std::string> cert = ReadWholeFile(options.tls_cert_file, "--tls-cert");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadWholeFile(options.tls_key_file, "--tls-key");
-    if (!key.ok()) return key.status();
-    if (absl::Status s = CheckTlsPair(options.tls_cert_file, *cert, options.tls_key_file, *key);
-        !s.ok()) {
-      return s;
-    }
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    credentials = grpc::SslServerCredentials(ssl);
-  } else {
-    credentials = grpc::InsecureServerCredentials();
-  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(options);
+  if (!credentials.ok()) return credentials.status();
   // A port someone holds is refused before the state dir is opened (the
   // holder may be a coordinator of the same state dir); the bind below is
   // what decides.
@@ -351,16 +360,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   } else if (listen->port != 0) {
     if (absl::Status s = ExplainBindFailure("--listen", *listen); !s.ok()) return s;
   }
-  CoordinatorOptions coordinator_options;
-  coordinator_options.state_dir = options.state_dir;
-  coordinator_options.clock = options.clock;
-  absl::StatusOr<std::unique_ptr<CoordinatorImpl>> coordinator =
-      CoordinatorImpl::Create(coordinator_options);
+  absl::StatusOr<std::unique_ptr<CoordinatorImpl>> coordinator;
+  if (options.open_coordinator) {
+    coordinator = options.open_coordinator();
+  } else {
+    CoordinatorOptions coordinator_options;
+    coordinator_options.state_dir = options.state_dir;
+    coordinator_options.clock = options.clock;
+    coordinator = CoordinatorImpl::Create(coordinator_options);
+  }
   if (!coordinator.ok()) return coordinator.status();
   std::unique_ptr<CoordinatorServer> server(
-      new CoordinatorServer(*std::move(coordinator), options.token));
+      new CoordinatorServer(*std::move(coordinator), options.token, options.leadership));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, credentials, &server->port_);
+  builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.RegisterService(&server->service_);
   // gRPC sets SO_REUSEPORT by default, with which a second coordinator on
   // the same port binds too and the kernel splits the clients between them.

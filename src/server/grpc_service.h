@@ -4,11 +4,13 @@
 #ifndef SHARDQ_SERVER_GRPC_SERVICE_H_
 #define SHARDQ_SERVER_GRPC_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/rpc/convert.h"
@@ -36,7 +38,18 @@ struct ServerOptions {
   // The coordinator's clock (leases, progress); nullptr: the real clock.
   // Tests pass a FakeClock; it must outlive the server.
   Clock* clock = nullptr;
+  // Makes the coordinator instead of `state_dir` (the etcd store's leader:
+  // src/server/ha_serve.h). Called once the listen port was checked free.
+  std::function<absl::StatusOr<std::unique_ptr<CoordinatorImpl>>()> open_coordinator;
+  // Set for a highly available job: every Status answer carries it.
+  std::function<Leadership()> leadership;
 };
+
+// The credentials `options` asks for (TLS from its files, else insecure).
+// INVALID_ARGUMENT naming the flag and file when they cannot be read, hold
+// no PEM certificate/key or do not match.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const ServerOptions& options);
 
 // Thread-safe (handlers run on gRPC's threads). Take and Complete, the
 // calls every worker makes per item, are callback methods: their handlers
@@ -51,8 +64,10 @@ class CoordinatorService final
     : public v1::Coordinator::WithCallbackMethod_Session<v1::Coordinator::WithCallbackMethod_Take<
           v1::Coordinator::WithCallbackMethod_Complete<v1::Coordinator::Service>>> {
  public:
-  // `coordinator` must outlive the service.
-  CoordinatorService(CoordinatorImpl* coordinator, std::string token);
+  // `coordinator` must outlive the service. `leadership`, when set, is
+  // added to every Status answer.
+  CoordinatorService(CoordinatorImpl* coordinator, std::string token,
+                     std::function<Leadership()> leadership = nullptr);
   // Waits for the Takes still waiting on their own threads (the
   // coordinator's Shutdown ends their waits); in a fork()ed child, which
   // has none of those threads, it does not wait.
@@ -106,6 +121,7 @@ class CoordinatorService final
 
   CoordinatorImpl* const coordinator_;
   const std::string token_;
+  const std::function<Leadership()> leadership_;
   const std::shared_ptr<TakeWaiters> take_waiters_ = std::make_shared<TakeWaiters>();
   OwnerProcess owner_;  // see src/core/process.h
 };
@@ -136,7 +152,8 @@ class CoordinatorServer {
   void Shutdown(absl::Duration grace = absl::Seconds(1));
 
  private:
-  CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token);
+  CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token,
+                    std::function<Leadership()> leadership);
 
   std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;

@@ -67,6 +67,16 @@ struct HeartbeatReply {
   std::vector<SplitProposal> splits;   // proposals awaiting its answer
 };
 
+// Who serves a highly available job (`shardq serve --etcd`), as its
+// leader tells it in its status answer.
+struct Leadership {
+  std::string job;
+  std::string leader;                  // the leader's advertised address
+  int64_t term = 0;                    // its election key's create revision
+  std::vector<std::string> standbys;   // advertised addresses, in etcd's key order
+  int64_t failovers = 0;               // times the leader took over after standing by
+};
+
 }  // namespace shardq
 
 #endif  // SHARDQ_TYPES_QUEUE_TYPES_H_
