@@ -24,11 +24,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "src/rpc/protocol_version.h"
 
 namespace shardq {
-
-// The trailing metadata in which a standby names the leader's address.
-inline constexpr char kLeaderMetadataKey[] = "shardq-leader";
 
 struct CoordinatorAddress {
   // The spec as given (whitespace trimmed), for messages.

@@ -198,16 +198,18 @@ TEST(ListAddress, AStandbysHintLeadsStraightToTheLeader) {
   std::unique_ptr<CoordinatorServer> b = StartServer();
   ASSERT_NE(b, nullptr);
   CreateQueue(*b, "b");
-  StandbyServer hinting(AddressOf(*b));
-  StandbyServer skipped(AddressOf(*b));
+  std::unique_ptr<StandbyServer> hinting = StartStandby(AddressOf(*b));
+  std::unique_ptr<StandbyServer> skipped = StartStandby(AddressOf(*b));
+  ASSERT_NE(hinting, nullptr);
+  ASSERT_NE(skipped, nullptr);
   for (bool sessions : {true, false}) {
     std::unique_ptr<WorkQueue> queue = Worker(
-        absl::StrCat(hinting.address(), ",", skipped.address(), ",", AddressOf(*b)), sessions);
+        absl::StrCat(AddressOf(*hinting), ",", AddressOf(*skipped), ",", AddressOf(*b)), sessions);
     ASSERT_NE(queue, nullptr);
     EXPECT_THAT(TakeAndComplete(*queue), StartsWith("b-"));
   }
-  EXPECT_GE(hinting.calls(), 2);
-  EXPECT_EQ(skipped.calls(), 0);  // the hint went past it
+  EXPECT_GE(hinting->calls(), 2);
+  EXPECT_EQ(skipped->calls(), 0);  // the hint went past it
 }
 
 TEST(ListAddress, AllDownFailsAfterTheConnectTimeoutNamingTheList) {

@@ -369,9 +369,10 @@ TEST(SessionClient, DifferentMajorVersionIsRefusedNamingBothVersions) {
 // names the lease the worker holds.
 TEST(SessionClient, ReopenThroughAStandbyReachesTheLeaderKeepingLeases) {
   FakeServer leader;
-  StandbyServer standby(leader.address());
+  std::unique_ptr<StandbyServer> standby = StartStandby(leader.address());
+  ASSERT_NE(standby, nullptr);
   absl::StatusOr<CoordinatorAddress> list =
-      ParseCoordinatorAddress(absl::StrCat(standby.address(), ",", leader.address()));
+      ParseCoordinatorAddress(absl::StrCat(AddressOf(*standby), ",", leader.address()));
   ASSERT_TRUE(list.ok()) << list.status();
   auto channels = std::make_shared<CoordinatorChannels>(
       std::make_unique<LeaderResolver>(*list, nullptr), [](const std::string& address) {
@@ -379,7 +380,7 @@ TEST(SessionClient, ReopenThroughAStandbyReachesTheLeaderKeepingLeases) {
       });
   auto session = SessionClient::Open(channels, Options(leader), nullptr);
   ASSERT_TRUE(session.ok()) << session.status();
-  EXPECT_EQ(standby.calls(), 1);
+  EXPECT_EQ(standby->calls(), 1);
   absl::StatusOr<std::vector<WorkItem>> held = (*session)->Take(1, absl::Now());
   ASSERT_TRUE(held.ok()) << held.status();
   ASSERT_EQ(held->size(), 1u);
@@ -388,7 +389,7 @@ TEST(SessionClient, ReopenThroughAStandbyReachesTheLeaderKeepingLeases) {
   leader.service.break_on_request = 2;
   absl::StatusOr<std::vector<WorkItem>> next = (*session)->Take(1, absl::Now());
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(standby.calls(), 2);
+  EXPECT_EQ(standby->calls(), 2);
   const std::vector<v1::SessionOpen> opens = leader.service.opens();
   ASSERT_EQ(opens.size(), 2u);
   EXPECT_TRUE(opens[1].reopen());

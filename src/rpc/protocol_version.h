@@ -2,7 +2,8 @@
 // ProtocolVersion): sent by a client in SessionOpen and by the coordinator
 // in SessionOpened. The same major version works together (a newer minor
 // version only adds fields the other side ignores); a different major
-// version is refused with FAILED_PRECONDITION naming both.
+// version is refused with FAILED_PRECONDITION naming both. Also the other
+// constants both sides of the wire must agree on.
 #ifndef SHARDQ_RPC_PROTOCOL_VERSION_H_
 #define SHARDQ_RPC_PROTOCOL_VERSION_H_
 
@@ -10,6 +11,12 @@ namespace shardq {
 
 inline constexpr int kProtocolMajor = 1;
 inline constexpr int kProtocolMinor = 0;
+
+// The trailing metadata in which a standby coordinator of a highly
+// available job names the leader's advertised address (in every answer it
+// refuses with UNAVAILABLE "not leader: ..."): clients given several
+// coordinators go straight to it.
+inline constexpr char kLeaderMetadataKey[] = "shardq-leader";
 
 }  // namespace shardq
 

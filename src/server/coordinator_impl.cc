@@ -294,7 +294,7 @@ absl::Status CoordinatorImpl::StoreError(const absl::Status& journal_error) {
   // (`shardq serve` stops on this error) recovers what was stored.
   return absl::UnavailableError(absl::StrCat(
       "coordinator cannot store state: ", journal_error.message(),
-      "; it accepts no change until restarted"));
+      "; it accepts no further change"));
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::AddQueue(

@@ -95,17 +95,21 @@ CoordinatorService::~CoordinatorService() {
   while (take_waiters_->running > 0) take_waiters_->done.Wait(&take_waiters_->mu);
 }
 
-absl::Status CoordinatorService::Authorize(const grpc::ServerContextBase& ctx) const {
-  if (token_.empty()) return absl::OkStatus();
+absl::Status AuthorizeCall(const grpc::ServerContextBase& ctx, const std::string& token) {
+  if (token.empty()) return absl::OkStatus();
   auto it = ctx.client_metadata().find("authorization");
   if (it == ctx.client_metadata().end()) {
     return absl::UnauthenticatedError("missing 'authorization' metadata (a token is required)");
   }
   absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::ConsumePrefix(&value, "Bearer ") || !ConstantTimeEquals(value, token_)) {
+  if (!absl::ConsumePrefix(&value, "Bearer ") || !ConstantTimeEquals(value, token)) {
     return absl::UnauthenticatedError("invalid token");
   }
   return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::Authorize(const grpc::ServerContextBase& ctx) const {
+  return AuthorizeCall(ctx, token_);
 }
 
 grpc::Status CoordinatorService::CreateQueue(grpc::ServerContext* ctx,

@@ -45,6 +45,10 @@ struct ServerOptions {
   std::function<Leadership()> leadership;
 };
 
+// OK when `token` is empty or the call carries "authorization: Bearer
+// <token>"; UNAUTHENTICATED saying which is wrong otherwise.
+absl::Status AuthorizeCall(const grpc::ServerContextBase& ctx, const std::string& token);
+
 // The credentials `options` asks for (TLS from its files, else insecure).
 // INVALID_ARGUMENT naming the flag and file when they cannot be read, hold
 // no PEM certificate/key or do not match.

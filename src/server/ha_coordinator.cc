@@ -122,7 +122,7 @@ void HaCoordinator::Loop() {
     election.reset();  // revokes the lease: the key goes, a standby may win at once
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return;
+      if (stopping_ || !fatal_.ok()) return;
     }
     SHARDQ_LOG_WARN("job '{}': stepped down ({}); standing by", options_.job, why);
     if (absl::Status s = StartStandbyServer(); !s.ok()) {
@@ -235,6 +235,12 @@ std::string HaCoordinator::Lead(EtcdElection& election) {
   server.leadership = [this] { return leadership(); };
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> started = CoordinatorServer::Start(server);
   if (!started.ok()) {
+    // etcd going away is waited out; state that does not recover (a
+    // damaged key, a bad TLS file) is not retried: it ends the process.
+    if (!absl::IsUnavailable(started.status())) {
+      absl::MutexLock lock(&mu_);
+      fatal_ = started.status();
+    }
     return absl::StrCat("it won term ", term, " but could not serve: ",
                         started.status().ToString());
   }

@@ -78,8 +78,9 @@ class HaCoordinator {
   Leadership leadership() const;
   // Times this process became the leader after standing by for another.
   int64_t failovers() const;
-  // OK while the loop runs; the error that ended it otherwise (the port
-  // was taken while stepping down).
+  // OK while the loop runs; the error that ended it otherwise: the port
+  // was taken while stepping down, or the job's state in etcd does not
+  // recover (DATA_LOSS naming the key).
   absl::Status fatal() const;
 
   // The led coordinator's queues and store totals (empty / nullopt while

@@ -178,6 +178,19 @@ TEST_F(HaCoordinatorTest, ALeaderWhoseTermWasTakenCommitsNothingAndStepsDownByIt
   EXPECT_EQ(recovered.queues[0].name, "before");
 }
 
+TEST_F(HaCoordinatorTest, DamagedStateInEtcdEndsTheProcessNamingTheKeyInsteadOfLeading) {
+  etcdserverpb::PutRequest put;
+  put.set_key(EtcdStore::JobPrefix("train") + "j/71/00000000000000000001");
+  put.set_value("not a batch");
+  ASSERT_TRUE(client_->Put(put).ok());
+  std::unique_ptr<HaCoordinator> a = Start();
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(Eventually([&] { return !a->fatal().ok(); }));
+  EXPECT_EQ(a->fatal().code(), absl::StatusCode::kDataLoss) << a->fatal();
+  EXPECT_THAT(a->fatal().message(), HasSubstr("j/71/00000000000000000001"));
+  EXPECT_FALSE(a->leading());
+}
+
 TEST(HaCoordinator, RefusesBadOptionsNamingTheFlag) {
   HaOptions options;
   options.etcd = "127.0.0.1:1";

@@ -14,25 +14,29 @@ class StandbyServer::Service final : public grpc::CallbackGenericService {
   explicit Service(const StandbyServer* standby) : standby_(standby) {}
 
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
+    class Reactor final : public grpc::ServerGenericBidiReactor {
+     public:
+      explicit Reactor(grpc::Status status) { Finish(std::move(status)); }
+      void OnDone() override { delete this; }
+    };
+    standby_->calls_.fetch_add(1);
+    // Who leads is told only to callers with the job's token.
+    if (absl::Status s = AuthorizeCall(*ctx, standby_->token_); !s.ok()) {
+      return new Reactor(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(s.message())));
+    }
     std::string message;
     std::string leader;
     standby_->Answer(&message, &leader);
     if (!leader.empty()) ctx->AddTrailingMetadata(kLeaderMetadataKey, leader);
-    class Reactor final : public grpc::ServerGenericBidiReactor {
-     public:
-      explicit Reactor(std::string message) {
-        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::move(message)));
-      }
-      void OnDone() override { delete this; }
-    };
-    return new Reactor(std::move(message));
+    return new Reactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::move(message)));
   }
 
  private:
   const StandbyServer* const standby_;
 };
 
-StandbyServer::StandbyServer(std::string job) : job_(std::move(job)) {
+StandbyServer::StandbyServer(std::string job, std::string token)
+    : job_(std::move(job)), token_(std::move(token)) {
   SetLeader("", "", 0);
 }
 
@@ -46,7 +50,7 @@ absl::StatusOr<std::unique_ptr<StandbyServer>> StandbyServer::Start(const Server
   if (listen->port != 0) {
     if (absl::Status s = ExplainBindFailure("--listen", *listen); !s.ok()) return s;
   }
-  std::unique_ptr<StandbyServer> standby(new StandbyServer(std::move(job)));
+  std::unique_ptr<StandbyServer> standby(new StandbyServer(std::move(job), options.token));
   standby->service_ = std::make_unique<Service>(standby.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *credentials, &standby->port_);

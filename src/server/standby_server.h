@@ -11,6 +11,8 @@
 #ifndef SHARDQ_SERVER_STANDBY_SERVER_H_
 #define SHARDQ_SERVER_STANDBY_SERVER_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -20,16 +22,15 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 #include "src/server/grpc_service.h"
+#include "src/rpc/protocol_version.h"
 
 namespace shardq {
-
-// The trailing metadata key naming the leader in a standby's answers.
-inline constexpr char kLeaderMetadataKey[] = "shardq-leader";
 
 class StandbyServer {
  public:
   // Binds options.listen (TLS as options say; the port is checked free
-  // first, as CoordinatorServer::Start does) and answers as above.
+  // first, as CoordinatorServer::Start does) and answers as above; a call
+  // without options.token (when set) gets UNAUTHENTICATED instead.
   // `job` is named in every answer. Errors as CoordinatorServer::Start's
   // for the address.
   static absl::StatusOr<std::unique_ptr<StandbyServer>> Start(const ServerOptions& options,
@@ -38,6 +39,8 @@ class StandbyServer {
   ~StandbyServer();
 
   int port() const { return port_; }
+  // Calls answered (refused) so far.
+  int64_t calls() const { return calls_.load(); }
   // What the answers say from now on: the leader's address and term
   // (empty leader: nobody leads yet), or why the leader is not known.
   // `self` is this coordinator's advertised address, named in every answer.
@@ -46,14 +49,16 @@ class StandbyServer {
 
  private:
   class Service;
-  explicit StandbyServer(std::string job);
+  StandbyServer(std::string job, std::string token);
   // The status every call is answered with, and the leader to name.
   void Answer(std::string* message, std::string* leader) const;
 
   const std::string job_;
+  const std::string token_;  // ServerOptions::token: callers must carry it
   mutable absl::Mutex mu_;
   std::string message_ ABSL_GUARDED_BY(mu_);
   std::string leader_ ABSL_GUARDED_BY(mu_);
+  mutable std::atomic<int64_t> calls_{0};  // counted by the const Service
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
