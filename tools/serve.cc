@@ -125,6 +125,26 @@ void WritePortFile(const std::string& path, int port) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+// The status page and /metrics on o.http (nullptr when it is not asked
+// for), announced on stdout.
+absl::StatusOr<std::unique_ptr<StatusHttpServer>> StartPage(const ServeOptions& o,
+                                                            const std::string& token,
+                                                            MetricsSampler* sampler,
+                                                            Observations* observations) {
+  if (o.http.empty()) return nullptr;
+  StatusHttpOptions http_options;
+  http_options.listen = o.http;
+  http_options.token = token;
+  http_options.public_page = o.http_public;
+  absl::StatusOr<std::unique_ptr<StatusHttpServer>> http =
+      StatusHttpServer::Start(sampler, http_options, observations);
+  if (!http.ok()) return http.status();
+  std::printf("status page and /metrics on http://%s:%d/%s\n",
+              o.http.substr(0, o.http.rfind(':')).c_str(), (*http)->port(),
+              token.empty() || o.http_public ? "" : " (token required)");
+  return http;
+}
+
 // Feeds the coordinator's updates and call times to the page's timeline and
 // the latency histograms.
 class ObservationFeed final : public CoordinatorImpl::Observer {
@@ -175,21 +195,10 @@ int RunServeHa(const ServeOptions& o, const ServerOptions& server, const sigset_
   if (!sampler.ok()) return Fail(sampler.status());
   Observations observations;
   ObservationFeed feed(&observations);
-  std::unique_ptr<StatusHttpServer> http;
-  if (!o.http.empty()) {
-    (*ha)->SetObserver(&feed);
-    StatusHttpOptions http_options;
-    http_options.listen = o.http;
-    http_options.token = server.token;
-    http_options.public_page = o.http_public;
-    absl::StatusOr<std::unique_ptr<StatusHttpServer>> started =
-        StatusHttpServer::Start(sampler->get(), http_options, &observations);
-    if (!started.ok()) return Fail(started.status());
-    http = *std::move(started);
-    std::printf("status page and /metrics on http://%s:%d/%s\n",
-                o.http.substr(0, o.http.rfind(':')).c_str(), http->port(),
-                server.token.empty() || o.http_public ? "" : " (token required)");
-  }
+  if (!o.http.empty()) (*ha)->SetObserver(&feed);
+  absl::StatusOr<std::unique_ptr<StatusHttpServer>> http =
+      StartPage(o, server.token, sampler->get(), &observations);
+  if (!http.ok()) return Fail(http.status());
   std::printf("shardq coordinator of job '%s' on port %d (advertised as %s), state in etcd at "
               "%s%s%s; leading or standing by\n",
               o.job.c_str(), (*ha)->port(), (*ha)->advertise().c_str(), o.etcd.c_str(),
@@ -205,7 +214,7 @@ int RunServeHa(const ServeOptions& o, const ServerOptions& server, const sigset_
       break;
     }
   }
-  http.reset();
+  http->reset();
   sampler->reset();
   (*ha)->SetObserver(nullptr);
   ha->reset();  // a leader snapshots and gives up its lease: a standby takes over at once
@@ -273,21 +282,10 @@ int RunServe(const ServeOptions& o) {
   Observations observations;
   observations.state_dir = o.state_dir;
   ObservationFeed feed(&observations);
-  std::unique_ptr<StatusHttpServer> http;
-  if (!o.http.empty()) {
-    (*server)->coordinator()->SetObserver(&feed);
-    StatusHttpOptions http_options;
-    http_options.listen = o.http;
-    http_options.token = options.token;
-    http_options.public_page = o.http_public;
-    absl::StatusOr<std::unique_ptr<StatusHttpServer>> started =
-        StatusHttpServer::Start(sampler->get(), http_options, &observations);
-    if (!started.ok()) return Fail(started.status());
-    http = *std::move(started);
-    std::printf("status page and /metrics on http://%s:%d/%s\n",
-                o.http.substr(0, o.http.rfind(':')).c_str(), http->port(),
-                options.token.empty() || o.http_public ? "" : " (token required)");
-  }
+  if (!o.http.empty()) (*server)->coordinator()->SetObserver(&feed);
+  absl::StatusOr<std::unique_ptr<StatusHttpServer>> http =
+      StartPage(o, options.token, sampler->get(), &observations);
+  if (!http.ok()) return Fail(http.status());
   if (!options.state_dir.empty()) {
     const CoordinatorImpl::Recovery& r = (*server)->coordinator()->recovery();
     SHARDQ_LOG_INFO("state dir {}: recovered {} queue(s) in {:.2f} s ({} update(s) replayed "
@@ -315,7 +313,7 @@ int RunServe(const ServeOptions& o) {
       break;
     }
   }
-  http.reset();
+  http->reset();
   sampler->reset();  // writes the final sample
   (*server)->coordinator()->SetObserver(nullptr);
   (*server)->Shutdown();

@@ -23,7 +23,7 @@
 #include "src/server/grpc_service.h"
 #include "src/store/etcd_client.h"
 #include "src/store/etcd_leader.h"
-#include "src/store/etcd_testing.h"
+#include "src/store/etcd_test_fixture.h"
 
 namespace shardq {
 namespace {
@@ -85,17 +85,8 @@ std::string TakeAndComplete(WorkQueue& queue) {
   return item->item;
 }
 
-class EtcdLeader : public testing::Test {
+class EtcdLeader : public EtcdTest {
  protected:
-  void SetUp() override {
-    if (EtcdTestCluster::FindBinary().empty()) GTEST_SKIP() << EtcdTestCluster::kMissing;
-    absl::Status started = cluster_.Start();
-    ASSERT_TRUE(started.ok()) << started;
-    EtcdClientOptions options;
-    options.endpoints = cluster_.endpoint_list();
-    etcd_ = *EtcdClient::Create(options);
-  }
-
   // Writes the election key of job "train" as the election would when the
   // coordinator at `advertise` wins (without a lease: the test moves it).
   void PointLeaderAt(const std::string& advertise) {
@@ -106,16 +97,13 @@ class EtcdLeader : public testing::Test {
     etcdserverpb::PutRequest put;
     put.set_key(EtcdLeaderKey("train"));
     put.set_value(info.SerializeAsString());
-    absl::StatusOr<etcdserverpb::PutResponse> r = etcd_->Put(put);
+    absl::StatusOr<etcdserverpb::PutResponse> r = client_->Put(put);
     ASSERT_TRUE(r.ok()) << r.status();
   }
 
   std::string EtcdAddress() const {
     return absl::StrCat("etcd://", cluster_.endpoints(), "/train");
   }
-
-  EtcdTestCluster cluster_{1};
-  std::unique_ptr<EtcdClient> etcd_;
 };
 
 // Parameter: the worker uses sessions (true) or unary calls.

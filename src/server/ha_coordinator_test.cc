@@ -11,7 +11,7 @@
 #include "proto/etcd/etcd_store.pb.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/store/etcd_store.h"
-#include "src/store/etcd_testing.h"
+#include "src/store/etcd_test_fixture.h"
 
 namespace shardq {
 namespace {
@@ -30,17 +30,8 @@ bool Eventually(Predicate predicate, absl::Duration bound = absl::Seconds(60)) {
   return true;
 }
 
-class HaCoordinatorTest : public ::testing::Test {
+class HaCoordinatorTest : public EtcdTest {
  protected:
-  void SetUp() override {
-    if (EtcdTestCluster::FindBinary().empty()) GTEST_SKIP() << EtcdTestCluster::kMissing;
-    absl::Status started = cluster_.Start();
-    ASSERT_TRUE(started.ok()) << started;
-    EtcdClientOptions options;
-    options.endpoints = cluster_.endpoint_list();
-    client_ = std::shared_ptr<EtcdClient>(*EtcdClient::Create(options));
-  }
-
   std::unique_ptr<HaCoordinator> Start() {
     HaOptions options;
     options.etcd = cluster_.endpoints();
@@ -85,8 +76,6 @@ class HaCoordinatorTest : public ::testing::Test {
     return status;
   }
 
-  EtcdTestCluster cluster_{1};
-  std::shared_ptr<EtcdClient> client_;
 };
 
 TEST_F(HaCoordinatorTest, OneLeadsTheStandbyRefusesNamingItAndTakesOverWithTheState) {

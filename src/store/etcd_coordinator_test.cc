@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "src/server/coordinator_impl.h"
 #include "src/store/etcd_store.h"
-#include "src/store/etcd_testing.h"
+#include "src/store/etcd_test_fixture.h"
 
 namespace shardq {
 namespace {
@@ -29,17 +29,8 @@ QueueConfig Config(const std::string& name, int64_t items, int64_t epochs) {
   return c;
 }
 
-class EtcdCoordinatorTest : public ::testing::Test {
+class EtcdCoordinatorTest : public EtcdTest {
  protected:
-  void SetUp() override {
-    if (EtcdTestCluster::FindBinary().empty()) GTEST_SKIP() << EtcdTestCluster::kMissing;
-    absl::Status started = cluster_.Start();
-    ASSERT_TRUE(started.ok()) << started;
-    EtcdClientOptions options;
-    options.endpoints = cluster_.endpoint_list();
-    client_ = std::shared_ptr<EtcdClient>(*EtcdClient::Create(options));
-  }
-
   // A coordinator over the job's state, guarded by `guard_rev` of the
   // election key (0: unguarded). `store` gets the store it runs on.
   std::unique_ptr<CoordinatorImpl> Open(int64_t guard_rev = 0, EtcdStore** store = nullptr,
@@ -78,8 +69,6 @@ class EtcdCoordinatorTest : public ::testing::Test {
     return client_->Get(key)->create_revision();
   }
 
-  EtcdTestCluster cluster_{1};
-  std::shared_ptr<EtcdClient> client_;
 };
 
 TEST_F(EtcdCoordinatorTest, ANewCoordinatorContinuesWithNothingLostOrRepeated) {

@@ -4,23 +4,15 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "src/store/etcd_testing.h"
+#include "src/store/etcd_test_fixture.h"
 
 namespace shardq {
 namespace {
 
 using ::testing::HasSubstr;
 
-class EtcdElectionTest : public ::testing::Test {
+class EtcdElectionTest : public EtcdTest {
  protected:
-  void SetUp() override {
-    if (EtcdTestCluster::FindBinary().empty()) GTEST_SKIP() << EtcdTestCluster::kMissing;
-    absl::Status started = cluster_.Start();
-    ASSERT_TRUE(started.ok()) << started;
-    EtcdClientOptions options;
-    options.endpoints = cluster_.endpoint_list();
-    client_ = std::shared_ptr<EtcdClient>(*EtcdClient::Create(options));
-  }
   std::unique_ptr<EtcdElection> Candidate(const std::string& address, int64_t ttl = 5) {
     EtcdElectionOptions options;
     options.client = client_;
@@ -31,8 +23,6 @@ class EtcdElectionTest : public ::testing::Test {
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? *std::move(e) : nullptr;
   }
-  EtcdTestCluster cluster_{1};
-  std::shared_ptr<EtcdClient> client_;
 };
 
 TEST_F(EtcdElectionTest, OneLeadsTheOtherSeesWhoAndTakesOverOnARevoke) {
