@@ -107,10 +107,13 @@ CoordinatorView ViewOf(HaCoordinator* ha) {
     return m;
   };
   view.leadership = [ha]() -> std::optional<LeadershipMetrics> {
+    const Leadership known = ha->leadership(/*standbys=*/false);
     LeadershipMetrics m;
-    m.job = ha->job();
+    m.job = known.job;
     m.leading = ha->leading();
-    m.failovers = ha->failovers();
+    m.failovers = known.failovers;
+    m.leader = known.leader;
+    m.term = known.term;
     return m;
   };
   return view;

@@ -242,7 +242,9 @@ nlohmann::json ServerJson(MetricsSampler* sampler, const Observations* observati
     out["journal"] = nullptr;
   }
   if (std::optional<LeadershipMetrics> l = sampler->Leadership()) {
-    out["leadership"] = {{"job", l->job}, {"leading", l->leading}, {"failovers", l->failovers}};
+    out["leadership"] = {{"job", l->job},         {"leading", l->leading},
+                         {"failovers", l->failovers}, {"leader", l->leader},
+                         {"term", l->term}};
   } else {
     out["leadership"] = nullptr;
   }

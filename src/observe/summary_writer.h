@@ -76,6 +76,8 @@ struct LeadershipMetrics {
   std::string job;
   bool leading = false;    // false: standing by
   int64_t failovers = 0;   // times it took over after standing by
+  std::string leader;      // the leader's address as this coordinator knows it ("": none)
+  int64_t term = 0;        // the leader's term
 };
 
 // shardq_leader{job} (gauge: 1 leading, 0 standing by) and

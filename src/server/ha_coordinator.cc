@@ -311,7 +311,7 @@ std::vector<std::string> HaCoordinator::Standbys() const {
   return out;
 }
 
-Leadership HaCoordinator::leadership() const {
+Leadership HaCoordinator::leadership(bool standbys) const {
   Leadership out;
   out.job = options_.job;
   bool leading = false;
@@ -322,7 +322,7 @@ Leadership HaCoordinator::leadership() const {
     out.term = known_term_;
     out.failovers = failovers_;
   }
-  if (leading) out.standbys = Standbys();
+  if (leading && standbys) out.standbys = Standbys();
   return out;
 }
 

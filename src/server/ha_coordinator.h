@@ -73,9 +73,9 @@ class HaCoordinator {
   const std::string& job() const { return options_.job; }
   const std::string& advertise() const { return advertise_; }
   bool leading() const;
-  // Who leads as this process knows it (as a leader: itself, its term and
-  // the registered standbys, read from etcd now).
-  Leadership leadership() const;
+  // Who leads as this process knows it (as a leader: itself, its term and,
+  // with `standbys`, the registered standbys, read from etcd now).
+  Leadership leadership(bool standbys = true) const;
   // Times this process became the leader after standing by for another.
   int64_t failovers() const;
   // OK while the loop runs; the error that ended it otherwise: the port

@@ -172,6 +172,11 @@ def test_a_standby_answers_not_leader_naming_the_leader_and_takes_over_on_a_clea
         wait_for("b stands by naming a", lambda: f"{a.address} leads" in b.log())
         assert not b.leading()
         assert f'shardq_failovers_total{{job="{job}"}} 0' in b.metrics()
+        # The page's header data: b stands by and names the leader.
+        with urllib.request.urlopen(f"http://127.0.0.1:{b.http}/api/server", timeout=10) as r:
+            page = json.loads(r.read().decode())["leadership"]
+        assert page["job"] == job and not page["leading"] and page["leader"] == a.address, page
+        assert page["term"] > 0
         # A standby serves nothing: every call is refused naming the leader.
         refused = run("status", "--address", b.address, "--connect-timeout", "1", check=False)
         assert refused.returncode != 0

@@ -336,7 +336,14 @@
     const windowS = 60 * Number(document.getElementById("window").value);
     const info = [`version ${server.version}`];
     if (server.uptime_seconds != null) info.push(`up ${duration(server.uptime_seconds)}`);
-    info.push(server.state_dir ? `state dir ${server.state_dir}` : "in memory");
+    const ha = server.leadership;
+    if (ha) {
+      info.push(ha.leading ? `leader of job ${ha.job} (term ${ha.term}), state in etcd`
+                           : `standby of job ${ha.job}; ${ha.leader ? `leader ${ha.leader} (term ${ha.term})`
+                                                                    : "no leader known"}`);
+    } else {
+      info.push(server.state_dir ? `state dir ${server.state_dir}` : "in memory");
+    }
     if (server.journal) {
       let cps = "\u2026";
       if (state.lastCommits && now > state.lastCommits.t) {
