@@ -5,7 +5,7 @@
 // The life of one process, driven by a thread of its own:
 //  - Standing by: it holds an etcd lease (EtcdElection), registers itself
 //    under "/shardq/<job>/standby/" with that lease, tries to create the
-//    election key every poll (a fifth of the TTL, at most 1 s), and
+//    election key every poll (a fifth of the TTL, at most 500 ms), and
 //    serves a StandbyServer on its port: every call is answered
 //    UNAVAILABLE "not leader" naming the leader.
 //  - Leading: once it wins, it frees the port, recovers the job's state
