@@ -46,6 +46,8 @@ set(SHARDQ_EXPORTED_TARGETS
   shardq_coordinator shardq_store shardq_core shardq_types shardq_proto shardq_log
   shardq_io shardq_io_formats shardq_pipeline shardq_dataset)
 list(APPEND SHARDQ_EXPORTED_TARGETS shardq_s3)  # s3:// works (issue 21)
+# etcd://HOST:PORT/JOB addresses (issue 18): the client reads the leader.
+list(APPEND SHARDQ_EXPORTED_TARGETS shardq_etcd_leader shardq_etcd_client shardq_etcd_proto)
 install(TARGETS ${SHARDQ_EXPORTED_TARGETS} EXPORT shardqTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -12,8 +12,9 @@ namespace shardq {
 
 void AddClientFlags(CLI::App* cmd, ClientFlags* flags, bool with_worker) {
   cmd->add_option("--address", flags->address,
-                  "coordinator HOST:PORT (default: SHARDQ_ADDRESS, TF_CONFIG, "
-                  "MASTER_ADDR+SHARDQ_PORT)");
+                  "coordinator HOST:PORT or unix:PATH; the coordinators of an HA job as "
+                  "H1:P1,H2:P2 or etcd://HOST:PORT[,HOST:PORT]/JOB (default: SHARDQ_ADDRESS, "
+                  "TF_CONFIG, MASTER_ADDR+SHARDQ_PORT)");
   cmd->add_option("--name", flags->name, "queue name")->capture_default_str();
   cmd->add_option("--token-file", flags->token_file,
                   "file holding the coordinator's token (default: SHARDQ_TOKEN)");

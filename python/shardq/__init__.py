@@ -123,7 +123,10 @@ class WorkQueue:
     a worker of the same queue (the first one creates it, with these
     parameters). These seven are PAI's positional parameters, in PAI's order.
     Keywords: ``num_clients`` (items one worker may hold at once, >= 1);
-    ``address``: the coordinator, ``HOST:PORT`` or ``unix:PATH``; None: from
+    ``address``: the coordinator, ``HOST:PORT`` or ``unix:PATH``, or the
+    coordinators of a highly available job, ``H1:P1,H2:P2`` or
+    ``etcd://HOST:PORT[,HOST:PORT]/JOB`` (the client follows the leader;
+    docs/cli.md, "Addresses"); None: from
     SHARDQ_ADDRESS, TF_CONFIG (a "shardq" job) or torchrun's MASTER_ADDR +
     SHARDQ_PORT, else the queue lives in this process.
     Keywords: ``lease_timeout`` (seconds a worker may hold an item without a

@@ -50,12 +50,18 @@ absl::StatusOr<TfConfig> FromTfConfig(const std::string& text) {
   }
   auto job = cluster->find("shardq");
   if (job == cluster->end()) return out;
-  if (!job->is_array() || job->empty() || !(*job)[0].is_string()) {
+  auto is_string = [](const nlohmann::json& task) { return task.is_string(); };
+  const bool all_strings = job->is_array() && std::all_of(job->begin(), job->end(), is_string);
+  if (!job->is_array() || job->empty() || !all_strings) {
     return absl::InvalidArgumentError(
         "TF_CONFIG cluster.shardq must be a non-empty list of \"host:port\" strings");
   }
   Discovered d;
-  d.address = (*job)[0].get<std::string>();
+  // Several tasks: the job's coordinators, one leading (a list address).
+  for (const nlohmann::json& task : *job) {
+    if (!d.address.empty()) d.address += ",";
+    d.address += task.get<std::string>();
+  }
   d.source = "TF_CONFIG";
   auto task = config.find("task");
   if (task != config.end() && task->is_object()) {

@@ -2,8 +2,10 @@
 // already has. In this order:
 //   1. the explicit address (WorkQueueOptions::address, --address);
 //   2. SHARDQ_ADDRESS;
-//   3. TF_CONFIG: the first address of a "shardq" job in its cluster spec;
-//      the task ("worker", 3) names the worker "worker-3";
+//   3. TF_CONFIG: the address of a "shardq" job in its cluster spec (a
+//      job of several tasks: their list "H1:P1,H2:P2", coordinators of
+//      which one leads; a task may also be etcd://...); the task
+//      ("worker", 3) names the worker "worker-3";
 //   4. torchrun: MASTER_ADDR with SHARDQ_PORT; RANK names the worker
 //      "rank-<RANK>";
 //   5. none: the embedded queue in this process. Refused (see below) when
@@ -22,7 +24,9 @@
 namespace shardq {
 
 struct Discovered {
-  std::string address;    // empty: embedded
+  // Empty: embedded. Else an address spec as ParseCoordinatorAddress
+  // (coordinator_address.h) reads it: one coordinator, a list, or etcd://.
+  std::string address;
   std::string worker_id;  // empty: no name from the environment
   std::string source;     // "explicit", "SHARDQ_ADDRESS", "TF_CONFIG", "torchrun", "embedded"
 };

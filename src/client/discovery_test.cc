@@ -69,6 +69,20 @@ TEST(DiscoverCoordinator, BadValuesNameTheVariable) {
   EXPECT_NE(d.status().message().find("cluster.shardq"), std::string::npos);
 }
 
+TEST(DiscoverCoordinator, TfConfigShardqJobOfSeveralTasksIsTheListOfItsCoordinators) {
+  auto d = DiscoverCoordinator(
+      "", Env({{"TF_CONFIG", R"({"cluster": {"shardq": ["c1:7077", "c2:7077"]}})"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->address, "c1:7077,c2:7077");
+  d = DiscoverCoordinator(
+      "", Env({{"TF_CONFIG", R"({"cluster": {"shardq": ["etcd://e:2379/train"]}})"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->address, "etcd://e:2379/train");
+  d = DiscoverCoordinator("", Env({{"TF_CONFIG", R"({"cluster": {"shardq": ["c1:1", 7]}})"}}));
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("cluster.shardq"), std::string::npos);
+}
+
 constexpr const char* kTfConfigWithoutShardq =
     R"({"cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"], "ps": ["p:1"]},
         "task": {"type": "worker", "index": 0}})";

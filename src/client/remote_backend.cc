@@ -18,6 +18,8 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
+#include "src/client/coordinator_address.h"
+#include "src/client/coordinator_channels.h"
 #include "src/client/session_client.h"
 #include "src/log/log.h"
 #include "src/rpc/convert.h"
@@ -40,19 +42,21 @@ constexpr absl::Duration kNoteInterval = absl::Seconds(10);
 constexpr absl::Duration kNoAnswerPause = absl::Milliseconds(200);
 constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 
+using Stub = v1::Coordinator::Stub;
+
 class RemoteBackend final : public QueueBackend {
  public:
-  RemoteBackend(RemoteOptions options, std::shared_ptr<grpc::Channel> channel)
+  RemoteBackend(RemoteOptions options, std::shared_ptr<CoordinatorChannels> channels)
       : options_(std::move(options)),
-        channel_(std::move(channel)),
-        stub_(v1::Coordinator::NewStub(channel_)) {}
+        channels_(std::move(channels)),
+        spec_(channels_->address().spec) {}
 
   absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
     v1::CreateQueueRequest req;
     ToProto(config, req.mutable_config());
     v1::QueueInfo resp;
-    absl::Status s = Unary("CreateQueue", [&](grpc::ClientContext* ctx) {
-      return stub_->CreateQueue(ctx, req, &resp);
+    absl::Status s = Unary("CreateQueue", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.CreateQueue(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     return FromProto(resp);
@@ -62,8 +66,8 @@ class RemoteBackend final : public QueueBackend {
     v1::GetQueueRequest req;
     req.set_queue(std::string(queue));
     v1::QueueInfo resp;
-    absl::Status s = Unary("GetQueue", [&](grpc::ClientContext* ctx) {
-      return stub_->GetQueue(ctx, req, &resp);
+    absl::Status s = Unary("GetQueue", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.GetQueue(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     return FromProto(resp);
@@ -86,7 +90,7 @@ class RemoteBackend final : public QueueBackend {
     v1::TakeResponse resp;
     absl::Status s = Unary(
         "Take",
-        [&](grpc::ClientContext* ctx) { return stub_->Take(ctx, req, &resp); },
+        [&](Stub& stub, grpc::ClientContext* ctx) { return stub.Take(ctx, req, &resp); },
         wait + kCallTimeout);
     if (!s.ok()) return s;
     if (resp.end_of_input()) {
@@ -109,8 +113,8 @@ class RemoteBackend final : public QueueBackend {
     req.set_lease_id(lease_id);
     req.set_records(records);
     v1::CompleteResponse resp;
-    absl::Status s = Unary("Complete", [&](grpc::ClientContext* ctx) {
-      return stub_->Complete(ctx, req, &resp);
+    absl::Status s = Unary("Complete", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.Complete(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     return resp.duplicate() ? CompleteOutcome::kDuplicate : CompleteOutcome::kCompleted;
@@ -126,8 +130,8 @@ class RemoteBackend final : public QueueBackend {
     req.set_worker(std::string(worker));
     req.set_lease_id(lease_id);
     v1::ReleaseResponse resp;
-    return Unary("Release", [&](grpc::ClientContext* ctx) {
-      return stub_->Release(ctx, req, &resp);
+    return Unary("Release", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.Release(ctx, req, &resp);
     });
   }
 
@@ -143,8 +147,8 @@ class RemoteBackend final : public QueueBackend {
     req.set_failed(true);
     req.set_reason(std::string(reason));
     v1::ReleaseResponse resp;
-    absl::Status s = Unary("Release", [&](grpc::ClientContext* ctx) {
-      return stub_->Release(ctx, req, &resp);
+    absl::Status s = Unary("Release", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.Release(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     return resp.item_failed();
@@ -169,7 +173,7 @@ class RemoteBackend final : public QueueBackend {
     v1::HeartbeatResponse resp;
     absl::Status s = Unary(
         "Heartbeat",
-        [&](grpc::ClientContext* ctx) { return stub_->Heartbeat(ctx, req, &resp); },
+        [&](Stub& stub, grpc::ClientContext* ctx) { return stub.Heartbeat(ctx, req, &resp); },
         wait + kCallTimeout);
     if (!s.ok()) return s;
     return FromProto(resp);
@@ -186,8 +190,8 @@ class RemoteBackend final : public QueueBackend {
     req.set_lease_id(lease_id);
     req.set_split_point(split_point);
     v1::AcceptSplitResponse resp;
-    absl::Status s = Unary("AcceptSplit", [&](grpc::ClientContext* ctx) {
-      return stub_->AcceptSplit(ctx, req, &resp);
+    absl::Status s = Unary("AcceptSplit", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.AcceptSplit(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     return resp.accepted();
@@ -197,8 +201,8 @@ class RemoteBackend final : public QueueBackend {
     v1::StatusRequest req;
     req.set_queue(std::string(queue));
     v1::StatusResponse resp;
-    absl::Status s = Unary("Status", [&](grpc::ClientContext* ctx) {
-      return stub_->Status(ctx, req, &resp);
+    absl::Status s = Unary("Status", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.Status(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     NoteLeadership(resp);
@@ -224,8 +228,8 @@ class RemoteBackend final : public QueueBackend {
       p->set_offset(offset);
     }
     v1::ReportProgressResponse resp;
-    return Unary("ReportProgress", [&](grpc::ClientContext* ctx) {
-      return stub_->ReportProgress(ctx, req, &resp);
+    return Unary("ReportProgress", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.ReportProgress(ctx, req, &resp);
     });
   }
 
@@ -237,8 +241,8 @@ class RemoteBackend final : public QueueBackend {
     ToProto(report, &req);
     req.set_queue(std::string(queue));
     v1::AgreeStepsResponse resp;
-    absl::Status s = Unary("AgreeSteps", [&](grpc::ClientContext* ctx) {
-      return stub_->AgreeSteps(ctx, req, &resp);
+    absl::Status s = Unary("AgreeSteps", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.AgreeSteps(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     return FromProto(resp);
@@ -248,8 +252,8 @@ class RemoteBackend final : public QueueBackend {
     v1::ExportCheckpointRequest req;
     req.set_queue(std::string(queue));
     v1::ExportCheckpointResponse resp;
-    absl::Status s = Unary("ExportCheckpoint", [&](grpc::ClientContext* ctx) {
-      return stub_->ExportCheckpoint(ctx, req, &resp);
+    absl::Status s = Unary("ExportCheckpoint", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.ExportCheckpoint(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     journal::Checkpoint checkpoint;
@@ -265,8 +269,8 @@ class RemoteBackend final : public QueueBackend {
     checkpoint.SerializeToString(req.mutable_checkpoint());
     req.set_name(name);
     v1::QueueInfo resp;
-    absl::Status s = Unary("RestoreCheckpoint", [&](grpc::ClientContext* ctx) {
-      return stub_->RestoreCheckpoint(ctx, req, &resp);
+    absl::Status s = Unary("RestoreCheckpoint", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.RestoreCheckpoint(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     return FromProto(resp);
@@ -294,11 +298,11 @@ class RemoteBackend final : public QueueBackend {
     session_options.queue = std::string(queue);
     session_options.worker = std::string(worker);
     session_options.token = options_.token;
-    session_options.address = options_.address;
+    session_options.address = spec_;
     session_options.open_timeout = options_.connect_timeout;
     session_options.retry = options_.retry;
     absl::StatusOr<std::unique_ptr<SessionClient>> session =
-        SessionClient::Open(channel_, std::move(session_options), listener);
+        SessionClient::Open(channels_, std::move(session_options), listener);
     if (absl::IsUnimplemented(session.status())) {
       no_sessions_.store(true);
       // Once per process: every worker of it would say the same.
@@ -307,7 +311,7 @@ class RemoteBackend final : public QueueBackend {
         SHARDQ_LOG_WARN(
             "the coordinator at {} has no worker sessions (an older shardq serve?); using "
             "unary calls and heartbeats",
-            options_.address);
+            spec_);
       }
       return false;
     }
@@ -342,8 +346,8 @@ class RemoteBackend final : public QueueBackend {
   absl::StatusOr<std::vector<QueueStats>> AllStats() override {
     v1::StatusRequest req;
     v1::StatusResponse resp;
-    absl::Status s = Unary("Status", [&](grpc::ClientContext* ctx) {
-      return stub_->Status(ctx, req, &resp);
+    absl::Status s = Unary("Status", [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.Status(ctx, req, &resp);
     });
     if (!s.ok()) return s;
     NoteLeadership(resp);
@@ -392,7 +396,7 @@ class RemoteBackend final : public QueueBackend {
       if (!absl::IsUnavailable(s) || !contacted_.load()) return s;
       // Another call made contact meanwhile: this one retries as usual.
     }
-    return CallWithRetry(policy, absl::StrCat(method, " on coordinator ", options_.address),
+    return CallWithRetry(policy, absl::StrCat(method, " on coordinator ", spec_),
                          [&]() -> absl::Status {
                            absl::Status s = Attempt(rpc, timeout);
                            if (absl::IsUnavailable(s) && !shutting_down_.load()) {
@@ -404,22 +408,32 @@ class RemoteBackend final : public QueueBackend {
                          });
   }
 
-  // One attempt. No answer (refused, timed out, not connected) becomes
-  // UNAVAILABLE naming the address; any answer marks the coordinator as
-  // contacted.
+  // One attempt, on the coordinator channels_ names now. No answer
+  // (refused, timed out, not connected) or a standby's "not leader" becomes
+  // UNAVAILABLE naming the coordinator, and the next attempt goes to the
+  // one channels_ names then (the same one for a single address); any
+  // other answer marks the coordinator as contacted.
   template <typename Rpc>
   absl::Status Attempt(Rpc& rpc, absl::Duration timeout) {
+    absl::StatusOr<CoordinatorChannels::Target> target = channels_->Current();
+    if (!target.ok()) {
+      // etcd names no leader now (UNAVAILABLE: retried) or an unusable one.
+      return absl::Status(target.status().code(),
+                          absl::StrCat("coordinator ", spec_, " unavailable: ",
+                                       target.status().message()));
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     if (!options_.token.empty()) {
       ctx.AddMetadata("authorization", "Bearer " + options_.token);
     }
-    absl::Status s = FromGrpcStatus(rpc(&ctx));
+    absl::Status s = FromGrpcStatus(rpc(*target->stub, &ctx));
     if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
       // A timed-out call is retried like a refused one: the coordinator may
       // be restarting.
+      channels_->Failed(target->address, LeaderHint(ctx));
       return absl::UnavailableError(
-          absl::StrCat("coordinator ", options_.address, " unavailable: ", s.message()));
+          absl::StrCat("coordinator ", target->address, " unavailable: ", s.message()));
     }
     contacted_.store(true);
     return s;
@@ -459,15 +473,29 @@ class RemoteBackend final : public QueueBackend {
   // Waits until the channel is connected (OK), the user interrupts
   // (CANCELLED) or `give_up` (UNAVAILABLE with the last connection error).
   // `reason` keeps the last error seen.
+  //
+  // With several coordinators, it waits for the one channels_ names; one
+  // that fails to connect (LastConnectError's probe) makes channels_ name
+  // the next, which the next round waits for.
   absl::Status AwaitReady(absl::string_view method, absl::Time started, absl::Time give_up,
                           std::string& reason) {
     while (true) {
       if (InterruptRequested()) return Interrupted(method);
-      const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
-      if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
-      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
-        reason = LastConnectError();
-        if (contacted_.load()) return absl::OkStatus();
+      absl::StatusOr<CoordinatorChannels::Target> target = channels_->Current();
+      grpc_connectivity_state state = GRPC_CHANNEL_TRANSIENT_FAILURE;
+      if (!target.ok()) {
+        if (!IsRetryable(target.status())) {
+          return absl::Status(target.status().code(),
+                              absl::StrCat(method, ": ", target.status().message()));
+        }
+        reason = std::string(target.status().message());  // etcd names no leader yet
+      } else {
+        state = target->channel->GetState(/*try_to_connect=*/true);
+        if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
+        if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+          reason = LastConnectError();
+          if (contacted_.load()) return absl::OkStatus();
+        }
       }
       const absl::Time now = absl::Now();
       const std::string why = reason.empty() ? "no connection yet" : reason;
@@ -478,13 +506,24 @@ class RemoteBackend final : public QueueBackend {
       }
       if (now >= give_up) {
         return absl::UnavailableError(absl::StrCat(
-            method, ": no answer from the coordinator at ", options_.address, " within ",
+            method, ": no answer from ", Whom(), " within ",
             absl::FormatDuration(options_.connect_timeout), " (the connect timeout): ", why,
             TlsHint(why)));
       }
-      channel_->WaitForStateChange(state,
-                                   absl::ToChronoTime(std::min(now + kInterruptPoll, give_up)));
+      const absl::Time wake = std::min(now + kInterruptPoll, give_up);
+      if (target.ok()) {
+        target->channel->WaitForStateChange(state, absl::ToChronoTime(wake));
+      } else if (!SleepUnlessInterrupted(wake - now)) {
+        return Interrupted(method);
+      }
     }
+  }
+
+  // What the client waits for, in errors: "the coordinator at H:P" as
+  // before issue 18, else the list or the etcd endpoints and job.
+  std::string Whom() const {
+    if (channels_->single()) return absl::StrCat("the coordinator at ", spec_);
+    return channels_->address().Describe();
   }
 
   // gRPC's error for the channel's failed connection attempt: a call on a
@@ -494,16 +533,19 @@ class RemoteBackend final : public QueueBackend {
   std::string LastConnectError() {
     v1::GetQueueRequest req;
     v1::QueueInfo resp;
-    auto probe = [&](grpc::ClientContext* ctx) { return stub_->GetQueue(ctx, req, &resp); };
+    auto probe = [&](Stub& stub, grpc::ClientContext* ctx) {
+      return stub.GetQueue(ctx, req, &resp);
+    };
     absl::Status s = Attempt(probe, kProbeTimeout);
     return absl::IsUnavailable(s) ? ReasonOf(s) : "";
   }
 
   // An Attempt's UNAVAILABLE message without its "coordinator ADDR
-  // unavailable: " (the notes and errors name the address themselves).
+  // unavailable: " for a single coordinator (the notes and errors name the
+  // address themselves); with several, which one failed stays in it.
   std::string ReasonOf(const absl::Status& s) const {
     return std::string(absl::StripPrefix(
-        s.message(), absl::StrCat("coordinator ", options_.address, " unavailable: ")));
+        s.message(), absl::StrCat("coordinator ", spec_, " unavailable: ")));
   }
 
   // What a TLS mismatch looks like from here, and what to check.
@@ -532,18 +574,18 @@ class RemoteBackend final : public QueueBackend {
       if (now < next_note_) return;
       next_note_ = now + kNoteInterval;
     }
-    SHARDQ_LOG_WARN("{}{} ({}), {}", std::string(what), options_.address, std::string(reason),
+    SHARDQ_LOG_WARN("{}{} ({}), {}", std::string(what), spec_, std::string(reason),
                     std::string(then));
   }
 
   absl::Status Interrupted(absl::string_view method) const {
     return absl::CancelledError(absl::StrCat(
-        method, ": interrupted while waiting for the coordinator at ", options_.address));
+        method, ": interrupted while waiting for the coordinator at ", spec_));
   }
 
   const RemoteOptions options_;
-  const std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const std::shared_ptr<CoordinatorChannels> channels_;
+  const std::string spec_;  // the address as given, for messages
   std::atomic<bool> shutting_down_{false};
   // Set by the first answer of the coordinator; never cleared.
   std::atomic<bool> contacted_{false};
@@ -562,9 +604,8 @@ class RemoteBackend final : public QueueBackend {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions& options) {
-  if (options.address.empty()) {
-    return absl::InvalidArgumentError("coordinator address is empty");
-  }
+  absl::StatusOr<CoordinatorAddress> address = ParseCoordinatorAddress(options.address);
+  if (!address.ok()) return address.status();
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "connect timeout must be > 0, got ", absl::FormatDuration(options.connect_timeout)));
@@ -584,15 +625,21 @@ absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions&
   } else {
     credentials = grpc::InsecureChannelCredentials();
   }
+  absl::StatusOr<std::unique_ptr<LeaderResolver>> resolver =
+      LeaderResolver::Create(*std::move(address));
+  if (!resolver.ok()) return resolver.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Reconnect quickly after a coordinator restart.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  auto channel = grpc::CreateCustomChannel(options.address, credentials, args);
+  auto channels = std::make_shared<CoordinatorChannels>(
+      *std::move(resolver), [credentials, args](const std::string& target) {
+        return grpc::CreateCustomChannel(target, credentials, args);
+      });
   return std::shared_ptr<QueueBackend>(
-      std::make_shared<RemoteBackend>(options, std::move(channel)));
+      std::make_shared<RemoteBackend>(options, std::move(channels)));
 }
 
 }  // namespace shardq

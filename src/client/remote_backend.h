@@ -12,7 +12,13 @@
 namespace shardq {
 
 struct RemoteOptions {
-  std::string address;  // host:port
+  // The coordinator: HOST:PORT (or unix:PATH, any gRPC target); a list
+  // H1:P1,H2:P2 of one job's coordinators; or etcd://E1:P1[,E2:P2]/JOB,
+  // the leader etcd names (src/client/coordinator_address.h). With a list
+  // or etcd, a call that gets no answer or a standby's "not leader" goes
+  // to the leader found then, within the waits below, and worker sessions
+  // re-open there keeping their leases.
+  std::string address;
   // Sent as "authorization: Bearer <token>" when non-empty.
   std::string token;
   // PEM file of the CA that signed the coordinator's certificate; non-empty
@@ -38,7 +44,8 @@ struct RemoteOptions {
 
 // Does not connect yet (the first call does, as above). Every wait polls
 // InterruptRequested() (retry.h) and then ends with CANCELLED.
-// INVALID_ARGUMENT for an empty address, an unreadable CA file or a
+// INVALID_ARGUMENT for an empty or malformed address (naming the bad
+// part: ParseCoordinatorAddress), an unreadable CA file or a
 // connect_timeout <= 0.
 absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions& options);
 

@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -67,11 +68,9 @@ using Stream = grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>
 
 class SessionClient::Impl {
  public:
-  Impl(std::shared_ptr<grpc::Channel> channel, SessionOptions options,
+  Impl(std::shared_ptr<CoordinatorChannels> channels, SessionOptions options,
        SessionListener* listener)
-      : options_(std::move(options)),
-        stub_(v1::Coordinator::NewStub(channel)),
-        listener_(listener) {}
+      : options_(std::move(options)), channels_(std::move(channels)), listener_(listener) {}
 
   // Starts the reader thread, which opens the stream; waits for the outcome.
   absl::Status Start(QueueInfo* info);
@@ -131,7 +130,7 @@ class SessionClient::Impl {
   void CancelStream() ABSL_LOCKS_EXCLUDED(mu_);
 
   const SessionOptions options_;
-  const std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const std::shared_ptr<CoordinatorChannels> channels_;
   SessionListener* const listener_;
   std::atomic<bool> shutting_down_{false};
 
@@ -139,6 +138,8 @@ class SessionClient::Impl {
   // and the replacement of the stream (only the reader thread replaces it).
   absl::Mutex write_mu_;
   std::unique_ptr<Stream> stream_ ABSL_GUARDED_BY(write_mu_);
+  // The coordinator stream_ is open with (only the reader thread sets it).
+  CoordinatorChannels::Target stream_target_ ABSL_GUARDED_BY(write_mu_);
 
   mutable absl::Mutex mu_;
   absl::CondVar state_changed_;
@@ -190,20 +191,27 @@ void SessionClient::Impl::ReaderLoop() {
       FailPendingLocked(broke);
     }
     grpc::Status finished;
+    std::string lost_address;
     {
       absl::MutexLock wlock(&write_mu_);
       finished = stream_->Finish();
       stream_.reset();
+      lost_address = stream_target_.address;
+      stream_target_ = {};
     }
+    std::string leader_hint;
     {
       absl::MutexLock lock(&mu_);
       if (closing_) break;
+      if (context_ != nullptr) leader_hint = LeaderHint(*context_);
     }
+    // The re-open asks `channels_` again: a list moves on, etcd is read.
+    channels_->Failed(lost_address, leader_hint);
     // Worded as the unary calls' note, which users and tests look for.
     SHARDQ_LOG_WARN(
         "lost the coordinator at {} ({}), re-opening the session of worker '{}' with queue "
         "'{}' (keeping its {} lease(s)) for up to {}",
-        options_.address,
+        lost_address,
         finished.error_message().empty() ? "the stream ended" : finished.error_message(),
         options_.worker, options_.queue, HeldLeases().size(),
         absl::FormatDuration(options_.retry.total_budget));
@@ -273,13 +281,23 @@ absl::Status SessionClient::Impl::OpenOnce() {
     // `shardq take` keeps what earlier runs left).
     o->set_reopen(streams_opened_ > 0);
   }
-  std::unique_ptr<Stream> stream = stub_->Session(context.get());
+  absl::StatusOr<CoordinatorChannels::Target> target = channels_->Current();
+  if (!target.ok()) {
+    // etcd cannot be read or names nobody: retried (UNAVAILABLE) or not,
+    // as the resolver says.
+    return absl::Status(target.status().code(),
+                        absl::StrCat(Name(), ": ", target.status().message()));
+  }
+  std::unique_ptr<Stream> stream = target->stub->Session(context.get());
   v1::SessionResponse answer;
   if (!stream->Write(open) || !stream->Read(&answer)) {
     absl::Status s = FromGrpcStatus(stream->Finish());
     if (s.ok()) s = absl::UnavailableError("the coordinator ended the stream before opening it");
     if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
-      return absl::UnavailableError(absl::StrCat("coordinator ", options_.address,
+      // Down, or a standby ("not leader: ..."): the next try goes to the
+      // coordinator the resolver names then.
+      channels_->Failed(target->address, LeaderHint(*context));
+      return absl::UnavailableError(absl::StrCat("coordinator ", target->address,
                                                  " unavailable: ", s.message()));
     }
     return absl::Status(s.code(), absl::StrCat(Name(), ": ", s.message()));
@@ -307,6 +325,7 @@ absl::Status SessionClient::Impl::OpenOnce() {
   {
     absl::MutexLock wlock(&write_mu_);
     stream_ = std::move(stream);
+    stream_target_ = *std::move(target);
     absl::MutexLock lock(&mu_);
     for (uint64_t id : lost) held_.erase(id);
     opened_info_ = FromProto(answer.opened().queue());
@@ -450,6 +469,11 @@ absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallRetrying(
       // operations repeat safely (a repeated completion is a duplicate).
       const absl::Status transient = TransientOpStatus(*answer);
       if (transient.ok() || absl::Now() >= give_up) return answer;
+      if (absl::IsUnavailable(transient) && absl::StrContains(transient.message(), "not leader")) {
+        // A deposed leader: re-open the stream (with the leader the
+        // resolver names then) rather than ask it again.
+        CancelStream();
+      }
       if (!SleepUnlessInterrupted(std::min(backoff, give_up - absl::Now()))) return answer;
       backoff = std::min(backoff * 2, options_.retry.max_backoff);
       continue;
@@ -507,7 +531,15 @@ SessionClient::~SessionClient() {
 
 absl::StatusOr<std::unique_ptr<SessionClient>> SessionClient::Open(
     std::shared_ptr<grpc::Channel> channel, SessionOptions options, SessionListener* listener) {
-  auto impl = std::make_unique<Impl>(std::move(channel), std::move(options), listener);
+  std::shared_ptr<CoordinatorChannels> channels =
+      CoordinatorChannels::Fixed(options.address, std::move(channel));
+  return Open(std::move(channels), std::move(options), listener);
+}
+
+absl::StatusOr<std::unique_ptr<SessionClient>> SessionClient::Open(
+    std::shared_ptr<CoordinatorChannels> channels, SessionOptions options,
+    SessionListener* listener) {
+  auto impl = std::make_unique<Impl>(std::move(channels), std::move(options), listener);
   QueueInfo info;
   absl::Status s = impl->Start(&info);
   if (!s.ok()) {

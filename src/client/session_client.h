@@ -30,6 +30,7 @@
 #include "grpcpp/channel.h"
 #include "proto/shardq/coordinator.pb.h"
 #include "src/client/backend.h"
+#include "src/client/coordinator_channels.h"
 #include "src/client/retry.h"
 #include "src/core/process.h"
 
@@ -40,7 +41,7 @@ struct SessionOptions {
   std::string worker;
   // Sent as "authorization: Bearer <token>" when non-empty.
   std::string token;
-  // Named in messages ("coordinator ADDR").
+  // Named in messages ("coordinator ADDR"): the address spec as given.
   std::string address;
   // The first open waits at most this long for the coordinator's answer.
   absl::Duration open_timeout = kDefaultConnectTimeout;
@@ -61,6 +62,15 @@ class SessionClient {
   // protocol version (the message names both versions); UNAVAILABLE when no
   // answer came within open_timeout. `listener` (may be null) must outlive
   // the session.
+  //
+  // Each open (the first and every re-open) goes to the coordinator
+  // `channels` names then; an open or a stream that fails tells `channels`
+  // (with the leader a standby named), so that a re-open after a failover
+  // goes to the new leader, naming the leases the worker holds.
+  static absl::StatusOr<std::unique_ptr<SessionClient>> Open(
+      std::shared_ptr<CoordinatorChannels> channels, SessionOptions options,
+      SessionListener* listener);
+  // The same, always on `channel` (named options.address in messages).
   static absl::StatusOr<std::unique_ptr<SessionClient>> Open(
       std::shared_ptr<grpc::Channel> channel, SessionOptions options,
       SessionListener* listener);

@@ -14,10 +14,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "shardq/work_queue.h"
+#include "src/client/coordinator_address.h"
+#include "src/client/coordinator_channels.h"
 #include "src/client/remote_backend.h"
+#include "src/client/standby_testing.h"
 #include "src/client/work_queue_backend.h"
 #include "src/rpc/protocol_version.h"
 
@@ -358,6 +362,37 @@ TEST(SessionClient, DifferentMajorVersionIsRefusedNamingBothVersions) {
   EXPECT_NE(session.status().message().find(absl::StrCat(kProtocolMajor, ".", kProtocolMinor)),
             std::string::npos)
       << session.status();
+}
+
+// Issue 18: the coordinators of a list, one a standby that names the
+// leader. Opens and re-opens find the leader through it, and the re-open
+// names the lease the worker holds.
+TEST(SessionClient, ReopenThroughAStandbyReachesTheLeaderKeepingLeases) {
+  FakeServer leader;
+  StandbyServer standby(leader.address());
+  absl::StatusOr<CoordinatorAddress> list =
+      ParseCoordinatorAddress(absl::StrCat(standby.address(), ",", leader.address()));
+  ASSERT_TRUE(list.ok()) << list.status();
+  auto channels = std::make_shared<CoordinatorChannels>(
+      std::make_unique<LeaderResolver>(*list, nullptr), [](const std::string& address) {
+        return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+      });
+  auto session = SessionClient::Open(channels, Options(leader), nullptr);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ(standby.calls(), 1);
+  absl::StatusOr<std::vector<WorkItem>> held = (*session)->Take(1, absl::Now());
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ(held->size(), 1u);
+  // The stream breaks; the re-open tries the next of the list (the
+  // standby), which sends it back to the leader.
+  leader.service.break_on_request = 2;
+  absl::StatusOr<std::vector<WorkItem>> next = (*session)->Take(1, absl::Now());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(standby.calls(), 2);
+  const std::vector<v1::SessionOpen> opens = leader.service.opens();
+  ASSERT_EQ(opens.size(), 2u);
+  EXPECT_TRUE(opens[1].reopen());
+  EXPECT_THAT(opens[1].lease_ids(), testing::Contains((*held)[0].lease_id));
 }
 
 TEST(SessionClient, CoordinatorWithoutSessionsIsUnimplemented) {

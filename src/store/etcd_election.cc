@@ -7,37 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "proto/etcd/etcd_store.pb.h"
 #include "src/log/log.h"
-#include "src/store/etcd_store.h"
 
 namespace shardq {
-namespace {
-
-std::string LeaderKey(const std::string& job) { return EtcdStore::JobPrefix(job) + "leader"; }
-
-}  // namespace
-
-absl::StatusOr<EtcdLeader> ReadEtcdLeader(EtcdClient& client, const std::string& job) {
-  absl::StatusOr<etcdserverpb::KeyValue> kv = client.Get(LeaderKey(job));
-  if (!kv.ok()) {
-    if (kv.status().code() == absl::StatusCode::kNotFound) {
-      return absl::NotFoundError(
-          absl::StrCat(client.Describe(), ": job '", job, "' has no leader"));
-    }
-    return kv.status();
-  }
-  etcdstore::LeaderInfo info;
-  if (!info.ParseFromString(kv->value())) {
-    return absl::DataLossError(absl::StrCat(client.Describe(), ": key '", kv->key(),
-                                            "' is not a shardq leader record"));
-  }
-  EtcdLeader leader;
-  leader.advertise = info.advertise();
-  leader.host = info.host();
-  leader.pid = info.pid();
-  leader.term = kv->create_revision();
-  leader.lease_id = kv->lease();
-  return leader;
-}
 
 absl::StatusOr<std::unique_ptr<EtcdElection>> EtcdElection::Create(
     const EtcdElectionOptions& options) {
@@ -67,7 +38,7 @@ EtcdElection::~EtcdElection() {
   if (!s.ok()) SHARDQ_LOG_WARN("could not revoke etcd lease {}: {}", lease_id_, s.ToString());
 }
 
-std::string EtcdElection::key() const { return LeaderKey(options_.job); }
+std::string EtcdElection::key() const { return EtcdLeaderKey(options_.job); }
 
 void EtcdElection::KeepAliveLoop() {
   const absl::Duration ttl = absl::Seconds(options_.lease_ttl_seconds);
@@ -105,7 +76,7 @@ absl::StatusOr<bool> EtcdElection::TryLead() {
   gethostname(host, sizeof(host) - 1);
   info.set_host(host);
   info.set_pid(getpid());
-  const std::string key = LeaderKey(options_.job);
+  const std::string key = EtcdLeaderKey(options_.job);
   etcdserverpb::TxnRequest txn;
   etcdserverpb::Compare* absent = txn.add_compare();
   absent->set_key(key);

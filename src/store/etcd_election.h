@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "src/store/etcd_client.h"
+#include "src/store/etcd_leader.h"  // EtcdLeader, ReadEtcdLeader
 
 namespace shardq {
 
@@ -40,19 +41,6 @@ struct EtcdElectionOptions {
   // killed leader is replaced about one TTL after it stopped renewing).
   int64_t lease_ttl_seconds = 5;
 };
-
-// Who leads a job, as the election key says.
-struct EtcdLeader {
-  std::string advertise;
-  std::string host;
-  int64_t pid = 0;
-  int64_t term = 0;      // the election key's create revision
-  int64_t lease_id = 0;
-};
-
-// The leader of `job` now. NOT_FOUND when nobody leads; UNAVAILABLE naming
-// etcd when it cannot be read; DATA_LOSS when the key does not parse.
-absl::StatusOr<EtcdLeader> ReadEtcdLeader(EtcdClient& client, const std::string& job);
 
 class EtcdElection {
  public:

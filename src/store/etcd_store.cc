@@ -12,6 +12,7 @@
 #include "proto/etcd/etcd_store.pb.h"
 #include "src/io/crc32c.h"
 #include "src/log/log.h"
+#include "src/store/etcd_leader.h"
 
 namespace shardq {
 namespace {
@@ -58,19 +59,9 @@ absl::Status ReadRange(EtcdClient& client, const std::string& start, const std::
   }
 }
 
-bool ValidJobName(absl::string_view job) {
-  if (job.empty() || job.size() > 200) return false;
-  for (char c : job) {
-    if (c == '/' || static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
-std::string EtcdStore::JobPrefix(absl::string_view job) { return absl::StrCat("/shardq/", job, "/"); }
+std::string EtcdStore::JobPrefix(absl::string_view job) { return EtcdJobPrefix(job); }
 
 EtcdStore::EtcdStore(EtcdStoreOptions options, uint64_t last_seq)
     : options_(std::move(options)),
@@ -87,7 +78,7 @@ std::string EtcdStore::Where() const {
 absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOptions& options,
                                                            RecoveredState* recovered) {
   if (options.client == nullptr) return absl::InvalidArgumentError("etcd store: no client");
-  if (!ValidJobName(options.job)) {
+  if (!ValidEtcdJobName(options.job)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "etcd store: job name '", options.job,
         "' must be 1-200 printable characters without '/' or spaces"));
