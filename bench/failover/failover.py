@@ -412,8 +412,8 @@ def main():
     parser.add_argument("--lease-ttl", type=int, default=2,
                         help="--etcd-lease-ttl of both coordinators (s)")
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--slices", type=int, default=400)
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--slices", type=int, default=500)
+    parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--item-ms", type=int, default=5, help="each item's sleep")
     parser.add_argument("--probe-ms", type=int, default=20, help="prober interval")
     parser.add_argument("--steady-s", type=float, default=2.0,
