@@ -241,110 +241,135 @@ def longest_pause(finish_times, kill_t, resumed_t):
     return max(gaps) if gaps else None
 
 
-def run_bench(args, work):
-    from etcd_cluster import EtcdCluster
-    etcd = EtcdCluster(work, members=3)
-    coordinators, workers, prober = [], [], None
-    try:
-        etcd.start()
-        coordinators = [Coordinator(args.shardq_bin, n, etcd.endpoints, args.lease_ttl, work)
-                        for n in ("a", "b")]
-        for c in coordinators:
+class Bench:
+    """The processes of one run and its steps; stop() ends them all by PID."""
+
+    def __init__(self, args, work):
+        from etcd_cluster import EtcdCluster
+        self.args, self.work = args, work
+        self.etcd = EtcdCluster(work, members=3)
+        self.coordinators, self.workers, self.prober = [], [], None
+        self.outputs = work / "out"
+        self.address = None
+
+    def start(self):
+        """etcd, both coordinators and the prober; returns once one leads."""
+        self.etcd.start()
+        self.coordinators = [Coordinator(self.args.shardq_bin, n, self.etcd.endpoints,
+                                         self.args.lease_ttl, self.work) for n in ("a", "b")]
+        for c in self.coordinators:
             c.start()
-        prober = Prober(coordinators, args.probe_ms / 1000, work)
-        by_name = {c.name: c for c in coordinators}
+        self.prober = Prober(self.coordinators, self.args.probe_ms / 1000, self.work)
+        wait_for("one coordinator leads and the other stands by", self.leader, bound=60)
+        self.address = f"etcd://{self.etcd.endpoints}/{JOB}"
 
-        def leader():
-            states = {c.name: prober.latest(c.name)[1] for c in coordinators}
-            serving = [n for n, s in states.items() if s == "serves"]
-            if len(serving) == 1 and all(s == "standby" for n, s in states.items()
-                                         if n != serving[0]):
-                return by_name[serving[0]]
-            return None
+    def leader(self):
+        """The coordinator that serves while the other stands by (as last probed), or None."""
+        states = {c: self.prober.latest(c.name)[1] for c in self.coordinators}
+        serving = [c for c, s in states.items() if s == "serves"]
+        if len(serving) == 1 and all(s == "standby" for c, s in states.items()
+                                     if c is not serving[0]):
+            return serving[0]
+        return None
 
-        wait_for("one coordinator leads and the other stands by", leader, bound=60)
-        address = f"etcd://{etcd.endpoints}/{JOB}"
-        works = make_works(work, 10, 20 * args.slices)
-        subprocess.run([args.shardq_bin, "create", "--address", address, "--name", QUEUE,
+    def start_load(self):
+        """The queue, and the workers that run it through the job's etcd:// address."""
+        args = self.args
+        works = make_works(self.work, 10, 20 * args.slices)
+        subprocess.run([args.shardq_bin, "create", "--address", self.address, "--name", QUEUE,
                         "--epochs", str(args.epochs), "--slices", str(args.slices),
                         "--lease-timeout", "5", *works],
                        check=True, capture_output=True, timeout=60)
-        outputs = work / "out"
-        outputs.mkdir()
+        self.outputs.mkdir()
         script = 'sleep "$1"; echo "$SHARDQ_EPOCH $2 $EPOCHREALTIME" >> "$3"'
         for i in range(args.workers):
-            with open(work / f"worker-{i}.err", "ab") as err:
-                workers.append(subprocess.Popen(
-                    [args.shardq_bin, "worker", "--address", address, "--name", QUEUE,
+            with open(self.work / f"worker-{i}.err", "ab") as err:
+                self.workers.append(subprocess.Popen(
+                    [args.shardq_bin, "worker", "--address", self.address, "--name", QUEUE,
                      "--worker", f"w{i}", "--", "bash", "-c", script, "item",
-                     f"{args.item_ms / 1000:.3f}", "{}", str(outputs / f"w{i}")],
+                     f"{args.item_ms / 1000:.3f}", "{}", str(self.outputs / f"w{i}")],
                     stdout=subprocess.DEVNULL, stderr=err))
 
-        def check_workers():
-            for i, w in enumerate(workers):
-                if w.poll() not in (None, 0):
-                    raise BenchError(f"worker {i} exited {w.returncode}: "
-                                     f"{(work / f'worker-{i}.err').read_text()[-2000:]}")
+    def check_workers(self):
+        """Raises naming the first worker that failed; True once any has finished."""
+        for i, w in enumerate(self.workers):
+            if w.poll() not in (None, 0):
+                raise BenchError(f"worker {i} exited {w.returncode}: "
+                                 f"{(self.work / f'worker-{i}.err').read_text()[-2000:]}")
+        return any(w.poll() is not None for w in self.workers)
 
-        kills = []
-        for k in range(args.kills):
-            progress_from = len(worker_lines(outputs))
-            steady_until = time.monotonic() + args.steady_s
-            def steady():
-                check_workers()
-                if any(w.poll() is not None for w in workers):
-                    return True  # finished: said below
-                return (time.monotonic() >= steady_until
-                        and len(worker_lines(outputs)) >= progress_from + args.workers)
+    def kill_leader(self, k):
+        """After --steady-s of load, SIGKILLs the leader, waits for the other to
+        serve, and starts the killed one again as a standby."""
+        args = self.args
+        progress_from = len(worker_lines(self.outputs))
+        steady_until = time.monotonic() + args.steady_s
+        wait_for(f"steady load before kill {k + 1}",
+                 lambda: self.check_workers() or (
+                     time.monotonic() >= steady_until
+                     and len(worker_lines(self.outputs)) >= progress_from + args.workers),
+                 bound=args.steady_s + 120, poll=0.1)
+        if self.check_workers():
+            raise BenchError(f"the queue finished after {k} of {args.kills} kills: "
+                             f"give more --slices or --epochs")
+        old = wait_for("a leader before the kill", self.leader, bound=30)
+        new = next(c for c in self.coordinators if c is not old)
+        kill_t = time.time()
+        old.kill()
+        first_new = wait_for(f"{new.name} serves after {old.name} was killed",
+                             lambda: self.prober.first(new.name, "serves", kill_t),
+                             bound=10 * args.lease_ttl + 30)
+        last_old = self.prober.last(old.name, "serves", kill_t)
+        if last_old is None:
+            raise BenchError(f"the prober saw no answer of {old.name} before its kill")
+        restart_t = time.time()
+        old.start()  # back, as a standby
+        wait_for(f"{old.name} stands by again after its restart",
+                 lambda: self.prober.first(old.name, "standby", restart_t), bound=60)
+        print(f"kill {k + 1}: {old.name} killed, {new.name} served "
+              f"{first_new - last_old:.2f} s after {old.name}'s last answer",
+              file=sys.stderr, flush=True)
+        return {"old": old.name, "new": new.name, "kill": kill_t,
+                "last_old": last_old, "first_new": first_new}
 
-            wait_for(f"steady load before kill {k + 1}", steady, bound=args.steady_s + 120,
-                     poll=0.1)
-            if any(w.poll() is not None for w in workers):
-                raise BenchError(f"the queue finished after {k} of {args.kills} kills: "
-                                 f"give more --slices or --epochs")
-            old = wait_for("a leader before the kill", leader, bound=30)
-            new = next(c for c in coordinators if c is not old)
-            kill_t = time.time()
-            old.kill()
-            first_new = wait_for(f"{new.name} serves after {old.name} was killed",
-                                 lambda: prober.first(new.name, "serves", kill_t),
-                                 bound=10 * args.lease_ttl + 30)
-            last_old = prober.last(old.name, "serves", kill_t)
-            if last_old is None:
-                raise BenchError(f"the prober saw no answer of {old.name} before its kill")
-            restart_t = time.time()
-            old.start()  # back, as a standby
-            wait_for(f"{old.name} stands by again after its restart",
-                     lambda: prober.first(old.name, "standby", restart_t), bound=60)
-            kills.append({"old": old.name, "new": new.name, "kill": kill_t,
-                          "last_old": last_old, "first_new": first_new})
-            print(f"kill {k + 1}: {old.name} killed, {new.name} served "
-                  f"{first_new - last_old:.2f} s after {old.name}'s last answer",
-                  file=sys.stderr, flush=True)
-
-        deadline = time.monotonic() + args.finish_bound_s
-        for i, w in enumerate(workers):
+    def finish(self):
+        """Waits for the workers to drain the queue; returns its status --json."""
+        deadline = time.monotonic() + self.args.finish_bound_s
+        for i, w in enumerate(self.workers):
             try:
                 w.wait(timeout=max(1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise BenchError(f"worker {i} still running {args.finish_bound_s} s after "
-                                 f"the last kill")
-        check_workers()
-        status = json.loads(subprocess.run(
-            [args.shardq_bin, "status", "--address", address, "--name", QUEUE, "--json"],
-            check=True, capture_output=True, text=True, timeout=60).stdout)
-        return kills, status, worker_lines(outputs)
-    finally:
-        if prober is not None:
-            prober.stop()
-            prober.write_log(work / "probe.log")
-        for w in workers:
+                raise BenchError(f"worker {i} still running {self.args.finish_bound_s} s "
+                                 f"after the last kill")
+        self.check_workers()
+        return json.loads(subprocess.run(
+            [self.args.shardq_bin, "status", "--address", self.address, "--name", QUEUE,
+             "--json"], check=True, capture_output=True, text=True, timeout=60).stdout)
+
+    def stop(self):
+        if self.prober is not None:
+            self.prober.stop()
+            self.prober.write_log(self.work / "probe.log")
+        for w in self.workers:
             if w.poll() is None:
                 w.kill()
                 w.wait()
-        for c in coordinators:
+        for c in self.coordinators:
             c.stop()
-        etcd.stop()
+        self.etcd.stop()
+
+
+def run_bench(args, work):
+    """The kills' timings, the queue's final status and what the workers ran."""
+    bench = Bench(args, work)
+    try:
+        bench.start()
+        bench.start_load()
+        kills = [bench.kill_leader(k) for k in range(args.kills)]
+        status = bench.finish()
+        return kills, status, worker_lines(bench.outputs)
+    finally:
+        bench.stop()
 
 
 def accounting(args, status, lines):
