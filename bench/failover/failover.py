@@ -38,6 +38,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import statistics
@@ -450,6 +451,8 @@ def main():
     args = parser.parse_args()
     if args.kills < 1 or args.slices < 1 or args.epochs < 1 or args.workers < 1:
         parser.error("--kills, --slices, --epochs and --workers must be >= 1")
+    if not os.access(args.shardq_bin, os.X_OK):
+        parser.error(f"--shardq-bin '{args.shardq_bin}' is not an executable file")
     try:
         from etcd_cluster import etcd_binary
         etcd_binary()
@@ -478,7 +481,6 @@ def main():
     if args.markdown:
         args.markdown.write_text(text + "\n")
     if not args.keep and failed == 0:
-        import shutil
         shutil.rmtree(work, ignore_errors=True)
     if failed:
         print(f"failover: FAILED: {failed} accounting check(s) (logs kept in {work})",
