@@ -31,6 +31,13 @@
 // group commit is what lifts a durable server above that rate, and at one
 // client nothing can (each completion waits for its own commit).
 //
+// With --shardq-etcd ADDR (the leader of a `shardq serve --etcd` job) the
+// same session and batched rows run against the etcd store, interleaved
+// with the others, and the durable table reads them against the SQLite
+// store's (etcd / SQLite): a completion is answered once the etcd
+// transaction that holds it is committed by the etcd cluster's quorum, and
+// a grant once stored (grants_wait_for_store).
+//
 // The servers are started and stopped by ./run; this program only connects.
 #include <hiredis/hiredis.h>
 #include <unistd.h>
@@ -723,6 +730,7 @@ double Median(std::vector<double> values) {
 struct Flags {
   std::string shardq_address;
   std::string durable_address;  // optional: a `shardq serve --state-dir`
+  std::string etcd_address;     // optional: the leader of a `shardq serve --etcd` job
   std::string fsync_probe_dir;  // optional: where to measure lone commits
   int fsync_probe_commits = 2000;
   std::string redis_address = "127.0.0.1:6379";
@@ -772,12 +780,35 @@ struct Summary {
   double MedianRate() const { return Median(rates); }
 };
 
+// Where the coordinator a variant runs against keeps its state.
+enum class Store { kMemory, kSqlite, kEtcd };
+
+const char* StoreName(Store store) {
+  switch (store) {
+    case Store::kMemory:
+      return "memory";
+    case Store::kSqlite:
+      return "SQLite";
+    case Store::kEtcd:
+      return "etcd";
+  }
+  return "?";
+}
+
 // One way of running the shardq side (or Redis) in every row.
 struct Variant {
   std::string label;       // progress lines and queue names
   std::string table_name;  // the "shardq take" column; empty for Redis
   std::unique_ptr<System> system;
-  bool durable = false;  // against `shardq serve --state-dir`: its own table
+  Store store = Store::kMemory;  // durable ones get their own tables
+};
+
+// A durable variant and those it is read against in the durable table.
+struct DurableRow {
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t memory;          // the in-memory variant of the same take kind
+  size_t durable;         // this variant (SQLite or etcd store)
+  size_t sqlite = kNone;  // for an etcd variant: the SQLite one of the same take kind
 };
 
 int Run(const Flags& flags) {
@@ -838,22 +869,38 @@ int Run(const Flags& flags) {
   }
   // The durable server's variants, interleaved with the others in every
   // repeat, each paired with the in-memory variant it is compared with.
-  std::vector<std::pair<size_t, size_t>> durable_pairs;  // (in memory, durable)
+  std::vector<DurableRow> durable_rows;
+  size_t sqlite_session = DurableRow::kNone, sqlite_batched = DurableRow::kNone;
+  // The variant just added runs against `store`, read against `memory`
+  // (and `sqlite`) in the durable table; returns its index.
+  auto mark_durable = [&](Store store, size_t memory, size_t sqlite) {
+    variants.back().store = store;
+    durable_rows.push_back({memory, variants.size() - 1, sqlite});
+    return variants.size() - 1;
+  };
   if (added.ok() && !flags.durable_address.empty()) {
     added = add_session("durable-session", flags.durable_address);
-    if (added.ok()) variants.back().durable = true;
-    durable_pairs.emplace_back(0, variants.size() - 1);
+    if (added.ok()) sqlite_session = mark_durable(Store::kSqlite, 0, DurableRow::kNone);
   }
   if (added.ok() && !flags.durable_address.empty()) {
     added = add_shardq("durable", "1 item", 1, false, flags.durable_address);
-    if (added.ok()) variants.back().durable = true;
-    durable_pairs.emplace_back(unary_variant, variants.size() - 1);
+    if (added.ok()) mark_durable(Store::kSqlite, unary_variant, DurableRow::kNone);
   }
   if (added.ok() && !flags.durable_address.empty()) {
     added = add_shardq("durable-batched", batched_name, flags.batch, false,
                        flags.durable_address);
-    if (added.ok()) variants.back().durable = true;
-    durable_pairs.emplace_back(batched_variant, variants.size() - 1);
+    if (added.ok()) {
+      sqlite_batched = mark_durable(Store::kSqlite, batched_variant, DurableRow::kNone);
+    }
+  }
+  // The etcd store's: the session (like for like) and batched rows.
+  if (added.ok() && !flags.etcd_address.empty()) {
+    added = add_session("etcd-session", flags.etcd_address);
+    if (added.ok()) mark_durable(Store::kEtcd, 0, sqlite_session);
+  }
+  if (added.ok() && !flags.etcd_address.empty()) {
+    added = add_shardq("etcd-batched", batched_name, flags.batch, false, flags.etcd_address);
+    if (added.ok()) mark_durable(Store::kEtcd, batched_variant, sqlite_batched);
   }
   if (!added.ok()) {
     std::fprintf(stderr, "coordinator_throughput: %s\n", added.ToString().c_str());
@@ -861,11 +908,13 @@ int Run(const Flags& flags) {
   }
 
   std::printf("coordinator_throughput: %u hardware threads (%s); shardq serve at %s, "
-              "redis-server %s at %s%s%s\n",
+              "redis-server %s at %s%s%s%s%s\n",
               std::thread::hardware_concurrency(), CpuModel().c_str(),
               flags.shardq_address.c_str(), redis_version.c_str(), flags.redis_address.c_str(),
               flags.durable_address.empty() ? "" : "; shardq serve --state-dir at ",
-              flags.durable_address.c_str());
+              flags.durable_address.c_str(),
+              flags.etcd_address.empty() ? "" : "; shardq serve --etcd (leader) at ",
+              flags.etcd_address.c_str());
   std::printf("each client: its own thread and connection; take, complete, repeat until "
               "drained; %d warm-up items per client first (not measured)\n\n",
               static_cast<int>(flags.warmup_items_per_client));
@@ -925,18 +974,25 @@ int Run(const Flags& flags) {
   // The in-memory rows, then (with --shardq-durable) the durable rows, each
   // against the same Redis runs.
   for (const bool durable : {false, true}) {
-    if (durable && durable_pairs.empty()) break;
-    if (durable) std::printf("\nDurable (`shardq serve --state-dir`), same run:\n");
-    std::printf("\n| clients | shardq take | items | shardq pairs/s | shardq take p50 / p99 (µs) "
-                "| Redis pairs/s | Redis take p50 / p99 (µs) | shardq / Redis |\n");
-    std::printf("|--:|---|--:|--:|--:|--:|--:|--:|\n");
+    if (durable && durable_rows.empty()) break;
+    if (durable) {
+      std::printf("\nDurable (`shardq serve --state-dir`: SQLite store; `--etcd`: etcd store), "
+                  "same run:\n");
+    }
+    std::printf("\n| clients | %sshardq take | items | shardq pairs/s | shardq take p50 / p99 "
+                "(µs) | Redis pairs/s | Redis take p50 / p99 (µs) | shardq / Redis |\n",
+                durable ? "store | " : "");
+    std::printf("|--:|%s---|--:|--:|--:|--:|--:|--:|\n", durable ? "---|" : "");
     for (size_t r = 0; r < summaries.size(); ++r) {
       const Summary& redis_row = summaries[r][redis_variant];
       for (size_t v = 0; v < variants.size(); ++v) {
-        if (v == redis_variant || variants[v].durable != durable) continue;
+        if (v == redis_variant || (variants[v].store != Store::kMemory) != durable) continue;
         const Summary& s = summaries[r][v];
-        std::printf("| %d | %s | %d | %.0f | %s | %.0f | %s | %.2f |\n", flags.clients[r],
-                    variants[v].table_name.c_str(), static_cast<int>(flags.items[r]),
+        const std::string store_cell =
+            durable ? absl::StrCat(StoreName(variants[v].store), " | ") : "";
+        std::printf("| %d | %s%s | %d | %.0f | %s | %.0f | %s | %.2f |\n", flags.clients[r],
+                    store_cell.c_str(), variants[v].table_name.c_str(),
+                    static_cast<int>(flags.items[r]),
                     s.MedianRate(), LatencyCell(s.take_latency).c_str(), redis_row.MedianRate(),
                     LatencyCell(redis_row.take_latency).c_str(),
                     s.MedianRate() / redis_row.MedianRate());
@@ -954,33 +1010,52 @@ int Run(const Flags& flags) {
               "Complete. Batched: up to %d items per take call (latency is per call), completed "
               "one by one.\n",
               flags.repeats, static_cast<int>(flags.batch));
-  if (!durable_pairs.empty()) {
+  if (!durable_rows.empty()) {
     const bool probed = !flags.fsync_probe_dir.empty();
-    std::printf("\n## Durable (`shardq serve --state-dir`) vs in memory, interleaved in the "
-                "same run\n\n| clients | shardq take | in-memory pairs/s | durable pairs/s | "
-                "durable complete p50 / p99 (µs) | durable / in-memory |%s\n"
-                "|--:|---|--:|--:|--:|--:|%s\n",
+    const bool with_etcd = !flags.etcd_address.empty();
+    std::printf("\n## Durable (`shardq serve --state-dir`: SQLite; `--etcd`: etcd) vs in memory, "
+                "interleaved in the same run\n\n| clients | store | shardq take | in-memory "
+                "pairs/s | durable pairs/s | durable complete p50 / p99 (µs) | durable / "
+                "in-memory |%s%s\n|--:|---|---|--:|--:|--:|--:|%s%s\n",
+                with_etcd ? " etcd / SQLite |" : "",
                 probed ? " one commit per completion, alone (/s) | durable completions / that |"
                        : "",
-                probed ? "--:|--:|" : "");
+                with_etcd ? "--:|" : "", probed ? "--:|--:|" : "");
     for (size_t r = 0; r < summaries.size(); ++r) {
-      for (const auto& [memory, durable] : durable_pairs) {
-        const Summary& m = summaries[r][memory];
-        const Summary& d = summaries[r][durable];
+      for (const DurableRow& row : durable_rows) {
+        const Summary& m = summaries[r][row.memory];
+        const Summary& d = summaries[r][row.durable];
+        const Store store = variants[row.durable].store;
+        std::string etcd_cell;
+        if (with_etcd) {
+          etcd_cell = row.sqlite == DurableRow::kNone
+                          ? " — |"
+                          : absl::StrFormat(" %.2f |", d.MedianRate() /
+                                                           summaries[r][row.sqlite].MedianRate());
+        }
+        // The lone writer is SQLite's journal: no reading for the etcd rows.
         std::string probe_cells;
-        if (probed) {
+        if (probed && store == Store::kSqlite) {
           const double lone = Median(lone_commits[r]);
           probe_cells = absl::StrFormat(" %.0f | %.2f |", lone, d.MedianRate() / lone);
+        } else if (probed) {
+          probe_cells = " — | — |";
         }
-        std::printf("| %d | %s | %.0f | %.0f | %s | %.2f |%s\n", flags.clients[r],
-                    variants[durable].table_name.c_str(), m.MedianRate(), d.MedianRate(),
-                    LatencyCell(d.complete_latency).c_str(), d.MedianRate() / m.MedianRate(),
-                    probe_cells.c_str());
+        std::printf("| %d | %s | %s | %.0f | %.0f | %s | %.2f |%s%s\n", flags.clients[r],
+                    StoreName(store), variants[row.durable].table_name.c_str(), m.MedianRate(),
+                    d.MedianRate(), LatencyCell(d.complete_latency).c_str(),
+                    d.MedianRate() / m.MedianRate(), etcd_cell.c_str(), probe_cells.c_str());
       }
     }
     std::printf("\nDurable: every completion journaled and fsynced before it is answered "
                 "(group commit); lease grants journaled in the same stream, written behind.\n");
-    if (probed) {
+    if (with_etcd) {
+      std::printf("etcd store: every commit one etcd transaction guarded by the leader's term, "
+                  "answered once the etcd cluster's quorum has it (each member fsyncs its WAL); "
+                  "grants also wait for their commit. etcd / SQLite: against the SQLite row of "
+                  "the same take kind and clients.\n");
+    }
+    if (probed && !flags.durable_address.empty()) {
       std::printf("One commit per completion, alone: --fsync-probe's lone writer (append one "
                   "completion, wait until durable, repeat) in the same run, median of one "
                   "probe per repeat of that row; group commit is what takes a durable server "
@@ -989,14 +1064,14 @@ int Run(const Flags& flags) {
       // durable server can do is an in-memory pair plus one lone commit.
       for (size_t r = 0; r < summaries.size(); ++r) {
         if (flags.clients[r] != 1) continue;
-        const Summary& m = summaries[r][durable_pairs.front().first];
-        const Summary& d = summaries[r][durable_pairs.front().second];
+        const Summary& m = summaries[r][durable_rows.front().memory];
+        const Summary& d = summaries[r][durable_rows.front().durable];
         const double lone = Median(lone_commits[r]);
         const double bound = 1 / (1 / m.MedianRate() + 1 / lone);
         std::printf("1 client, %s: nothing shares a lone client's commit, so durable pairs/s "
                     "is at most an in-memory pair plus one lone commit: %.0f pairs/s, %.2f of "
                     "in-memory; durable reached %.0f, %.2f of that bound.\n",
-                    variants[durable_pairs.front().second].table_name.c_str(), bound,
+                    variants[durable_rows.front().durable].table_name.c_str(), bound,
                     bound / m.MedianRate(), d.MedianRate(), d.MedianRate() / bound);
       }
     }
@@ -1025,6 +1100,9 @@ int main(int argc, char** argv) {
   app.add_option("--shardq-durable", flags.durable_address,
                  "HOST:PORT of a running `shardq serve --state-dir`: adds its rows, "
                  "interleaved, and a durable / in-memory table");
+  app.add_option("--shardq-etcd", flags.etcd_address,
+                 "HOST:PORT of the leader of a `shardq serve --etcd` job: adds its session and "
+                 "batched rows, interleaved, to the durable tables (etcd / SQLite)");
   app.add_option("--redis", flags.redis_address, "HOST:PORT of a running redis-server")
       ->capture_default_str();
   app.add_option("--clients", flags.clients, "concurrent clients per row")
