@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "shardq/item_source.h"
@@ -371,6 +372,7 @@ void ReadWhileAnotherThreadSplits(Reader& reader, const DataSet& data,
                                   SplitCounts* counts) {
   SplittingSource source(plan, rng());
   std::atomic<bool> stop{false};
+  std::atomic<int64_t> split_calls{0};
   const uint64_t splitter_seed = rng();
   std::thread splitter([&] {
     std::mt19937_64 split_rng(splitter_seed);
@@ -380,6 +382,7 @@ void ReadWhileAnotherThreadSplits(Reader& reader, const DataSet& data,
           [&](const std::string&, int64_t start, int64_t end) {
             return RandomSplit(split_rng, start, end, std::nullopt);
           });
+      split_calls.fetch_add(1);
       if (!outcome.attempted || !outcome.at.has_value()) continue;
       const int64_t at = *outcome.at;
       EXPECT_GE(at, outcome.point) << context;
@@ -399,8 +402,15 @@ void ReadWhileAnotherThreadSplits(Reader& reader, const DataSet& data,
       break;
     }
     for (const auto& record : *batch) got.push_back(ToGot(record, data));
-    // Consuming a batch takes time: leave the splitter room to act.
-    if (Below(rng, 2) == 0) std::this_thread::yield();
+    // Consuming a batch takes time: leave the splitter room to act. After
+    // the first batch the reader waits for one split call (on a loaded
+    // machine the splitter may otherwise not run before the reader ends).
+    if (got.size() == batch->size()) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(10);
+      while (split_calls.load() == 0 && absl::Now() < give_up) std::this_thread::yield();
+    } else if (Below(rng, 2) == 0) {
+      std::this_thread::yield();
+    }
   }
   stop.store(true);
   splitter.join();
@@ -495,7 +505,9 @@ TEST(SplitCoverage, TableRowsAreReadExactlyOnceUnderRandomSplits) {
 TEST(SplitCoverageConcurrency, TextLinesAreReadExactlyOnceWhileSplitConcurrently) {
   std::mt19937_64 rng(5404);
   SplitCounts counts;
-  for (int trial = 0; trial < Scaled(40); ++trial) {
+  // More trials while none has split yet (scheduling decides how many do).
+  for (int trial = 0; trial < Scaled(40) || (counts.splits == 0 && trial < 10 * Scaled(40));
+       ++trial) {
     DataSet data = RandomTextData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TextLineReader reader;
@@ -508,7 +520,9 @@ TEST(SplitCoverageConcurrency, TextLinesAreReadExactlyOnceWhileSplitConcurrently
 TEST(SplitCoverageConcurrency, TFRecordsAreReadExactlyOnceWhileSplitConcurrently) {
   std::mt19937_64 rng(5505);
   SplitCounts counts;
-  for (int trial = 0; trial < Scaled(20); ++trial) {
+  // More trials while none has split yet (scheduling decides how many do).
+  for (int trial = 0; trial < Scaled(20) || (counts.splits == 0 && trial < 10 * Scaled(20));
+       ++trial) {
     DataSet data = RandomTFRecordData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TFRecordReader reader;
@@ -521,7 +535,9 @@ TEST(SplitCoverageConcurrency, TFRecordsAreReadExactlyOnceWhileSplitConcurrently
 TEST(SplitCoverageConcurrency, TableRowsAreReadExactlyOnceWhileSplitConcurrently) {
   std::mt19937_64 rng(5606);
   SplitCounts counts;
-  for (int trial = 0; trial < Scaled(15); ++trial) {
+  // More trials while none has split yet (scheduling decides how many do).
+  for (int trial = 0; trial < Scaled(15) || (counts.splits == 0 && trial < 10 * Scaled(15));
+       ++trial) {
     DataSet data = RandomTableData(rng);
     const std::vector<std::string> plan = RandomPlan(data, rng);
     TableReader reader(RandomTableOptions(rng));
