@@ -20,6 +20,7 @@
 #include "src/client/session_client.h"
 #include "src/log/log.h"
 #include "src/rpc/convert.h"
+#include "src/rpc/grpc_fork.h"
 
 namespace shardq {
 namespace {
@@ -395,6 +396,7 @@ class RemoteBackend final : public QueueBackend {
   // contacted.
   template <typename Rpc>
   absl::Status Attempt(Rpc& rpc, absl::Duration timeout) {
+    GrpcActivity in_grpc;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     if (!options_.token.empty()) {
@@ -460,6 +462,7 @@ class RemoteBackend final : public QueueBackend {
             absl::FormatDuration(options_.connect_timeout), " (the connect timeout): ", why,
             TlsHint(why)));
       }
+      GrpcActivity in_grpc;
       channel_->WaitForStateChange(state,
                                    absl::ToChronoTime(std::min(now + kInterruptPoll, give_up)));
     }
@@ -541,6 +544,7 @@ absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions&
   if (options.address.empty()) {
     return absl::InvalidArgumentError("coordinator address is empty");
   }
+  if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "connect timeout must be > 0, got ", absl::FormatDuration(options.connect_timeout)));

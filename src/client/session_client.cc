@@ -15,6 +15,7 @@
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/log/log.h"
 #include "src/rpc/convert.h"
+#include "src/rpc/grpc_fork.h"
 #include "src/rpc/protocol_version.h"
 
 namespace shardq {
@@ -155,7 +156,10 @@ class SessionClient::Impl {
 };
 
 absl::Status SessionClient::Impl::Start(QueueInfo* info) {
-  reader_ = std::thread([this] { ReaderLoop(); });
+  reader_ = std::thread([this] {
+    GrpcActivity in_grpc;  // the reader waits inside gRPC while the session lives
+    ReaderLoop();
+  });
   absl::MutexLock lock(&mu_);
   const absl::Time give_up = absl::Now() + options_.open_timeout + kCloseWait;
   while (state_ == State::kOpening) {

@@ -12,6 +12,7 @@
 #include "grpcpp/server.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/rpc/convert.h"
+#include "src/rpc/grpc_fork.h"
 #include "src/core/process.h"
 #include "src/server/coordinator_impl.h"
 
@@ -143,6 +144,7 @@ class CoordinatorServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   OwnerProcess owner_;  // see src/core/process.h
+  GrpcActivity serving_;  // its threads are inside gRPC while it lives
 };
 
 }  // namespace shardq
