@@ -18,6 +18,7 @@
 #include "grpcpp/security/credentials.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/client/session_client.h"
+#include "src/core/process.h"
 #include "src/log/log.h"
 #include "src/rpc/convert.h"
 #include "src/rpc/grpc_fork.h"
@@ -283,7 +284,7 @@ class RemoteBackend final : public QueueBackend {
 
   absl::StatusOr<bool> BeginSession(absl::string_view queue, absl::string_view worker,
                                     SessionListener* listener) override {
-    if (!options_.use_sessions || no_sessions_.load()) return false;
+    if (!options_.use_sessions || no_sessions_.load() || !owner_.current()) return false;
     if (!contacted_.load()) {
       // The first contact waits for the coordinator as every unary call
       // does (notes on stderr, the connect timeout, Ctrl-C).
@@ -356,8 +357,9 @@ class RemoteBackend final : public QueueBackend {
   }
 
   // The open session of (queue, worker), or null: use the unary calls.
+  // (None in a fork child: the unary path refuses the call there.)
   std::shared_ptr<SessionClient> SessionOf(absl::string_view queue, absl::string_view worker) {
-    if (session_count_.load(std::memory_order_relaxed) == 0) return nullptr;
+    if (session_count_.load(std::memory_order_relaxed) == 0 || !owner_.current()) return nullptr;
     absl::MutexLock lock(&sessions_mu_);
     auto it = sessions_.find(SessionKey(queue, worker));
     return it == sessions_.end() ? nullptr : it->second;
@@ -370,6 +372,11 @@ class RemoteBackend final : public QueueBackend {
   template <typename Rpc>
   absl::Status Unary(absl::string_view method, Rpc rpc,
                      absl::Duration timeout = kCallTimeout) {
+    if (!owner_.current()) {
+      return InheritedGrpcError(
+          absl::StrCat(method, ": the connection to coordinator ", options_.address),
+          owner_.pid());
+    }
     RetryPolicy policy = options_.retry;
     if (shutting_down_.load()) {
       policy.total_budget = absl::ZeroDuration();
@@ -396,7 +403,6 @@ class RemoteBackend final : public QueueBackend {
   // contacted.
   template <typename Rpc>
   absl::Status Attempt(Rpc& rpc, absl::Duration timeout) {
-    GrpcActivity in_grpc;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     if (!options_.token.empty()) {
@@ -462,7 +468,6 @@ class RemoteBackend final : public QueueBackend {
             absl::FormatDuration(options_.connect_timeout), " (the connect timeout): ", why,
             TlsHint(why)));
       }
-      GrpcActivity in_grpc;
       channel_->WaitForStateChange(state,
                                    absl::ToChronoTime(std::min(now + kInterruptPoll, give_up)));
     }
@@ -523,6 +528,9 @@ class RemoteBackend final : public QueueBackend {
   }
 
   const RemoteOptions options_;
+  // A fork child that inherited this backend refuses every call: the
+  // channel runs on its parent's gRPC threads (src/rpc/grpc_fork.h).
+  const OwnerProcess owner_;
   const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::atomic<bool> shutting_down_{false};
@@ -544,7 +552,6 @@ absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions&
   if (options.address.empty()) {
     return absl::InvalidArgumentError("coordinator address is empty");
   }
-  if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "connect timeout must be > 0, got ", absl::FormatDuration(options.connect_timeout)));
@@ -570,9 +577,11 @@ absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions&
   // Reconnect quickly after a coordinator restart.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  auto channel = grpc::CreateCustomChannel(options.address, credentials, args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateForkAwareChannel(options.address, credentials, args);
+  if (!channel.ok()) return channel.status();
   return std::shared_ptr<QueueBackend>(
-      std::make_shared<RemoteBackend>(options, std::move(channel)));
+      std::make_shared<RemoteBackend>(options, *std::move(channel)));
 }
 
 }  // namespace shardq

@@ -15,7 +15,6 @@
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/log/log.h"
 #include "src/rpc/convert.h"
-#include "src/rpc/grpc_fork.h"
 #include "src/rpc/protocol_version.h"
 
 namespace shardq {
@@ -156,10 +155,7 @@ class SessionClient::Impl {
 };
 
 absl::Status SessionClient::Impl::Start(QueueInfo* info) {
-  reader_ = std::thread([this] {
-    GrpcActivity in_grpc;  // the reader waits inside gRPC while the session lives
-    ReaderLoop();
-  });
+  reader_ = std::thread([this] { ReaderLoop(); });
   absl::MutexLock lock(&mu_);
   const absl::Time give_up = absl::Now() + options_.open_timeout + kCloseWait;
   while (state_ == State::kOpening) {

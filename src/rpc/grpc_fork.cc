@@ -4,78 +4,140 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
+#include <chrono>
+#include <cstdint>
 #include <mutex>
+#include <cstdlib>
 #include <string>
+#include <thread>
 
-#include <grpc/fork.h>
 #include <grpc/grpc.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/create_channel.h"
 
 namespace shardq {
 namespace {
 
-// gRPC activity that may be inside gRPC right now (GrpcActivity).
-std::atomic<int> g_active{0};
+// How long a fork waits, after shardq's last gRPC object is gone, for gRPC
+// to finish shutting down (it may end the last channel on its own threads).
+constexpr std::chrono::milliseconds kTeardownWait{2000};
+constexpr std::chrono::milliseconds kTeardownPoll{1};
 
-// Set by the fork handlers (they run in the forking thread, the child's
-// only thread, with no other fork in progress: fork() serialises them).
-bool g_prepared = false;      // grpc_prefork ran: postfork hooks are due
-int g_active_at_fork = 0;     // g_active when the fork began
-bool g_support_off = false;   // gRPC was running with fork support off
-pid_t g_parent = 0;           // the forking process, as the child sees it
+constexpr char kFixes[] =
+    "Close them before forking (make the WorkQueue in the child), or start children with the "
+    "'spawn' or 'forkserver' method (torch: DataLoader(..., multiprocessing_context='spawn'))";
 
-// Why gRPC cannot be used in this process (a fork child); empty: it can.
-// Written only by PostforkChild, before the child runs anything else.
-std::string* g_unusable = nullptr;
+// shardq's live gRPC objects (GrpcInUse), whether there ever was one, and
+// when the last one went.
+std::atomic<int> g_live{0};
+std::atomic<bool> g_ever_used{false};
+std::atomic<int64_t> g_last_release_ns{0};  // steady_clock
 
-bool ForkSupportOn() {
-  const char* v = std::getenv("GRPC_ENABLE_FORK_SUPPORT");
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// What the forking thread saw when the fork began. thread_local: the three
+// handlers of one fork run in one thread (the child's only thread is its
+// copy), and two threads may fork at once.
+struct ForkSnapshot {
+  pid_t parent = 0;
+  int live = 0;
+  bool grpc_initialized = false;
+  // gRPC was used here with a polling engine that outlives grpc_shutdown.
+  bool shared_polling = false;
+};
+thread_local ForkSnapshot t_at_fork;
+
+// Why gRPC cannot be used in this process (a fork child); null: it can.
+// Written only by PostforkChild, before the child runs anything else (and
+// inherited as it is by the child's own children).
+const std::string* g_unusable = nullptr;
+
+// True once gRPC has shut down, or at the deadline.
+// True when gRPC polls with "poll" (GRPC_POLL_STRATEGY lists the engines
+// to try, the first that works wins; "poll" always does).
+bool PollsWithPoll() {
+  const char* v = std::getenv("GRPC_POLL_STRATEGY");
   if (v == nullptr) return false;
-  const std::string value = absl::AsciiStrToLower(v);
-  return value == "1" || value == "true" || value == "yes";
+  const std::string first = absl::AsciiStrToLower(absl::string_view(v).substr(
+      0, absl::string_view(v).find(',')));
+  return first == "poll";
+}
+
+bool AwaitGrpcShutdown(int64_t deadline_ns) {
+  while (grpc_is_initialized()) {
+    if (SteadyNowNs() >= deadline_ns) return false;
+    std::this_thread::sleep_for(kTeardownPoll);
+  }
+  return true;
 }
 
 void Prefork() {
-  g_prepared = false;
-  g_support_off = false;
-  g_active_at_fork = g_active.load();
-  g_parent = getpid();
-  if (!grpc_is_initialized()) return;  // nothing of gRPC's runs: the child starts it afresh
-  if (g_active_at_fork > 0) return;    // a thread may be inside gRPC: the child cannot use it
-  if (!ForkSupportOn()) {
-    g_support_off = true;
+  ForkSnapshot& snap = t_at_fork;
+  snap = ForkSnapshot();
+  snap.parent = getpid();
+  snap.live = g_live.load();
+  if (g_unusable != nullptr) {
+    snap.grpc_initialized = true;  // the parent's, inherited: it never shuts down here
     return;
   }
-  grpc_prefork();
-  g_prepared = true;
-}
-
-void PostforkParent() {
-  if (g_prepared) grpc_postfork_parent();
+  if (snap.live > 0) {
+    snap.grpc_initialized = grpc_is_initialized();
+    return;
+  }
+  // The wait is bounded by the last release, so a gRPC that someone else
+  // keeps running costs a fork nothing.
+  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(kTeardownWait);
+  snap.grpc_initialized = !AwaitGrpcShutdown(g_last_release_ns.load() + wait.count());
+  // Shut down, gRPC's "epoll1" engine still keeps its epoll set and wakeup
+  // eventfd open for the next grpc_init: children would share that one
+  // kernel object with this process and each other, and one child's
+  // epoll_wait would take another's wakeups (a call that never ends).
+  // "poll" keeps nothing (EnableGrpcFork chooses it).
+  snap.shared_polling = !snap.grpc_initialized && g_ever_used.load() && !PollsWithPoll();
 }
 
 void PostforkChild() {
-  if (g_prepared) grpc_postfork_child();
+  const ForkSnapshot& snap = t_at_fork;
+  g_live.store(0);  // the objects it counted belong to the parent
+  if (g_unusable != nullptr) return;
   const pid_t self = getpid();
-  if (g_active_at_fork > 0) {
+  if (snap.shared_polling) {
     g_unusable = new std::string(absl::StrCat(
-        "this process (pid ", self, ") was forked from pid ", g_parent, " while that process had ",
-        g_active_at_fork,
-        " shardq gRPC connection(s) or server(s) in use (an open WorkQueue or session, an "
-        "in-process coordinator); gRPC cannot work in such a child (it would hang). Close them "
-        "before forking (make the WorkQueue in the child), or start children with the 'spawn' "
-        "or 'forkserver' method (torch: DataLoader(..., multiprocessing_context='spawn'))"));
-  } else if (g_support_off) {
-    g_unusable = new std::string(absl::StrCat(
-        "this process (pid ", self, ") was forked from pid ", g_parent,
-        ", which used gRPC with GRPC_ENABLE_FORK_SUPPORT off; gRPC cannot work in such a child "
-        "(it would hang). Unset GRPC_ENABLE_FORK_SUPPORT (shardq turns it on), or start "
-        "children with the 'spawn' or 'forkserver' method"));
+        "this process (pid ", self, ") was forked from pid ", snap.parent,
+        ", which used gRPC with GRPC_POLL_STRATEGY=",
+        std::getenv("GRPC_POLL_STRATEGY") == nullptr ? "(unset)"
+                                                     : std::getenv("GRPC_POLL_STRATEGY"),
+        ": that engine's epoll set outlives gRPC's shutdown and is shared by all its "
+        "children, where a call can wait forever. Unset GRPC_POLL_STRATEGY (shardq then "
+        "chooses 'poll'), or start children with the 'spawn' or 'forkserver' method (torch: "
+        "DataLoader(..., multiprocessing_context='spawn'))"));
+    return;
   }
-  g_active.store(0);  // the threads it counted are not in this process
+  if (!snap.grpc_initialized) return;
+  if (snap.live > 0) {
+    g_unusable = new std::string(absl::StrCat(
+        "this process (pid ", self, ") was forked from pid ", snap.parent,
+        " while that process had ", snap.live,
+        " shardq gRPC connection(s) or server(s) open (a WorkQueue, a worker session, an "
+        "in-process coordinator); gRPC cannot work in such a child (its threads are the "
+        "parent's: a call would hang). ",
+        kFixes));
+  } else {
+    g_unusable = new std::string(absl::StrCat(
+        "this process (pid ", self, ") was forked from pid ", snap.parent,
+        " while gRPC was running in it (used by something other than shardq, or still shutting "
+        "down ",
+        kTeardownWait.count(), " ms after shardq's last connection closed); gRPC cannot work "
+        "in such a child (its threads are the parent's: a call would hang). ",
+        kFixes));
+  }
 }
 
 }  // namespace
@@ -83,8 +145,10 @@ void PostforkChild() {
 void EnableGrpcFork() {
   static std::once_flag once;
   std::call_once(once, [] {
-    setenv("GRPC_ENABLE_FORK_SUPPORT", "true", /*overwrite=*/0);
-    pthread_atfork(Prefork, PostforkParent, PostforkChild);
+    // Read by gRPC at its first init (the user's value stands): see
+    // ForkSnapshot::shared_polling for why "poll".
+    setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0);
+    pthread_atfork(Prefork, /*parent=*/nullptr, PostforkChild);
   });
 }
 
@@ -93,13 +157,43 @@ absl::Status CheckGrpcUsable() {
   return absl::FailedPreconditionError(*g_unusable);
 }
 
-GrpcActivity::GrpcActivity() { g_active.fetch_add(1); }
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateForkAwareChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const grpc::ChannelArguments& args) {
+  EnableGrpcFork();
+  if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
+  // The mark is made before the channel and goes after it (members are
+  // destroyed in reverse order); the returned pointer shares its owner.
+  struct Counted {
+    GrpcInUse in_use;
+    std::shared_ptr<grpc::Channel> channel;
+  };
+  auto counted = std::make_shared<Counted>();
+  counted->channel = grpc::CreateCustomChannel(target, credentials, args);
+  grpc::Channel* channel = counted->channel.get();
+  return std::shared_ptr<grpc::Channel>(std::move(counted), channel);
+}
 
-GrpcActivity::~GrpcActivity() {
-  // A child may destroy an activity it inherited: never below zero.
-  int n = g_active.load();
-  while (n > 0 && !g_active.compare_exchange_weak(n, n - 1)) {
+GrpcInUse::GrpcInUse() {
+  g_ever_used.store(true);
+  g_live.fetch_add(1);
+}
+
+GrpcInUse::~GrpcInUse() {
+  g_last_release_ns.store(SteadyNowNs());
+  // A child may destroy a mark it inherited (PostforkChild zeroed the
+  // count): never below zero.
+  int n = g_live.load();
+  while (n > 0 && !g_live.compare_exchange_weak(n, n - 1)) {
   }
+}
+
+absl::Status InheritedGrpcError(const std::string& what, int owner) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " was made in process ", owner, "; this process (pid ", getpid(),
+      ") is a fork of it and cannot use it (its gRPC connection is the parent's: a call would "
+      "hang). Make a new WorkQueue in the child, or start children with the 'spawn' or "
+      "'forkserver' method (torch: DataLoader(..., multiprocessing_context='spawn'))"));
 }
 
 }  // namespace shardq

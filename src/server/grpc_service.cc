@@ -311,6 +311,7 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinato
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
+  EnableGrpcFork();
   if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
   // HOST:PORT, or gRPC's unix:PATH (a local socket file).
   absl::string_view unix_path = options.listen;

@@ -139,12 +139,14 @@ class CoordinatorServer {
  private:
   CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token);
 
+  // First: counted as live gRPC state from before the server starts until
+  // after it is gone (src/rpc/grpc_fork.h).
+  GrpcInUse serving_;
   std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   OwnerProcess owner_;  // see src/core/process.h
-  GrpcActivity serving_;  // its threads are inside gRPC while it lives
 };
 
 }  // namespace shardq

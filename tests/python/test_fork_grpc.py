@@ -136,6 +136,29 @@ print(json.dumps(dict(child=child, parent=[os.path.basename(item.work)] + rest))
     assert sorted(out["parent"]) == sorted(f"w{i}.txt" for i in range(8))
 
 
+def test_a_child_using_a_queue_it_inherited_fails_at_once(tmp_path):
+    out = _run(tmp_path, """
+q = shardq.WorkQueue(works, address=address, name="inherited", shuffle=False, num_clients=4)
+item = q.take()
+def use_inherited():
+    it = q.take()  # may come from the items taken ahead, with no call
+    q.complete(it)
+    return os.path.basename(it.work)
+started = time.monotonic()
+child = in_child(use_inherited)
+child["seconds"] = time.monotonic() - started
+q.complete(item)
+print(json.dumps(dict(child=child, stats=q.stats()["completed"])))
+q.close()
+""")
+    child = out["child"]
+    assert child.get("error") == "FailedPreconditionError", child
+    assert "is a fork of it" in child["message"], child
+    assert "multiprocessing_context='spawn'" in child["message"]
+    assert child["seconds"] < 60
+    assert out["stats"] == 1
+
+
 def test_a_dataloader_pass_with_workers_after_one_without(tmp_path):
     pytest.importorskip("torch")
     out = _run(tmp_path, """
