@@ -9,7 +9,7 @@ PYBIND11_MODULE(_shardq, m) {
   m.doc() = "shardq native core (use the `shardq` package, not this module)";
   // Before any channel: DataLoader workers fork from processes that used
   // gRPC (src/rpc/grpc_fork.h).
-  shardq::EnableGrpcFork();
+  shardq::PreferForkSafePolling();
   shardq::python::BindWorkQueue(m);
   shardq::python::BindReaders(m);
   shardq::python::BindExample(m);

@@ -99,7 +99,7 @@ void Prefork() {
   // eventfd open for the next grpc_init: children would share that one
   // kernel object with this process and each other, and one child's
   // epoll_wait would take another's wakeups (a call that never ends).
-  // "poll" keeps nothing (EnableGrpcFork chooses it).
+  // "poll" keeps nothing (PreferForkSafePolling chooses it).
   snap.shared_polling = !snap.grpc_initialized && g_ever_used.load() && !PollsWithPoll();
 }
 
@@ -115,8 +115,8 @@ void PostforkChild() {
         std::getenv("GRPC_POLL_STRATEGY") == nullptr ? "(unset)"
                                                      : std::getenv("GRPC_POLL_STRATEGY"),
         ": that engine's epoll set outlives gRPC's shutdown and is shared by all its "
-        "children, where a call can wait forever. Unset GRPC_POLL_STRATEGY (shardq then "
-        "chooses 'poll'), or start children with the 'spawn' or 'forkserver' method (torch: "
+        "children, where a call can wait forever. Unset GRPC_POLL_STRATEGY (the shardq "
+        "Python module then chooses 'poll'), or start children with the 'spawn' or 'forkserver' method (torch: "
         "DataLoader(..., multiprocessing_context='spawn'))"));
     return;
   }
@@ -144,12 +144,13 @@ void PostforkChild() {
 
 void EnableGrpcFork() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    // Read by gRPC at its first init (the user's value stands): see
-    // ForkSnapshot::shared_polling for why "poll".
-    setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0);
-    pthread_atfork(Prefork, /*parent=*/nullptr, PostforkChild);
-  });
+  std::call_once(once, [] { pthread_atfork(Prefork, /*parent=*/nullptr, PostforkChild); });
+}
+
+void PreferForkSafePolling() {
+  // Read by gRPC at its first init; the user's value stands.
+  setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0);
+  EnableGrpcFork();
 }
 
 absl::Status CheckGrpcUsable() {

@@ -16,10 +16,14 @@
 // nothing; a child forked while gRPC is shut down then starts it afresh.
 //
 // So the rules this module enforces:
-//  - EnableGrpcFork() makes gRPC poll with "poll" (GRPC_POLL_STRATEGY, unless
-//    the user set it) and registers fork handlers;
+//  - EnableGrpcFork() registers fork handlers; PreferForkSafePolling()
+//    also makes gRPC poll with "poll" (GRPC_POLL_STRATEGY, unless the user
+//    set it): the Python module does at import, since Python processes are
+//    the ones that fork (C++ programs keep gRPC's default, "epoll1", which
+//    notices connection events sooner);
 //  - a fork child may use gRPC iff gRPC was not initialized in its parent
-//    when it forked (and the parent's engine was "poll");
+//    when it forked, and the parent's engine was "poll" (or gRPC was never
+//    used there);
 //  - when no shardq channel or server is alive but gRPC is still tearing
 //    the last one down (on its own threads), a fork waits briefly (at most
 //    2 s after the last one closed) for that to end, so that a fork right
@@ -52,6 +56,12 @@ namespace shardq {
 // (the Python module does at import). Later calls do nothing. Without it,
 // CheckGrpcUsable() cannot tell a fork child from its parent.
 void EnableGrpcFork();
+
+// EnableGrpcFork(), and gRPC's "poll" polling engine unless
+// GRPC_POLL_STRATEGY is set: with it, a child forked after this process
+// closed its channels and servers can use gRPC (with "epoll1" it is
+// refused). Call before this process's first gRPC use.
+void PreferForkSafePolling();
 
 // OK where this process may make gRPC channels and servers; in a child
 // forked while its parent had gRPC initialized, FAILED_PRECONDITION saying

@@ -61,7 +61,8 @@ int InChild(const std::function<int()>& child) {
 
 class GrpcForkTest : public ::testing::Test {
  protected:
-  void SetUp() override { EnableGrpcFork(); }
+  // As the Python module does, before this process's first gRPC use.
+  void SetUp() override { PreferForkSafePolling(); }
 };
 
 // This process's epoll instances (gRPC's "epoll1" engine keeps one open
