@@ -41,7 +41,7 @@ set(SHARDQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/shardq)
 # consumer links them all). The generated protobuf headers and src/ stay
 # private: no installed header includes them.
 set(SHARDQ_EXPORTED_TARGETS
-  shardq_client_api shardq_client shardq_embedded shardq_rpc shardq_grpc_proto
+  shardq_client_api shardq_client shardq_embedded shardq_rpc shardq_grpc_fork shardq_grpc_proto
   shardq_remote_client_api shardq_remote_client shardq_remote_dataset
   shardq_coordinator shardq_store shardq_core shardq_types shardq_proto shardq_log
   shardq_io shardq_io_formats shardq_pipeline shardq_dataset)

@@ -14,6 +14,15 @@ for this process's DataLoader workers: a separate `python -m shardq.serve`
 process on a unix socket (a fresh process, so forked workers never inherit
 gRPC state).
 
+DataLoader workers are forked, and gRPC does not survive a fork while it
+runs (src/rpc/grpc_fork.h): each worker makes its own WorkQueue, which
+works when this process has no shardq connection or server open at the
+fork (the dataset itself holds none: a pass with num_workers=0 closes its
+queue when it ends). A worker forked while one is open (a WorkQueue this
+process keeps, an in-process coordinator) raises FailedPreconditionError
+at once, naming the cause: close it first, or use
+DataLoader(..., multiprocessing_context="spawn").
+
 Underneath, each worker runs shardq.data.from_queue: reading, CRC checks,
 batching, parse_example and prefetch run in the C++ pipeline's threads
 without the GIL, and each batch becomes torch tensors over the parser's

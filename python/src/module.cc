@@ -3,9 +3,13 @@
 #include "python/src/py_sources.h"
 #include "python/src/py_cluster.h"
 #include "python/src/py_tf_element.h"
+#include "src/rpc/grpc_fork.h"
 
 PYBIND11_MODULE(_shardq, m) {
   m.doc() = "shardq native core (use the `shardq` package, not this module)";
+  // Before any channel: DataLoader workers fork from processes that used
+  // gRPC (src/rpc/grpc_fork.h).
+  shardq::PreferForkSafePolling();
   shardq::python::BindWorkQueue(m);
   shardq::python::BindReaders(m);
   shardq::python::BindExample(m);

@@ -15,7 +15,8 @@ std::shared_ptr<CoordinatorChannels> CoordinatorChannels::Fixed(
   one.coordinators = {address};
   return std::make_shared<CoordinatorChannels>(
       std::make_unique<LeaderResolver>(std::move(one), nullptr),
-      [channel = std::move(channel)](const std::string&) { return channel; });
+      [channel = std::move(channel)](const std::string&)
+          -> absl::StatusOr<std::shared_ptr<grpc::Channel>> { return channel; });
 }
 
 absl::StatusOr<CoordinatorChannels::Target> CoordinatorChannels::Current() {
@@ -26,9 +27,11 @@ absl::StatusOr<CoordinatorChannels::Target> CoordinatorChannels::Current() {
     auto it = targets_.find(*address);
     if (it != targets_.end()) return it->second;
   }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = make_channel_(*address);
+  if (!channel.ok()) return channel.status();
   Target made;
   made.address = *address;
-  made.channel = make_channel_(*address);
+  made.channel = *std::move(channel);
   made.stub = v1::Coordinator::NewStub(made.channel);
   absl::MutexLock lock(&mu_);
   // Another thread may have made one meanwhile: every caller uses the first.

@@ -25,10 +25,12 @@ namespace shardq {
 
 class CoordinatorChannels {
  public:
-  using MakeChannel = std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
+  using MakeChannel =
+      std::function<absl::StatusOr<std::shared_ptr<grpc::Channel>>(const std::string& address)>;
 
   // `make_channel` makes the channel to one address (credentials and
-  // arguments are its business); called without a lock held.
+  // arguments are its business; its error, such as a fork child that cannot
+  // use gRPC, is Current()'s); called without a lock held.
   CoordinatorChannels(std::unique_ptr<LeaderResolver> resolver, MakeChannel make_channel);
 
   // Always `channel`, named `address` in messages (a test's coordinator).
@@ -43,7 +45,7 @@ class CoordinatorChannels {
 
   // The coordinator to call now and its channel; the errors of
   // LeaderResolver::Current (UNAVAILABLE while etcd names no reachable
-  // leader).
+  // leader) and of make_channel.
   absl::StatusOr<Target> Current();
 
   // The call to `address` got no answer, or a "not leader" one naming

@@ -21,8 +21,10 @@
 #include "src/client/coordinator_address.h"
 #include "src/client/coordinator_channels.h"
 #include "src/client/session_client.h"
+#include "src/core/process.h"
 #include "src/log/log.h"
 #include "src/rpc/convert.h"
+#include "src/rpc/grpc_fork.h"
 
 namespace shardq {
 namespace {
@@ -288,7 +290,7 @@ class RemoteBackend final : public QueueBackend {
 
   absl::StatusOr<bool> BeginSession(absl::string_view queue, absl::string_view worker,
                                     SessionListener* listener) override {
-    if (!options_.use_sessions || no_sessions_.load()) return false;
+    if (!options_.use_sessions || no_sessions_.load() || !owner_.current()) return false;
     if (!contacted_.load()) {
       // The first contact waits for the coordinator as every unary call
       // does (notes on stderr, the connect timeout, Ctrl-C).
@@ -373,8 +375,9 @@ class RemoteBackend final : public QueueBackend {
   }
 
   // The open session of (queue, worker), or null: use the unary calls.
+  // (None in a fork child: the unary path refuses the call there.)
   std::shared_ptr<SessionClient> SessionOf(absl::string_view queue, absl::string_view worker) {
-    if (session_count_.load(std::memory_order_relaxed) == 0) return nullptr;
+    if (session_count_.load(std::memory_order_relaxed) == 0 || !owner_.current()) return nullptr;
     absl::MutexLock lock(&sessions_mu_);
     auto it = sessions_.find(SessionKey(queue, worker));
     return it == sessions_.end() ? nullptr : it->second;
@@ -387,6 +390,11 @@ class RemoteBackend final : public QueueBackend {
   template <typename Rpc>
   absl::Status Unary(absl::string_view method, Rpc rpc,
                      absl::Duration timeout = kCallTimeout) {
+    if (!owner_.current()) {
+      return InheritedGrpcError(
+          absl::StrCat(method, ": the connection to coordinator ", options_.address),
+          owner_.pid());
+    }
     RetryPolicy policy = options_.retry;
     if (shutting_down_.load()) {
       policy.total_budget = absl::ZeroDuration();
@@ -584,6 +592,9 @@ class RemoteBackend final : public QueueBackend {
   }
 
   const RemoteOptions options_;
+  // A fork child that inherited this backend refuses every call: the
+  // channels run on its parent's gRPC threads (src/rpc/grpc_fork.h).
+  const OwnerProcess owner_;
   const std::shared_ptr<CoordinatorChannels> channels_;
   const std::string spec_;  // the address as given, for messages
   std::atomic<bool> shutting_down_{false};
@@ -634,9 +645,12 @@ absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions&
   // Reconnect quickly after a coordinator restart.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  // Each channel counts as live gRPC state while it lives, and none is made
+  // in a fork child that cannot use gRPC (src/rpc/grpc_fork.h).
+  if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
   auto channels = std::make_shared<CoordinatorChannels>(
       *std::move(resolver), [credentials, args](const std::string& target) {
-        return grpc::CreateCustomChannel(target, credentials, args);
+        return CreateForkAwareChannel(target, credentials, args);
       });
   return std::shared_ptr<QueueBackend>(
       std::make_shared<RemoteBackend>(options, std::move(channels)));

@@ -149,8 +149,10 @@ WorkQueue::~WorkQueue() = default;
 WorkQueue::Impl::~Impl() {
   if (!owner_.current()) {
     // Inherited through fork(): the leases, the session and the background
-    // thread belong to the parent process.
+    // thread belong to the parent process, and so does the backend's gRPC
+    // channel, which must not be destroyed here (src/rpc/grpc_fork.h).
     AbandonThread(background_thread_);
+    new std::shared_ptr<QueueBackend>(backend_);  // NOLINT: intentional leak
     return;
   }
   std::vector<uint64_t> leases;

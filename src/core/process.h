@@ -18,6 +18,8 @@ class OwnerProcess {
   OwnerProcess() : pid_(::getpid()) {}
   // False in a child that inherited the object through fork().
   bool current() const { return ::getpid() == pid_; }
+  // The process that made the object.
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_;

@@ -340,6 +340,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
+  EnableGrpcFork();
+  if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
   // HOST:PORT, or gRPC's unix:PATH (a local socket file).
   absl::string_view unix_path = options.listen;
   const bool unix_socket = absl::ConsumePrefix(&unix_path, "unix:");

@@ -14,6 +14,7 @@
 #include "grpcpp/server.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
 #include "src/rpc/convert.h"
+#include "src/rpc/grpc_fork.h"
 #include "src/core/process.h"
 #include "src/server/coordinator_impl.h"
 
@@ -159,6 +160,9 @@ class CoordinatorServer {
   CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token,
                     std::function<Leadership()> leadership);
 
+  // First: counted as live gRPC state from before the server starts until
+  // after it is gone (src/rpc/grpc_fork.h).
+  GrpcInUse serving_;
   std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;
   std::unique_ptr<grpc::Server> server_;

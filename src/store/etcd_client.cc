@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "src/rpc/grpc_fork.h"
 
 namespace shardq {
 namespace {
@@ -61,12 +62,8 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(const EtcdClientO
   if (options.endpoints.empty()) {
     return absl::InvalidArgumentError("etcd: no endpoint given (want HOST:PORT[,HOST:PORT...])");
   }
-  return std::unique_ptr<EtcdClient>(new EtcdClient(options.endpoints, options.call_timeout));
-}
-
-EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout)
-    : endpoints_(std::move(endpoints)), call_timeout_(call_timeout) {
-  for (const std::string& endpoint : endpoints_) {
+  std::vector<Member> members;
+  for (const std::string& endpoint : options.endpoints) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
     // A member that comes back is used again within a second.
@@ -75,15 +72,24 @@ EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_t
     // Each client its own connections: a store and a resolver in one
     // process do not share one subchannel's backoff.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    std::shared_ptr<grpc::Channel> channel =
-        grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    // Refused in a fork child that cannot use gRPC (src/rpc/grpc_fork.h).
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        CreateForkAwareChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    if (!channel.ok()) return channel.status();
     Member m;
     m.endpoint = endpoint;
-    m.kv = etcdserverpb::KV::NewStub(channel);
-    m.lease = etcdserverpb::Lease::NewStub(channel);
-    members_.push_back(std::move(m));
+    m.kv = etcdserverpb::KV::NewStub(*channel);
+    m.lease = etcdserverpb::Lease::NewStub(*channel);
+    members.push_back(std::move(m));
   }
+  return std::unique_ptr<EtcdClient>(
+      new EtcdClient(options.endpoints, options.call_timeout, std::move(members)));
 }
+
+EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout,
+                       std::vector<Member> members)
+    : endpoints_(std::move(endpoints)), call_timeout_(call_timeout),
+      members_(std::move(members)) {}
 
 std::string EtcdClient::Describe() const {
   return absl::StrCat("etcd at ", absl::StrJoin(endpoints_, ","));

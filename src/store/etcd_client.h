@@ -92,7 +92,8 @@ class EtcdClient {
     std::unique_ptr<etcdserverpb::KV::Stub> kv;
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
   };
-  EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout);
+  EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout,
+             std::vector<Member> members);
 
   // Runs `attempt(member, context)` on the preferred member, failing over
   // as the file comment says; `what` names the operation in errors.

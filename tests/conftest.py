@@ -1,0 +1,39 @@
+"""A watchdog for every test under tests/: a test still running after
+SHARDQ_TEST_TIMEOUT seconds (default 300) names itself, dumps every
+thread's stack and ends the run with exit status 1, so a hang shows where
+it is instead of running into CI's limit with no output. (pytest-timeout
+is not among the Debian packages this project installs.)"""
+import faulthandler
+import os
+import sys
+import threading
+
+import pytest
+
+TIMEOUT_S = float(os.environ.get("SHARDQ_TEST_TIMEOUT", "300"))
+
+
+def _expire(nodeid):
+    sys.__stderr__.write(f"\n!!! {nodeid} still running after {TIMEOUT_S:g} s: "
+                         "every thread's stack follows, then the run ends\n")
+    faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+    sys.__stderr__.flush()
+    os._exit(1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if TIMEOUT_S <= 0:
+        yield
+        return
+    timer = threading.Timer(TIMEOUT_S, _expire, args=(item.nodeid,))
+    timer.daemon = True
+    timer.start()
+    # The backstop where the interpreter itself is stuck (a thread holding
+    # the GIL in native code): faulthandler's own thread needs no GIL.
+    faulthandler.dump_traceback_later(TIMEOUT_S + 30, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        timer.cancel()
