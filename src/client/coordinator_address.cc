@@ -187,6 +187,15 @@ absl::StatusOr<std::string> LeaderResolver::Current() {
     return absl::UnavailableError(absl::StrCat("nobody leads job '", address_.etcd_job,
                                                "' yet (", leader.status().message(), ")"));
   }
+  // What the record says cannot be waited out (DATA_LOSS, a leader with no
+  // address); any other failure of etcd (an answer held past its deadline
+  // by a member without quorum is UNKNOWN) is etcd being away: retried, as
+  // a coordinator that does not answer is.
+  if (!leader.ok() && !absl::IsDataLoss(leader.status()) &&
+      !absl::IsFailedPrecondition(leader.status()) &&
+      !absl::IsInvalidArgument(leader.status())) {
+    return absl::UnavailableError(leader.status().message());
+  }
   if (!leader.ok()) return leader.status();
   absl::MutexLock lock(&mu_);
   etcd_leader_ = *leader;

@@ -175,6 +175,18 @@ TEST(LeaderResolver, EtcdWithoutALeaderIsUnavailableNamingTheJob) {
   EXPECT_EQ(*r.Current(), "l:1");
 }
 
+TEST(LeaderResolver, AnyOtherEtcdFailureIsEtcdBeingAwayAndRetried) {
+  // A member without quorum holds a read to its deadline and answers
+  // UNKNOWN: a worker must wait, not end (seen with 2 of 3 members down).
+  LeaderResolver r(Parsed("etcd://e:1/train"), []() -> absl::StatusOr<std::string> {
+    return absl::UnknownError("etcd at e:1: range '/shardq/train/leader': context deadline "
+                              "exceeded");
+  });
+  absl::StatusOr<std::string> s = r.Current();
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.status().message(), HasSubstr("context deadline exceeded"));
+}
+
 TEST(LeaderResolver, CreateRefusesAnEtcdAddressWithoutJob) {
   CoordinatorAddress a;
   a.spec = "etcd://e:1/";

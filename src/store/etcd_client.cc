@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -23,8 +24,24 @@ absl::StatusCode ToAbslCode(grpc::StatusCode code) {
   return static_cast<absl::StatusCode>(static_cast<int>(code));
 }
 
-bool TryNextMember(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded;
+// No answer from this member: try the next one. A member cut off from its
+// quorum holds a request until the caller's deadline and then answers with
+// UNKNOWN "context deadline exceeded" (etcd's own error, not gRPC's), or
+// names the missing leader; that is no answer either, not a refusal.
+bool TryNextMember(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return true;
+    case grpc::StatusCode::UNKNOWN: {
+      const std::string& m = status.error_message();
+      return absl::StrContains(m, "deadline exceeded") ||
+             absl::StrContains(m, "request timed out") || absl::StrContains(m, "no leader") ||
+             absl::StrContains(m, "leader changed");
+    }
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -110,7 +127,7 @@ absl::Status EtcdClient::Call(absl::string_view what, Attempt attempt) {
       return absl::OkStatus();
     }
     const absl::StatusCode code = ToAbslCode(status.error_code());
-    if (!TryNextMember(code)) {
+    if (!TryNextMember(status)) {
       preferred_.store(index, std::memory_order_relaxed);
       return absl::Status(code, absl::StrCat("etcd at ", member.endpoint, ": ", what, ": ",
                                              status.error_message()));
@@ -119,7 +136,7 @@ absl::Status EtcdClient::Call(absl::string_view what, Attempt attempt) {
         member.endpoint, ": ",
         code == absl::StatusCode::kDeadlineExceeded
             ? absl::StrCat("no answer within ", absl::FormatDuration(call_timeout_))
-            : status.error_message()));
+            : absl::StrCat(status.error_message(), " (", absl::StatusCodeToString(code), ")")));
   }
   return absl::UnavailableError(absl::StrCat("etcd unavailable (no member answered; no quorum "
                                              "or unreachable): ",

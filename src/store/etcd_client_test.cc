@@ -149,6 +149,11 @@ TEST(EtcdClient, FailsOverToAnotherMemberAndReportsLostQuorum) {
   s = client->Put(PutOf("/t/k", "3")).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(s.message(), HasSubstr("etcd"));
+  // A read held by the member without quorum until the deadline: etcd
+  // answers UNKNOWN "context deadline exceeded", which is no answer too (a
+  // worker following the leader through etcd retries it).
+  absl::Status read = client->Get("/t/k").status();
+  EXPECT_EQ(read.code(), absl::StatusCode::kUnavailable) << read;
 
   ASSERT_TRUE(cluster.Restart(1).ok());
   s = client->Put(PutOf("/t/k", "4")).status();
