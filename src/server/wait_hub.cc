@@ -18,6 +18,7 @@ WaitHub::~WaitHub() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    changed_.Signal();
   }
   thread_.join();
 }
@@ -25,6 +26,7 @@ WaitHub::~WaitHub() {
 void WaitHub::Poke(void* key) {
   absl::MutexLock lock(&mu_);
   poked_.insert(key);
+  changed_.Signal();
 }
 
 void WaitHub::WakeBy(void* key, absl::Time when) {
@@ -34,7 +36,10 @@ void WaitHub::WakeBy(void* key, absl::Time when) {
     if (it->second <= when) return;
     it->second = when;
   }
-  if (when < sleeping_until_) rescan_ = true;
+  if (when < sleeping_until_) {
+    rescan_ = true;
+    changed_.Signal();
+  }
 }
 
 void WaitHub::Loop() {
@@ -60,7 +65,10 @@ void WaitHub::Loop() {
     rescan_ = false;
     if (due.empty()) {
       sleeping_until_ = earliest;
-      mu_.AwaitWithDeadline(absl::Condition(this, &WaitHub::HasWork), earliest);
+      // A CondVar rather than Await(Condition): every change that ends the
+      // sleep signals it, and ThreadSanitizer can follow a CondVar (see
+      // src/pipeline/tsan_absl_mutex_shim.cc).
+      while (!HasWork() && absl::Now() < earliest) changed_.WaitWithDeadline(&mu_, earliest);
       sleeping_until_ = absl::InfiniteFuture();
       continue;
     }

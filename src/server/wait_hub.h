@@ -47,6 +47,7 @@ class WaitHub {
 
   const Serve serve_;
   absl::Mutex mu_;
+  absl::CondVar changed_;  // signalled by whatever HasWork() reads
   absl::flat_hash_set<void*> poked_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, absl::Time> wake_ ABSL_GUARDED_BY(mu_);
   bool rescan_ ABSL_GUARDED_BY(mu_) = false;  // wake_ got an earlier time
