@@ -73,20 +73,22 @@ int Fail(const absl::Status& status) {
   return absl::IsInvalidArgument(status) ? 2 : 1;
 }
 
+// A store's totals as the page and /metrics show them.
+std::optional<JournalMetrics> MetricsOf(const std::optional<StoreTotals>& totals) {
+  if (!totals.has_value()) return std::nullopt;
+  JournalMetrics m;
+  m.commits = totals->commits;
+  m.entries = totals->entries;
+  m.bytes = totals->bytes;
+  m.snapshots = totals->snapshots;
+  return m;
+}
+
 // What the status page and /metrics read from the coordinator.
 CoordinatorView ViewOf(CoordinatorImpl* coordinator) {
   CoordinatorView view;
   view.all_stats = [coordinator] { return coordinator->AllStats(); };
-  view.journal_totals = [coordinator]() -> std::optional<JournalMetrics> {
-    std::optional<Journal::Totals> totals = coordinator->journal_totals();
-    if (!totals.has_value()) return std::nullopt;
-    JournalMetrics m;
-    m.commits = totals->commits;
-    m.entries = totals->entries;
-    m.bytes = totals->bytes;
-    m.snapshots = totals->snapshots;
-    return m;
-  };
+  view.journal_totals = [coordinator] { return MetricsOf(coordinator->journal_totals()); };
   return view;
 }
 
@@ -96,16 +98,7 @@ CoordinatorView ViewOf(CoordinatorImpl* coordinator) {
 CoordinatorView ViewOf(HaCoordinator* ha) {
   CoordinatorView view;
   view.all_stats = [ha] { return ha->AllStats(); };
-  view.journal_totals = [ha]() -> std::optional<JournalMetrics> {
-    std::optional<StoreTotals> totals = ha->journal_totals();
-    if (!totals.has_value()) return std::nullopt;
-    JournalMetrics m;
-    m.commits = totals->commits;
-    m.entries = totals->entries;
-    m.bytes = totals->bytes;
-    m.snapshots = totals->snapshots;
-    return m;
-  };
+  view.journal_totals = [ha] { return MetricsOf(ha->journal_totals()); };
   view.leadership = [ha]() -> std::optional<LeadershipMetrics> {
     const Leadership known = ha->leadership(/*standbys=*/false);
     LeadershipMetrics m;
