@@ -176,7 +176,8 @@ bool StopSignalled(const sigset_t& stop_signals, absl::Duration wait) {
 // process, showing the queues while it leads.
 int RunServeHa(const ServeOptions& o, const ServerOptions& server, const sigset_t& stop_signals) {
   if (o.job.empty()) {
-    return Fail(absl::InvalidArgumentError("--etcd needs --job NAME (the job whose state it keeps)"));
+    return Fail(
+        absl::InvalidArgumentError("--etcd needs --job NAME (the job whose state it keeps)"));
   }
   HaOptions ha_options;
   ha_options.etcd = o.etcd;

@@ -477,7 +477,8 @@ TEST(TakeAhead, ReadyItemNotStartedIsGivenBackWholeOnAProposal) {
   bool answered_at_start = false, completed = false;
   for (const SessionRequest& r : server.service.requests()) {
     for (const v1::SplitAnswer& a : r.split_answers()) {
-      answered_at_start = answered_at_start || (a.lease_id() == ready_lease && a.split_point() == 0);
+      answered_at_start =
+          answered_at_start || (a.lease_id() == ready_lease && a.split_point() == 0);
     }
     for (uint64_t id : r.complete_lease_ids()) completed = completed || id == ready_lease;
   }

@@ -116,8 +116,8 @@ void PostforkChild() {
                                                      : std::getenv("GRPC_POLL_STRATEGY"),
         ": that engine's epoll set outlives gRPC's shutdown and is shared by all its "
         "children, where a call can wait forever. Unset GRPC_POLL_STRATEGY (the shardq "
-        "Python module then chooses 'poll'), or start children with the 'spawn' or 'forkserver' method (torch: "
-        "DataLoader(..., multiprocessing_context='spawn'))"));
+        "Python module then chooses 'poll'), or start children with the 'spawn' or "
+        "'forkserver' method (torch: DataLoader(..., multiprocessing_context='spawn'))"));
     return;
   }
   if (!snap.grpc_initialized) return;
