@@ -192,10 +192,11 @@ int RunServeHa(const ServeOptions& o, const ServerOptions& server, const sigset_
   if (!sampler.ok()) return Fail(sampler.status());
   Observations observations;
   ObservationFeed feed(&observations);
-  if (!o.http.empty()) (*ha)->SetObserver(&feed);
   absl::StatusOr<std::unique_ptr<StatusHttpServer>> http =
       StartPage(o, server.token, sampler->get(), &observations);
   if (!http.ok()) return Fail(http.status());
+  // Only now: an early return must not leave the coordinator a dead feed.
+  if (*http != nullptr) (*ha)->SetObserver(&feed);
   std::printf("shardq coordinator of job '%s' on port %d (advertised as %s), state in etcd at "
               "%s%s%s; leading or standing by\n",
               o.job.c_str(), (*ha)->port(), (*ha)->advertise().c_str(), o.etcd.c_str(),
@@ -279,10 +280,11 @@ int RunServe(const ServeOptions& o) {
   Observations observations;
   observations.state_dir = o.state_dir;
   ObservationFeed feed(&observations);
-  if (!o.http.empty()) (*server)->coordinator()->SetObserver(&feed);
   absl::StatusOr<std::unique_ptr<StatusHttpServer>> http =
       StartPage(o, options.token, sampler->get(), &observations);
   if (!http.ok()) return Fail(http.status());
+  // Only now: an early return must not leave the coordinator a dead feed.
+  if (*http != nullptr) (*server)->coordinator()->SetObserver(&feed);
   if (!options.state_dir.empty()) {
     const CoordinatorImpl::Recovery& r = (*server)->coordinator()->recovery();
     SHARDQ_LOG_INFO("state dir {}: recovered {} queue(s) in {:.2f} s ({} update(s) replayed "
