@@ -50,6 +50,7 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "cli"))
+from cli_helpers import make_text_files  # noqa: E402  (the works the tests use too)
 
 JOB = "failover"
 QUEUE = "q"
@@ -209,15 +210,6 @@ def wait_for(what, predicate, bound, poll=0.02):
         time.sleep(poll)
 
 
-def make_works(directory, count, lines):
-    paths = []
-    for i in range(count):
-        path = directory / f"part-{i}.txt"
-        path.write_text("".join(f"work {i} line {j}\n" for j in range(lines)))
-        paths.append(str(path))
-    return paths
-
-
 def worker_lines(outputs):
     """[(epoch, item, finished at)] of every item run on every worker."""
     done = []
@@ -276,7 +268,7 @@ class Bench:
     def start_load(self):
         """The queue, and the workers that run it through the job's etcd:// address."""
         args = self.args
-        works = make_works(self.work, 10, 20 * args.slices)
+        works = make_text_files(self.work, 10, 20 * args.slices)
         subprocess.run([args.shardq_bin, "create", "--address", self.address, "--name", QUEUE,
                         "--epochs", str(args.epochs), "--slices", str(args.slices),
                         "--lease-timeout", "5", *works],
