@@ -180,6 +180,35 @@ TEST_F(HaCoordinatorTest, DamagedStateInEtcdEndsTheProcessNamingTheKeyInsteadOfL
   EXPECT_FALSE(a->leading());
 }
 
+TEST(StandbyServer, NamesTheLeaderOnlyToCallersWithTheToken) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.token = "secret";
+  absl::StatusOr<std::unique_ptr<StandbyServer>> standby = StandbyServer::Start(options, "train");
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  (*standby)->SetLeader("127.0.0.1:1", "10.0.0.1:7077", 3);
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*standby)->port()), grpc::InsecureChannelCredentials()));
+  for (const std::string token : {"", "wrong", "secret"}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::StatusResponse resp;
+    grpc::Status s = stub->Status(&ctx, v1::StatusRequest(), &resp);
+    const bool named = ctx.GetServerTrailingMetadata().count(kLeaderMetadataKey) > 0;
+    if (token == "secret") {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+      EXPECT_THAT(s.error_message(), HasSubstr("10.0.0.1:7077"));
+      EXPECT_TRUE(named);
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+      EXPECT_THAT(s.error_message(), testing::Not(HasSubstr("10.0.0.1")));
+      EXPECT_FALSE(named);
+    }
+  }
+  EXPECT_EQ((*standby)->calls(), 3);
+}
+
 TEST(HaCoordinator, RefusesBadOptionsNamingTheFlag) {
   HaOptions options;
   options.etcd = "127.0.0.1:1";
