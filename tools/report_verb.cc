@@ -30,7 +30,8 @@ CLI::App* AddReport(CLI::App& app, ReportOptions* o) {
   CLI::App* cmd = app.add_subcommand(
       "report", "Write a self-contained HTML file (timeline, charts, workers) of one queue");
   cmd->add_option("--address", o->address,
-                  "HOST:PORT of the coordinator's status server (serve --http)")
+                  "HOST:PORT of the coordinator's status page (serve --http), or its gRPC "
+                  "address (then its Status answer names the page)")
       ->required();
   cmd->add_option("--name", o->name, "the queue")->required();
   cmd->add_option("--out", o->out, "the HTML file to write")->required();
@@ -89,12 +90,39 @@ absl::Status Screenshot(const std::string& html_path, const std::string& png_pat
   return absl::OkStatus();
 }
 
+// The status page of the coordinator whose gRPC address is o.address, from
+// its Status answer; a wildcard host is replaced by the one dialled.
+absl::StatusOr<std::string> PageOfCoordinator(const ReportOptions& o) {
+  ClientFlags flags;
+  flags.address = o.address;
+  flags.name = o.name;
+  flags.token_file = o.token_file;
+  flags.connect_timeout_seconds = 10;
+  absl::StatusOr<ConnectedBackend> connected = ConnectFromFlags(flags);
+  if (!connected.ok()) return connected.status();
+  absl::StatusOr<std::vector<QueueStats>> all = connected->backend->AllStats();
+  if (!all.ok()) return all.status();
+  std::string page = connected->backend->LastStatusPage();
+  if (page.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator at ", o.address,
+        " serves no status page: start it with `shardq serve --http HOST:PORT`"));
+  }
+  const size_t colon = page.rfind(':');
+  const std::string host = page.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
+    page = absl::StrCat(o.address.substr(0, o.address.rfind(':')), page.substr(colon));
+  }
+  return page;
+}
+
 }  // namespace
 
 int RunReport(const ReportOptions& o) {
   ReportSource source;
   source.address = o.address;
   source.queue = o.name;
+  source.page_of_grpc_address = [&o] { return PageOfCoordinator(o); };
   if (!o.token_file.empty()) {
     std::ifstream in(o.token_file);
     if (!in) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "src/log/log.h"
 #include "src/observe/status_server.h"
@@ -121,12 +123,31 @@ void WritePortFile(const std::string& path, int port) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+// Where the status page listens, told to clients in every Status answer
+// (ServerOptions::status_page) once it is up.
+class PageAddress {
+ public:
+  void Set(std::string address) {
+    absl::MutexLock lock(&mu_);
+    address_ = std::move(address);
+  }
+  std::string Get() const {
+    absl::MutexLock lock(&mu_);
+    return address_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string address_ ABSL_GUARDED_BY(mu_);
+};
+
 // The status page and /metrics on o.http (nullptr when it is not asked
-// for), announced on stdout.
+// for), announced on stdout and noted in `address`.
 absl::StatusOr<std::unique_ptr<StatusHttpServer>> StartPage(const ServeOptions& o,
                                                             const std::string& token,
                                                             MetricsSampler* sampler,
-                                                            Observations* observations) {
+                                                            Observations* observations,
+                                                            PageAddress* address) {
   if (o.http.empty()) return nullptr;
   StatusHttpOptions http_options;
   http_options.listen = o.http;
@@ -135,9 +156,10 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StartPage(const ServeOptions& 
   absl::StatusOr<std::unique_ptr<StatusHttpServer>> http =
       StatusHttpServer::Start(sampler, http_options, observations);
   if (!http.ok()) return http.status();
-  std::printf("status page and /metrics on http://%s:%d/%s\n",
-              o.http.substr(0, o.http.rfind(':')).c_str(), (*http)->port(),
+  const std::string host = o.http.substr(0, o.http.rfind(':'));
+  std::printf("status page and /metrics on http://%s:%d/%s\n", host.c_str(), (*http)->port(),
               token.empty() || o.http_public ? "" : " (token required)");
+  address->Set(absl::StrCat(host, ":", (*http)->port()));
   return http;
 }
 
@@ -174,7 +196,8 @@ bool StopSignalled(const sigset_t& stop_signals, absl::Duration wait) {
 // `serve --etcd`: stands by or leads until a stop signal (see
 // src/server/ha_coordinator.h); the page and /metrics live as long as the
 // process, showing the queues while it leads.
-int RunServeHa(const ServeOptions& o, const ServerOptions& server, const sigset_t& stop_signals) {
+int RunServeHa(const ServeOptions& o, const ServerOptions& server, PageAddress* page,
+               const sigset_t& stop_signals) {
   if (o.job.empty()) {
     return Fail(
         absl::InvalidArgumentError("--etcd needs --job NAME (the job whose state it keeps)"));
@@ -193,7 +216,7 @@ int RunServeHa(const ServeOptions& o, const ServerOptions& server, const sigset_
   Observations observations;
   ObservationFeed feed(&observations);
   absl::StatusOr<std::unique_ptr<StatusHttpServer>> http =
-      StartPage(o, server.token, sampler->get(), &observations);
+      StartPage(o, server.token, sampler->get(), &observations, page);
   if (!http.ok()) return Fail(http.status());
   // Only now: an early return must not leave the coordinator a dead feed.
   if (*http != nullptr) (*ha)->SetObserver(&feed);
@@ -268,7 +291,10 @@ int RunServe(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  if (!o.etcd.empty()) return RunServeHa(o, options, stop_signals);
+  // Outlives the server: its Status answers read it.
+  const auto page = std::make_shared<PageAddress>();
+  options.status_page = [page] { return page->Get(); };
+  if (!o.etcd.empty()) return RunServeHa(o, options, page.get(), stop_signals);
 
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
   if (!server.ok()) return Fail(server.status());
@@ -281,7 +307,7 @@ int RunServe(const ServeOptions& o) {
   observations.state_dir = o.state_dir;
   ObservationFeed feed(&observations);
   absl::StatusOr<std::unique_ptr<StatusHttpServer>> http =
-      StartPage(o, options.token, sampler->get(), &observations);
+      StartPage(o, options.token, sampler->get(), &observations, page.get());
   if (!http.ok()) return Fail(http.status());
   // Only now: an early return must not leave the coordinator a dead feed.
   if (*http != nullptr) (*server)->coordinator()->SetObserver(&feed);

@@ -133,6 +133,9 @@ class QueueBackend {
   // Who led the job at the last Stats/AllStats answer, when the coordinator
   // is one of a highly available job (`serve --etcd`); nullopt otherwise.
   virtual std::optional<Leadership> LastLeadership() const { return std::nullopt; }
+  // HOST:PORT of the coordinator's status page (`serve --http`) at the last
+  // Stats/AllStats answer; empty when it serves none or is in this process.
+  virtual std::string LastStatusPage() const { return ""; }
 
   // From now on, calls are tried once (with a short deadline) instead of
   // retried: the owner is closing and must not wait out a long outage.

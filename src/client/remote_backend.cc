@@ -363,11 +363,16 @@ class RemoteBackend final : public QueueBackend {
     return leadership_;
   }
 
+  std::string LastStatusPage() const override {
+    absl::MutexLock lock(&leadership_mu_);
+    return status_page_;
+  }
+
  private:
   void NoteLeadership(const v1::StatusResponse& resp) {
-    if (!resp.has_leadership()) return;
     absl::MutexLock lock(&leadership_mu_);
-    leadership_ = FromProto(resp.leadership());
+    status_page_ = resp.status_page();
+    if (resp.has_leadership()) leadership_ = FromProto(resp.leadership());
   }
 
   static std::string SessionKey(absl::string_view queue, absl::string_view worker) {
@@ -610,6 +615,7 @@ class RemoteBackend final : public QueueBackend {
   absl::Time next_note_ ABSL_GUARDED_BY(note_mu_) = absl::InfinitePast();
   mutable absl::Mutex leadership_mu_;
   std::optional<Leadership> leadership_ ABSL_GUARDED_BY(leadership_mu_);
+  std::string status_page_ ABSL_GUARDED_BY(leadership_mu_);
 };
 
 }  // namespace

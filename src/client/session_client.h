@@ -101,6 +101,11 @@ class SessionClient {
   // From now on calls are tried once, briefly (the owner is closing).
   void BeginShutdown();
 
+  // A take's wait is capped at this so that a silent stream is noticed.
+  static constexpr absl::Duration kLongPoll = absl::Seconds(10);
+
+  // The session's queue (options.queue).
+  const std::string& queue() const;
   // What the coordinator said when the session opened (the queue).
   const QueueInfo& queue_info() const { return queue_info_; }
   // Leases this session knows the worker holds (sent when re-opening).

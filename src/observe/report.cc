@@ -1,6 +1,7 @@
 #include "src/observe/report.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 #include "src/observe/status_server.h"
@@ -25,10 +26,15 @@ absl::StatusOr<nlohmann::json> GetJson(httplib::Client& client, const ReportSour
   httplib::Headers headers;
   if (!source.token.empty()) headers.emplace("Authorization", "Bearer " + source.token);
   httplib::Result r = client.Get(path, headers);
+  if (!r && r.error() == httplib::Error::Connection) {
+    return absl::UnavailableError(absl::StrCat(
+        "nothing answers at ", source.address, " (", httplib::to_string(r.error()),
+        "); --address is the coordinator's --http address or its gRPC one"));
+  }
   if (!r) {
     return absl::UnavailableError(absl::StrCat(
         "no HTTP answer from ", source.address, path, " (", httplib::to_string(r.error()),
-        "); --address is the coordinator's --http address, not its gRPC one"));
+        "); --address is the coordinator's --http address or its gRPC one"));
   }
   if (r->status == 401) {
     return absl::PermissionDeniedError(
@@ -77,6 +83,16 @@ absl::StatusOr<std::string> FetchReport(const ReportSource& source) {
   client.set_connection_timeout(us / 1'000'000, us % 1'000'000);
   client.set_read_timeout(us / 1'000'000, us % 1'000'000);
   absl::StatusOr<nlohmann::json> server = GetJson(client, source, "/api/server");
+  if (!server.ok() && source.page_of_grpc_address &&
+      absl::StartsWith(server.status().message(), "no HTTP answer")) {
+    // A gRPC port: its coordinator names its page.
+    absl::StatusOr<std::string> page = source.page_of_grpc_address();
+    if (!page.ok()) return page.status();
+    ReportSource at_page = source;
+    at_page.address = *page;
+    at_page.page_of_grpc_address = nullptr;
+    return FetchReport(at_page);
+  }
   if (!server.ok()) return server.status();
   absl::StatusOr<nlohmann::json> status = GetJson(client, source, "/api/status");
   if (!status.ok()) return status.status();

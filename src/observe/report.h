@@ -4,6 +4,7 @@
 #ifndef SHARDQ_OBSERVE_REPORT_H_
 #define SHARDQ_OBSERVE_REPORT_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,12 +18,17 @@ struct ReportSource {
   std::string queue;
   std::string token;    // empty: none sent
   absl::Duration timeout = absl::Seconds(30);
+  // Called when something answers at `address` but not HTTP (the
+  // coordinator's gRPC port): returns the HOST:PORT of that coordinator's
+  // status page, fetched instead. Unset: UNAVAILABLE.
+  std::function<absl::StatusOr<std::string>()> page_of_grpc_address;
 };
 
 // Fetches /api/server, /api/status and /api/timeline (every event the
 // coordinator still keeps) and returns ReportHtml of them. UNAVAILABLE
-// naming the address when it does not answer HTTP (a gRPC --listen port
-// does not), PERMISSION_DENIED on 401, NOT_FOUND for an unknown queue.
+// naming the address when nothing answers there or it does not answer
+// HTTP (and page_of_grpc_address is unset), PERMISSION_DENIED on 401,
+// NOT_FOUND for an unknown queue.
 absl::StatusOr<std::string> FetchReport(const ReportSource& source);
 
 // The report of `queue` from the endpoints' JSON: INVALID_ARGUMENT when

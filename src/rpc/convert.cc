@@ -17,6 +17,15 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
+void ToProto(const absl::Status& status, v1::OpStatus* out) {
+  out->set_code(static_cast<int32_t>(status.code()));
+  out->set_message(std::string(status.message()));
+}
+
+absl::Status FromProto(const v1::OpStatus& op) {
+  return absl::Status(static_cast<absl::StatusCode>(op.code()), op.message());
+}
+
 void ToProto(const QueueConfig& config, v1::QueueConfig* out) {
   ConfigToProto(config, out);
 }

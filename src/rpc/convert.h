@@ -24,6 +24,9 @@ static_assert(kMaxMessageBytes >= kMaxPlanBytes + 8 * kMaxItemsPerQueue + (1 << 
 // Codes map one to one (both follow google.rpc.Code); the message is kept.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
+// An operation's outcome inside a session message; OK is code 0.
+void ToProto(const absl::Status& status, v1::OpStatus* out);
+absl::Status FromProto(const v1::OpStatus& op);
 
 void ToProto(const QueueConfig& config, v1::QueueConfig* out);
 QueueConfig FromProto(const v1::QueueConfig& config);

@@ -86,8 +86,12 @@ std::vector<std::pair<uint64_t, int64_t>> ToPairs(
 }  // namespace
 
 CoordinatorService::CoordinatorService(CoordinatorImpl* coordinator, std::string token,
-                                       std::function<Leadership()> leadership)
-    : coordinator_(coordinator), token_(std::move(token)), leadership_(std::move(leadership)) {}
+                                       std::function<Leadership()> leadership,
+                                       std::function<std::string()> status_page)
+    : coordinator_(coordinator),
+      token_(std::move(token)),
+      leadership_(std::move(leadership)),
+      status_page_(std::move(status_page)) {}
 
 CoordinatorService::~CoordinatorService() {
   if (!owner_.current()) return;
@@ -256,6 +260,7 @@ grpc::Status CoordinatorService::Status(grpc::ServerContext* ctx,
                                         v1::StatusResponse* resp) {
   if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
   if (leadership_) ToProto(leadership_(), resp->mutable_leadership());
+  if (status_page_) resp->set_status_page(status_page_());
   if (req->queue().empty()) {
     for (const QueueStats& stats : coordinator_->AllStats()) {
       ToProto(stats, resp->add_queues());
@@ -313,9 +318,10 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorSer
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator,
                                      const std::string& token,
-                                     std::function<Leadership()> leadership)
+                                     std::function<Leadership()> leadership,
+                                     std::function<std::string()> status_page)
     : coordinator_(std::move(coordinator)),
-      service_(coordinator_.get(), token, std::move(leadership)) {}
+      service_(coordinator_.get(), token, std::move(leadership), std::move(status_page)) {}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const ServerOptions& options) {
@@ -377,7 +383,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   if (!coordinator.ok()) return coordinator.status();
   std::unique_ptr<CoordinatorServer> server(
-      new CoordinatorServer(*std::move(coordinator), options.token, options.leadership));
+      new CoordinatorServer(*std::move(coordinator), options.token, options.leadership,
+                            options.status_page));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.RegisterService(&server->service_);

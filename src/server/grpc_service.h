@@ -44,6 +44,10 @@ struct ServerOptions {
   std::function<absl::StatusOr<std::unique_ptr<CoordinatorImpl>>()> open_coordinator;
   // Set for a highly available job: every Status answer carries it.
   std::function<Leadership()> leadership;
+  // Set when the process also serves the status page (`serve --http`):
+  // every Status answer carries its HOST:PORT (empty while none is up), so
+  // that `shardq report` given this server's address finds the page.
+  std::function<std::string()> status_page;
 };
 
 // OK when `token` is empty or the call carries "authorization: Bearer
@@ -69,10 +73,11 @@ class CoordinatorService final
     : public v1::Coordinator::WithCallbackMethod_Session<v1::Coordinator::WithCallbackMethod_Take<
           v1::Coordinator::WithCallbackMethod_Complete<v1::Coordinator::Service>>> {
  public:
-  // `coordinator` must outlive the service. `leadership`, when set, is
-  // added to every Status answer.
+  // `coordinator` must outlive the service. `leadership` and
+  // `status_page`, when set, are added to every Status answer.
   CoordinatorService(CoordinatorImpl* coordinator, std::string token,
-                     std::function<Leadership()> leadership = nullptr);
+                     std::function<Leadership()> leadership = nullptr,
+                     std::function<std::string()> status_page = nullptr);
   // Waits for the Takes still waiting on their own threads (the
   // coordinator's Shutdown ends their waits); in a fork()ed child, which
   // has none of those threads, it does not wait.
@@ -127,6 +132,7 @@ class CoordinatorService final
   CoordinatorImpl* const coordinator_;
   const std::string token_;
   const std::function<Leadership()> leadership_;
+  const std::function<std::string()> status_page_;
   const std::shared_ptr<TakeWaiters> take_waiters_ = std::make_shared<TakeWaiters>();
   OwnerProcess owner_;  // see src/core/process.h
 };
@@ -158,7 +164,8 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token,
-                    std::function<Leadership()> leadership);
+                    std::function<Leadership()> leadership,
+                    std::function<std::string()> status_page);
 
   // First: counted as live gRPC state from before the server starts until
   // after it is gone (src/rpc/grpc_fork.h).

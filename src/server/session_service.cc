@@ -17,12 +17,6 @@ namespace {
 // Longest a take waits server-side (as the unary Take); clients ask again.
 constexpr int64_t kMaxTakeWaitMs = 60'000;
 
-// An operation's outcome on the wire; OK is left unset (code 0).
-void SetOpStatus(const absl::Status& status, v1::OpStatus* out) {
-  out->set_code(static_cast<int32_t>(status.code()));
-  out->set_message(std::string(status.message()));
-}
-
 void ToOps(const v1::SessionRequest& req, SessionOps* ops) {
   ops->Clear();
   for (const v1::SplitAnswer& a : req.split_answers()) {
@@ -51,23 +45,23 @@ void ToResponse(SessionResult& result, v1::SessionResponse* out) {
   for (const SessionResult::Split& s : result.splits) {
     v1::SplitResult* r = out->add_split_results();
     r->set_lease_id(s.lease_id);
-    if (!s.status.ok()) SetOpStatus(s.status, r->mutable_status());
+    if (!s.status.ok()) shardq::ToProto(s.status, r->mutable_status());
     r->set_accepted(s.accepted);
   }
-  if (!result.progress.ok()) SetOpStatus(result.progress, out->mutable_progress_status());
+  if (!result.progress.ok()) shardq::ToProto(result.progress, out->mutable_progress_status());
   for (const SessionResult::Completion& c : result.completions) {
     v1::CompleteResult* r = out->add_complete_results();
     r->set_lease_id(c.lease_id);
-    if (!c.status.ok()) SetOpStatus(c.status, r->mutable_status());
+    if (!c.status.ok()) shardq::ToProto(c.status, r->mutable_status());
     r->set_duplicate(c.duplicate);
   }
   for (const SessionResult::Release& rel : result.releases) {
     v1::ReleaseResult* r = out->add_release_results();
     r->set_lease_id(rel.lease_id);
-    if (!rel.status.ok()) SetOpStatus(rel.status, r->mutable_status());
+    if (!rel.status.ok()) shardq::ToProto(rel.status, r->mutable_status());
     r->set_item_failed(rel.item_failed);
   }
-  if (!result.take.ok()) SetOpStatus(result.take, out->mutable_take_status());
+  if (!result.take.ok()) shardq::ToProto(result.take, out->mutable_take_status());
   for (WorkItem& item : result.items) {
     v1::WorkItem* w = out->add_items();
     w->set_item(std::move(item.item));

@@ -37,3 +37,25 @@ def test_report_is_a_self_contained_file_with_the_timeline(start_coordinator, tm
     # Wrong address, unknown queue: errors that say what to do.
     bad = run("report", "--address", c.address, "--name", "x", "--out", str(out), check=False)
     assert bad.returncode == 1 and "--http address" in bad.stderr
+
+
+def test_report_given_the_grpc_address_finds_the_page_through_the_coordinator(
+        start_coordinator, tmp_path):
+    c = start_coordinator("--http", "127.0.0.1:0")
+    run("create", "--address", c.address, "--name", "q", "--slices", "4",
+        *make_text_files(tmp_path, 2, 5))
+    run("worker", "--address", c.address, "--name", "q", "--worker", "w-1", "--", "true")
+    out = tmp_path / "report.html"
+    done = run("report", "--address", c.address, "--name", "q", "--out", str(out))
+    assert f"wrote {out}" in done.stdout
+    assert out.read_text().count('"kind":"complete"') == 4
+
+
+def test_report_at_a_coordinator_without_a_page_says_how_to_start_one(
+        start_coordinator, tmp_path):
+    c = start_coordinator()
+    out = tmp_path / "report.html"
+    bad = run("report", "--address", c.address, "--name", "q", "--out", str(out), check=False)
+    assert bad.returncode == 1, bad
+    assert "FAILED_PRECONDITION" in bad.stderr and "serve --http" in bad.stderr, bad.stderr
+    assert not out.exists()
