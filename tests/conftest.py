@@ -5,12 +5,21 @@ it is instead of running into CI's limit with no output. (pytest-timeout
 is not among the Debian packages this project installs.)"""
 import faulthandler
 import os
+import signal
 import sys
 import threading
 
 import pytest
 
 TIMEOUT_S = float(os.environ.get("SHARDQ_TEST_TIMEOUT", "300"))
+
+# A shell that starts pytest in the background (`cmd &`, nohup) hands it
+# SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
+# the Ctrl-C tests (_thread.interrupt_main, os.kill(SIGINT)) would wait
+# forever. They test the behaviour of an interactive run, so give every
+# run Python's own handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _expire(nodeid):

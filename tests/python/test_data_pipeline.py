@@ -4,6 +4,7 @@ map, split, and zero-copy parse_example batches."""
 import _thread
 import collections
 import faulthandler
+import sys
 import threading
 import time
 import uuid
@@ -30,7 +31,7 @@ def lines_of(paths):
 def hang_guard():
     """A test that would deadlock (a next() holding the GIL) fails instead
     of hanging: the process dumps its stacks and exits."""
-    faulthandler.dump_traceback_later(120, exit=True)
+    faulthandler.dump_traceback_later(120, exit=True, file=sys.__stderr__)  # not captured
     yield
     faulthandler.cancel_dump_traceback_later()
 
