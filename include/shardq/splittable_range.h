@@ -46,8 +46,12 @@ class SplittableRange {
   // Claim's fast path reads these without the mutex; a split stores end_
   // and then re-reads claimed_ under mu_, and a Claim that would stop takes
   // mu_ first, so a stop is only ever decided against a settled end_.
-  std::atomic<int64_t> end_;
+  // On a cache line of their own: the reader stores claimed_ for every
+  // record, and the line must not bounce between cores with what other
+  // threads write next to the range (the shared_ptr's counts, say).
+  alignas(64) std::atomic<int64_t> end_;
   std::atomic<int64_t> claimed_;  // one past the last claimed start; -1: none
+  char padding_[64 - 2 * sizeof(std::atomic<int64_t>)];
   absl::Mutex mu_;
 };
 

@@ -120,6 +120,7 @@ ItemLedger::Poll ItemLedger::TryTakeItem(std::shared_ptr<ItemTicket>* ticket,
   if (stopping_) return Poll::kStopped;
   if (fetched_.has_value()) {
     *ticket = std::shared_ptr<ItemTicket>(new ItemTicket(*std::move(fetched_)));
+    live_.emplace(ticket->get(), *ticket);
     fetched_.reset();
     fetch_cv_.Signal();
     return Poll::kItem;
@@ -135,19 +136,29 @@ ItemLedger::Poll ItemLedger::TryTakeItem(std::shared_ptr<ItemTicket>* ticket,
   return Poll::kPending;  // the fetcher is about to start
 }
 
-int64_t ItemLedger::Emit(const std::shared_ptr<ItemTicket>& ticket,
+int64_t ItemLedger::Emit(ItemTicket& ticket,
                          const std::vector<int64_t>& resume_offsets) {
   const int64_t n = static_cast<int64_t>(resume_offsets.size());
   absl::MutexLock lock(&mu_);
-  const int64_t first = ticket->emitted_;
-  ticket->emitted_ += n;
+  const int64_t first = ticket.emitted_;
+  ticket.emitted_ += n;
   in_flight_ += n;
   stats_.records_read += n;
-  for (int64_t offset : resume_offsets) {
-    ticket->consumed_flags_.push_back(false);
-    ticket->resume_offsets_.push_back(offset);
-  }
+  ticket.consumed_flags_.insert(ticket.consumed_flags_.end(),
+                                static_cast<size_t>(n), false);
+  ticket.resume_offsets_.insert(ticket.resume_offsets_.end(),
+                                resume_offsets.begin(), resume_offsets.end());
   return first;
+}
+
+std::shared_ptr<ItemTicket> ItemLedger::RetireIfSettledLocked(
+    ItemTicket& ticket) {
+  if (!ticket.done_ || ticket.consumed_ != ticket.emitted_) return nullptr;
+  auto it = live_.find(&ticket);
+  if (it == live_.end()) return nullptr;
+  std::shared_ptr<ItemTicket> retired = std::move(it->second);
+  live_.erase(it);
+  return retired;
 }
 
 absl::Status ItemLedger::FinishReading(
@@ -161,6 +172,8 @@ absl::Status ItemLedger::FinishReading(
     }
     ticket->done_ = true;
     ++completing_;
+    // The caller holds the ticket: it stays alive through CompleteItems.
+    RetireIfSettledLocked(*ticket);
   }
   return CompleteItems({ticket});
 }
@@ -228,25 +241,32 @@ bool ItemLedger::ConsumeLocked(ItemTicket& ticket, int64_t seq,
 absl::Status ItemLedger::Consume(const RecordTags& tags) {
   if (tags.empty()) return absl::OkStatus();
   std::vector<std::shared_ptr<ItemTicket>> done;
+  // Tickets the ledger let go of here, alive until this call returns.
+  std::vector<std::shared_ptr<ItemTicket>> retired;
   // The latest in-order progress of each item touched, in first-touch order.
   std::vector<std::pair<ItemTicket*, int64_t>> progress;
   {
     absl::MutexLock lock(&mu_);
     tags.ForEach([&](const RecordTag& tag) {
       int64_t offset = -1;
-      if (ConsumeLocked(*tag.ticket, tag.seq, &offset)) {
-        done.push_back(tag.ticket);
-      } else if (offset >= 0) {
-        if (!progress.empty() && progress.back().first == tag.ticket.get()) {
+      ItemTicket& ticket = *tag.ticket;
+      const bool now_done = ConsumeLocked(ticket, tag.seq, &offset);
+      // Settled when done now (this was its last record), or done earlier
+      // (complete_when_read) and this was its last record in flight.
+      std::shared_ptr<ItemTicket> settled = RetireIfSettledLocked(ticket);
+      if (now_done) done.push_back(settled);
+      if (settled != nullptr) retired.push_back(std::move(settled));
+      if (!now_done && offset >= 0) {
+        if (!progress.empty() && progress.back().first == tag.ticket) {
           progress.back().second = offset;
         } else {
-          progress.emplace_back(tag.ticket.get(), offset);
+          progress.emplace_back(tag.ticket, offset);
         }
       }
     });
     ChangedLocked();
   }
-  // Tickets stay alive: `tags` holds them.
+  // Tickets stay alive: the ledger or `retired` holds them.
   for (const auto& [ticket, offset] : progress) {
     bool finished = false;
     for (const auto& d : done) finished = finished || d.get() == ticket;

@@ -31,14 +31,6 @@ namespace shardq::pipeline::internal {
 
 inline absl::Status EndOfData() { return absl::OutOfRangeError("end of data"); }
 
-// Pulls the next input element, declaring `held` records while waiting.
-template <typename T>
-Envelope<T> PullHolding(PipelineContext* context, Stage<T>& input,
-                        int64_t held) {
-  ItemLedger::WaitingHold hold(context->ledger.get(), held);
-  return input.Next();
-}
-
 // Records of dropped elements count as consumed (their items complete).
 inline absl::Status ConsumeDropped(PipelineContext* context,
                                    const RecordTags& tags) {
@@ -60,39 +52,87 @@ class ShuffleStage final : public Stage<T> {
   }
 
   Envelope<T> Next() override {
-    if (draining_) {
-      if (!buffer_.empty()) return Pop();
-      draining_ = false;
-      return Tracked<T>::Marker();
-    }
-    while (!input_ended_ &&
-           static_cast<int64_t>(buffer_.size()) < options_.buffer_size) {
-      Envelope<T> in = PullHolding(context_, *input_, held_records_);
-      if (!in.ok()) {
-        if (!absl::IsOutOfRange(in.status())) return in;
-        input_ended_ = true;
-        break;
-      }
-      if (in->marker) {
-        if (buffer_.empty() ||
-            context_->Stalled(held_records_) == StallReason::kNone) {
-          return in;
+    one_.clear();
+    if (absl::Status s = NextRun(1, &one_); !s.ok()) return s;
+    return std::move(one_.front());
+  }
+
+  // Each element handed on is drawn from a full buffer (or, once the input
+  // ended, from what is left), and the input is pulled in runs: as if by
+  // one Next() per element, pulling one input element per draw. Pulls only
+  // while this run is still empty, so it never waits holding elements that
+  // the stages after it have not seen (see item_ledger.h on stalls).
+  absl::Status NextRun(int64_t max, std::vector<Tracked<T>>* out) override {
+    const size_t start = out->size();
+    auto produced = [&] { return static_cast<int64_t>(out->size() - start); };
+    while (produced() < max) {
+      if (draining_) {
+        if (!buffer_.empty()) {
+          out->push_back(Pop());
+          continue;
         }
-        // Nothing more comes in until records leave: hand them all on.
-        draining_ = true;
-        ++context_->shuffle_drains;
-        return Pop();
+        draining_ = false;
+        out->push_back(Tracked<T>::Marker());
+        break;  // a run ends after a marker
       }
-      held_records_ += NumRecords(in->tags);
-      buffer_.push_back(*std::move(in));
+      while (!input_ended_ &&
+             static_cast<int64_t>(buffer_.size()) < options_.buffer_size) {
+        if (staged_next_ == staged_.size()) {
+          if (produced() > 0) return absl::OkStatus();
+          if (absl::Status s = PullRun(max); !s.ok()) {
+            if (!absl::IsOutOfRange(s)) return s;
+            input_ended_ = true;
+            break;
+          }
+        }
+        Tracked<T>& in = staged_[staged_next_];
+        if (in.marker) {
+          // Judged only with nothing handed on in this run, as a Next()
+          // would: the stages after this one hold all it handed on.
+          if (produced() > 0) return absl::OkStatus();
+          ++staged_next_;
+          if (buffer_.empty() ||
+              context_->Stalled(held_records_) == StallReason::kNone) {
+            out->push_back(std::move(in));
+            return absl::OkStatus();
+          }
+          // Nothing more comes in until records leave: hand them all on.
+          draining_ = true;
+          ++context_->shuffle_drains;
+          break;
+        }
+        buffer_.push_back(std::move(in));
+        ++staged_next_;
+      }
+      if (draining_) continue;
+      if (buffer_.empty()) {
+        if (produced() > 0) break;
+        return EndOfData();
+      }
+      out->push_back(Pop());
     }
-    if (buffer_.empty()) return EndOfData();
-    return Pop();
+    return absl::OkStatus();
   }
 
   bool ReadInPullingThread() override { return input_->ReadInPullingThread(); }
 
  private:
+  // Pulls the next input run into staged_ (which is used up), declaring
+  // the records held here while waiting. Its records count as held here.
+  absl::Status PullRun(int64_t max) {
+    staged_.clear();
+    staged_next_ = 0;
+    const int64_t room =
+        options_.buffer_size - static_cast<int64_t>(buffer_.size());
+    absl::Status s;
+    {
+      ItemLedger::WaitingHold hold(context_->ledger.get(), held_records_);
+      s = input_->NextRun(std::max(room, max), &staged_);
+    }
+    for (const Tracked<T>& in : staged_) held_records_ += NumRecords(in.tags);
+    return s;
+  }
+
   Tracked<T> Pop() {
     const size_t index = static_cast<size_t>(
         rng_.UniformBelow(static_cast<uint64_t>(buffer_.size())));
@@ -108,6 +148,11 @@ class ShuffleStage final : public Stage<T> {
   const ShuffleOptions options_;
   SplitMix64 rng_;
   std::vector<Tracked<T>> buffer_;
+  // The input run being taken in, from staged_[staged_next_] on.
+  std::vector<Tracked<T>> staged_;
+  size_t staged_next_ = 0;
+  std::vector<Tracked<T>> one_;  // Next()'s run
+  // Records of buffer_ and of the rest of staged_.
   int64_t held_records_ = 0;
   bool input_ended_ = false;
   bool draining_ = false;
@@ -120,15 +165,26 @@ class BatchStage final : public Stage<Batch<T>> {
              const BatchOptions& options)
       : context_(context), input_(std::move(input)), options_(options) {}
 
+  // Pulls the input in runs of at most the rows still missing, so nothing
+  // is left over when the batch is full.
   Envelope<Batch<T>> Next() override {
     while (!input_ended_ && partial_.size() < options_.batch_size) {
-      Envelope<T> in = PullHolding(context_, *input_, held_records_);
-      if (!in.ok()) {
-        if (!absl::IsOutOfRange(in.status())) return in.status();
-        input_ended_ = true;
-        break;
+      if (staged_next_ == staged_.size()) {
+        staged_.clear();
+        staged_next_ = 0;
+        absl::Status s;
+        {
+          ItemLedger::WaitingHold hold(context_->ledger.get(), held_records_);
+          s = input_->NextRun(options_.batch_size - partial_.size(), &staged_);
+        }
+        if (!s.ok()) {
+          if (!absl::IsOutOfRange(s)) return s;
+          input_ended_ = true;
+          break;
+        }
       }
-      if (in->marker) {
+      Tracked<T>& in = staged_[staged_next_++];
+      if (in.marker) {
         if (partial_.size() > 0) {
           switch (context_->Stalled(held_records_)) {
             case StallReason::kDry:
@@ -146,10 +202,10 @@ class BatchStage final : public Stage<Batch<T>> {
         return Tracked<Batch<T>>::Marker();
       }
       if (partial_.rows.empty()) Reserve();
-      partial_.rows.push_back(std::move(in->value));
+      partial_.rows.push_back(std::move(in.value));
       partial_.padded.push_back(0);
-      held_records_ += NumRecords(in->tags);
-      tags_.Append(std::move(in->tags));
+      held_records_ += NumRecords(in.tags);
+      tags_.Append(std::move(in.tags));
     }
     if (partial_.size() == 0) return EndOfData();
     if (partial_.size() < options_.batch_size && options_.drop_remainder) {
@@ -202,6 +258,9 @@ class BatchStage final : public Stage<Batch<T>> {
   const BatchOptions options_;
   Batch<T> partial_;
   RecordTags tags_;
+  // The input run being taken in, from staged_[staged_next_] on.
+  std::vector<Tracked<T>> staged_;
+  size_t staged_next_ = 0;
   int64_t held_records_ = 0;
   bool input_ended_ = false;
 };

@@ -41,6 +41,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -59,8 +60,11 @@ namespace shardq::pipeline::internal {
 
 class ItemLedger;
 
-// One item taken from the source. Shared by the records of the item that
-// are in flight; its fields are guarded by the ledger's mutex.
+// One item taken from the source. The ledger keeps it alive while any of
+// its records may still be in flight (until it is done and all its records
+// were consumed, or the ledger is destroyed), so that records name it with
+// a plain pointer; the reading stage holds it while it reads the item. Its
+// fields are guarded by the ledger's mutex.
 class ItemTicket {
  public:
   const WorkItem& item() const { return item_; }
@@ -82,9 +86,11 @@ class ItemTicket {
   std::deque<int64_t> resume_offsets_;
 };
 
-// Which record of which item an element carries.
+// Which record of which item an element carries. A plain value: the
+// ticket is kept alive by the ledger (see ItemTicket), which outlives every
+// stage of its pipeline.
 struct RecordTag {
-  std::shared_ptr<ItemTicket> ticket;
+  ItemTicket* ticket = nullptr;
   int64_t seq = 0;
 };
 // The records an element is made of: one for a record, many for a batch.
@@ -96,11 +102,11 @@ class RecordTags {
   size_t size() const { return empty() ? 0 : 1 + (rest_ ? rest_->size() : 0); }
   void push_back(RecordTag tag) {
     if (empty()) {
-      first_ = std::move(tag);
+      first_ = tag;
       return;
     }
     if (!rest_) rest_ = std::make_unique<std::vector<RecordTag>>();
-    rest_->push_back(std::move(tag));
+    rest_->push_back(tag);
   }
   void reserve(size_t n) {
     if (n <= 1) return;
@@ -127,9 +133,10 @@ class RecordTags {
       *this = std::move(other);
       return;
     }
-    push_back(std::move(other.first_));
+    push_back(other.first_);
     if (other.rest_) {
-      for (RecordTag& tag : *other.rest_) push_back(std::move(tag));
+      if (!rest_) rest_ = std::make_unique<std::vector<RecordTag>>();
+      rest_->insert(rest_->end(), other.rest_->begin(), other.rest_->end());
     }
     other.clear();
   }
@@ -191,8 +198,7 @@ class ItemLedger {
   // Counts `resume_offsets.size()` more records of `ticket` handed on, in
   // order, and returns the sequence number of the first. Call before the
   // records can reach a consumer.
-  int64_t Emit(const std::shared_ptr<ItemTicket>& ticket,
-               const std::vector<int64_t>& resume_offsets);
+  int64_t Emit(ItemTicket& ticket, const std::vector<int64_t>& resume_offsets);
 
   // Every record of `ticket` has been handed on. Completes the item now if
   // they were all consumed already (an empty item). Errors are ItemDone's.
@@ -262,6 +268,11 @@ class ItemLedger {
   // Counts consumed records of `ticket`; true when the item is now done.
   bool ConsumeLocked(ItemTicket& ticket, int64_t seq, int64_t* progress)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the ledger's hold on `ticket` once no record of it can be in
+  // flight any more (done, and every record consumed), returning it (null
+  // otherwise) so that the caller keeps it alive while it still uses it.
+  std::shared_ptr<ItemTicket> RetireIfSettledLocked(ItemTicket& ticket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls ItemDone for `done` items (no lock held), then un-holds them.
   absl::Status CompleteItems(const std::vector<std::shared_ptr<ItemTicket>>& done)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -293,6 +304,9 @@ class ItemLedger {
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // WorkQueue source only: the items taken and not completed, by lease.
   std::map<uint64_t, WorkItem> held_items_ ABSL_GUARDED_BY(mu_);
+  // Tickets whose records may still be in flight (see ItemTicket).
+  std::unordered_map<const ItemTicket*, std::shared_ptr<ItemTicket>> live_
+      ABSL_GUARDED_BY(mu_);
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   LedgerStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -36,22 +36,31 @@ namespace shardq::pipeline::internal {
 template <typename In, typename Out>
 using MapFunction = std::function<absl::StatusOr<Out>(In)>;
 
+// Applies `fn` to one element (not a marker). `index` numbers the element
+// in the stage's input, for the error.
+template <typename In, typename Out>
+absl::Status ApplyMapTo(const MapFunction<In, Out>& fn, const std::string& name,
+                        int64_t index, Tracked<In>&& in, Tracked<Out>* out) {
+  absl::StatusOr<Out> value = fn(std::move(in.value));
+  if (!value.ok()) {
+    return absl::Status(value.status().code(),
+                        absl::StrCat(name, ": element ", index, ": ",
+                                     value.status().message()));
+  }
+  out->value = *std::move(value);
+  out->tags = std::move(in.tags);
+  return absl::OkStatus();
+}
+
 // Applies `fn` to one element; markers and errors pass unchanged.
-// `index` numbers the element in the stage's input, for the error.
 template <typename In, typename Out>
 Envelope<Out> ApplyMap(const MapFunction<In, Out>& fn, const std::string& name,
                        int64_t index, Envelope<In> in) {
   if (!in.ok()) return in.status();
   if (in->marker) return Tracked<Out>::Marker();
-  absl::StatusOr<Out> out = fn(std::move(in->value));
-  if (!out.ok()) {
-    return absl::Status(out.status().code(),
-                        absl::StrCat(name, ": element ", index, ": ",
-                                     out.status().message()));
-  }
   Tracked<Out> tracked;
-  tracked.value = *std::move(out);
-  tracked.tags = std::move(in->tags);
+  absl::Status s = ApplyMapTo(fn, name, index, *std::move(in), &tracked);
+  if (!s.ok()) return s;
   return tracked;
 }
 
@@ -63,18 +72,36 @@ class InlineMapStage final : public Stage<Out> {
       : input_(std::move(input)), fn_(std::move(fn)), name_(options.name) {}
 
   Envelope<Out> Next() override {
+    if (!deferred_.ok()) return std::exchange(deferred_, absl::OkStatus());
     Envelope<In> in = input_->Next();
     const int64_t index = in.ok() && !in->marker ? next_index_++ : -1;
     return ApplyMap(fn_, name_, index, std::move(in));
   }
 
-  void NextAvailable(int64_t max, std::vector<Envelope<Out>>* out) override {
-    std::vector<Envelope<In>> in;
-    input_->NextAvailable(max, &in);
-    for (Envelope<In>& e : in) {
-      const int64_t index = e.ok() && !e->marker ? next_index_++ : -1;
-      out->push_back(ApplyMap(fn_, name_, index, std::move(e)));
+  // A run of the input, mapped. A failing element ends the run; its error
+  // comes from the next call (the rest of the input run is dropped: the
+  // error ends the pipeline).
+  absl::Status NextRun(int64_t max, std::vector<Tracked<Out>>* out) override {
+    if (!deferred_.ok()) return std::exchange(deferred_, absl::OkStatus());
+    in_.clear();
+    if (absl::Status s = input_->NextRun(max, &in_); !s.ok()) return s;
+    const size_t start = out->size();
+    for (Tracked<In>& e : in_) {
+      if (e.marker) {
+        out->push_back(Tracked<Out>::Marker());
+        continue;
+      }
+      Tracked<Out>& mapped = out->emplace_back();
+      absl::Status s = ApplyMapTo(fn_, name_, next_index_++, std::move(e),
+                                  &mapped);
+      if (!s.ok()) {
+        out->pop_back();
+        if (out->size() == start) return s;
+        deferred_ = std::move(s);
+        break;
+      }
     }
+    return absl::OkStatus();
   }
 
   bool ReadInPullingThread() override { return input_->ReadInPullingThread(); }
@@ -84,6 +111,8 @@ class InlineMapStage final : public Stage<Out> {
   const MapFunction<In, Out> fn_;
   const std::string name_;
   int64_t next_index_ = 0;
+  std::vector<Tracked<In>> in_;  // NextRun's input run, reused
+  absl::Status deferred_;        // an error that ends the last run
 };
 
 template <typename In, typename Out>
@@ -111,13 +140,20 @@ class ParallelMapStage final : public Stage<Out> {
     return out;
   }
 
-  void NextAvailable(int64_t max, std::vector<Envelope<Out>>* out) override {
+  absl::Status NextRun(int64_t max, std::vector<Tracked<Out>>* out) override {
     if (current_.empty()) TakeChunk();
-    for (int64_t n = 0; n < max && !current_.empty(); ++n) {
-      out->push_back(std::move(current_.front()));
+    if (!current_.front().ok()) {
+      absl::Status end = current_.front().status();
       current_.pop_front();
-      if (!out->back().ok()) break;
+      return end;
     }
+    for (int64_t n = 0; n < max && !current_.empty() && current_.front().ok();
+         ++n) {
+      out->push_back(*std::move(current_.front()));
+      current_.pop_front();
+      if (out->back().marker) break;
+    }
+    return absl::OkStatus();
   }
 
  private:
@@ -125,7 +161,7 @@ class ParallelMapStage final : public Stage<Out> {
   struct Work {
     int64_t seq = 0;          // of the chunk
     int64_t first_index = 0;  // of its first element (markers excluded)
-    std::vector<Envelope<In>> in;
+    std::vector<Tracked<In>> in;
   };
   using Chunk = std::vector<Envelope<Out>>;
 
@@ -188,7 +224,7 @@ class ParallelMapStage final : public Stage<Out> {
   absl::Status DispatchLoop() {
     int64_t seq = 0;
     int64_t index = 0;
-    std::vector<Envelope<In>> pulled;
+    std::vector<Tracked<In>> pulled;
     while (true) {
       int64_t room = 0;
       {
@@ -200,12 +236,8 @@ class ParallelMapStage final : public Stage<Out> {
         room = std::min(kMaxChunk, options_.buffer_size - taken_);
       }
       pulled.clear();
-      input_->NextAvailable(room, &pulled);
-      absl::Status end;
-      if (!pulled.back().ok()) {
-        end = pulled.back().status();
-        pulled.pop_back();
-      }
+      // Empty exactly when `end` is not OK.
+      absl::Status end = input_->NextRun(room, &pulled);
       const int64_t n = static_cast<int64_t>(pulled.size());
       const int64_t piece =
           std::max<int64_t>(1, (n + options_.num_threads - 1) /
@@ -216,7 +248,7 @@ class ParallelMapStage final : public Stage<Out> {
         work.seq = seq++;
         work.first_index = index;
         for (int64_t k = begin; k < std::min(n, begin + piece); ++k) {
-          if (!pulled[static_cast<size_t>(k)]->marker) ++index;
+          if (!pulled[static_cast<size_t>(k)].marker) ++index;
           work.in.push_back(std::move(pulled[static_cast<size_t>(k)]));
         }
         taken_ += static_cast<int64_t>(work.in.size());
@@ -248,10 +280,19 @@ class ParallelMapStage final : public Stage<Out> {
       Chunk out;
       out.reserve(work.in.size());
       int64_t index = work.first_index;
-      for (Envelope<In>& in : work.in) {
-        const bool element = in.ok() && !in->marker;
-        out.push_back(ApplyMap(fn_, options_.name, element ? index++ : -1,
-                               std::move(in)));
+      for (Tracked<In>& in : work.in) {
+        if (in.marker) {
+          out.push_back(Tracked<Out>::Marker());
+          continue;
+        }
+        Tracked<Out> mapped;
+        absl::Status s =
+            ApplyMapTo(fn_, options_.name, index++, std::move(in), &mapped);
+        if (s.ok()) {
+          out.push_back(std::move(mapped));
+        } else {
+          out.push_back(std::move(s));
+        }
       }
       absl::MutexLock lock(&mu_);
       if (options_.deterministic) {

@@ -36,8 +36,8 @@ class PrefetchStage final : public Stage<T> {
   }
 
   Envelope<T> Next() override { return drain_->Next(); }
-  void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) override {
-    drain_->NextAvailable(max, out);
+  absl::Status NextRun(int64_t max, std::vector<Tracked<T>>* out) override {
+    return drain_->NextRun(max, out);
   }
   bool WaitReady(absl::Duration timeout) override {
     return drain_->WaitReady(timeout);

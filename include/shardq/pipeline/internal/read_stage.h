@@ -69,25 +69,24 @@ class ReadStage final : public Stage<R> {
     // Blocks of about flush_at_ results: buffer_size results in all.
     queue_options.capacity = std::max<int64_t>(
         1, (options.buffer_size + flush_at_ - 1) / flush_at_);
-    out_ = *FifoQueue<EnvelopeBlock<R>>::Create(queue_options);
+    out_ = *FifoQueue<TrackedBlock<R>>::Create(queue_options);
     drain_ = std::make_unique<BlockDrain<R>>(out_.get(), options_.name);
     context->starters.push_back([this] { Start(); });
   }
 
   Envelope<R> Next() override {
-    return inline_ ? InlineNext() : drain_->Next();
+    if (!inline_) return drain_->Next();
+    if (absl::Status s = InlineFill(); !s.ok()) return s;
+    return std::move(pending_[inline_next_++]);
   }
-  void NextAvailable(int64_t max, std::vector<Envelope<R>>* out) override {
-    if (!inline_) {
-      drain_->NextAvailable(max, out);
-      return;
-    }
-    out->push_back(InlineNext());
-    for (int64_t n = 1; n < max && out->back().ok() &&
-                        inline_next_ < pending_.size();
-         ++n) {
+  absl::Status NextRun(int64_t max, std::vector<Tracked<R>>* out) override {
+    if (!inline_) return drain_->NextRun(max, out);
+    if (absl::Status s = InlineFill(); !s.ok()) return s;
+    for (int64_t n = 0; n < max && inline_next_ < pending_.size(); ++n) {
       out->push_back(std::move(pending_[inline_next_++]));
+      if (out->back().marker) break;
     }
+    return absl::OkStatus();
   }
   bool ReadInPullingThread() override {
     if (!parallel_) inline_ = true;
@@ -101,8 +100,9 @@ class ReadStage final : public Stage<R> {
     // serial mode, else the slot's reading thread while `reading`); only
     // that thread touches it.
     std::unique_ptr<ItemReader<R>> reader;
-    // Guarded by mu_: records read ahead, their resume offsets, and how
-    // the read ended.
+    // Guarded by mu_ in parallel mode (in serial mode only the merger
+    // touches them): records read ahead, their resume offsets, and how the
+    // read ended.
     std::deque<R> records;
     std::deque<int64_t> offsets;
     bool reading = false;
@@ -223,19 +223,62 @@ class ReadStage final : public Stage<R> {
     return nullptr;
   }
 
-  // Serial mode: reads into the slot's buffer until it holds `want`
-  // records or the item's end.
-  void FillSerially(Slot& slot, int64_t want) {
-    while (true) {
-      int64_t missing = 0;
-      {
-        absl::MutexLock lock(&mu_);
-        missing = want - static_cast<int64_t>(slot.records.size());
-        if (missing <= 0 || slot.finished || !slot.error.ok()) return;
+  // Serial mode: reads the next record of the slot's item into *record.
+  // False at the item's end (slot.finished) or on an error (slot.error).
+  bool ReadOne(Slot& slot, R* record, int64_t* offset) {
+    if (slot.reader == nullptr) {
+      absl::StatusOr<std::unique_ptr<ItemReader<R>>> reader =
+          factory_(slot.ticket->item());
+      if (!reader.ok()) {
+        slot.error = ItemError(slot.ticket->item().item, reader.status());
+        return false;
       }
-      Block read = ReadBlock(slot, slot.ticket->item(), missing);
-      absl::MutexLock lock(&mu_);
-      AppendLocked(slot, read);
+      slot.reader = *std::move(reader);
+    }
+    absl::StatusOr<bool> more = slot.reader->Next(record);
+    if (!more.ok()) {
+      slot.error = ItemError(slot.ticket->item().item, more.status());
+      return false;
+    }
+    if (!*more) {
+      slot.finished = true;
+      return false;
+    }
+    *offset = slot.reader->resume_offset();
+    return true;
+  }
+
+  // Serial mode: the next block of `slot`, read here straight into the
+  // block. The slot's buffer keeps only the one record read past the block
+  // (see TakeBlock).
+  void TakeSerially(Slot& slot, Block* block) {
+    const size_t n = static_cast<size_t>(options_.block_length);
+    block->records.reserve(n);
+    block->offsets.reserve(n);
+    if (!slot.records.empty()) {
+      block->records.push_back(std::move(slot.records.front()));
+      block->offsets.push_back(slot.offsets.front());
+      slot.records.pop_front();
+      slot.offsets.pop_front();
+    }
+    int64_t offset = 0;
+    while (block->records.size() < n && !slot.finished && slot.error.ok()) {
+      if (!ReadOne(slot, &block->records.emplace_back(), &offset)) {
+        block->records.pop_back();
+        break;
+      }
+      block->offsets.push_back(offset);
+    }
+    if (block->records.size() == n && !slot.finished && slot.error.ok()) {
+      R ahead;
+      if (ReadOne(slot, &ahead, &offset)) {
+        slot.records.push_back(std::move(ahead));
+        slot.offsets.push_back(offset);
+      }
+    }
+    if (slot.records.empty()) {
+      block->finished = slot.finished;
+      block->error = slot.error;
     }
   }
 
@@ -270,9 +313,10 @@ class ReadStage final : public Stage<R> {
   // Hands the pending results on to the next stage. False once the output
   // is closed (the pipeline is stopping).
   bool Flush() {
-    if (inline_ || pending_.empty()) return true;
-    EnvelopeBlock<R> out;
-    out.swap(pending_);
+    if (inline_ || (pending_.empty() && pending_end_.ok())) return true;
+    TrackedBlock<R> out;
+    out.elements.swap(pending_);
+    out.end = std::exchange(pending_end_, absl::OkStatus());
     pending_.reserve(static_cast<size_t>(flush_at_ + options_.block_length));
     return out_->Enqueue(std::move(out)).ok();
   }
@@ -291,8 +335,14 @@ class ReadStage final : public Stage<R> {
     Slot& slot = slots_[i];
     const int64_t want = options_.block_length + 1;
     if (!parallel_) {
-      FillSerially(slot, want);
-    } else if (!SlotReady(slot, want) && !Flush()) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return false;
+      }
+      TakeSerially(slot, block);
+      return true;
+    }
+    if (!SlotReady(slot, want) && !Flush()) {
       return false;  // about to wait: hand on what is pending first
     }
     absl::MutexLock lock(&mu_);
@@ -324,13 +374,13 @@ class ReadStage final : public Stage<R> {
     Slot& slot = slots_[i];
     const std::shared_ptr<ItemTicket> ticket = slot.ticket;
     if (!block.records.empty()) {
-      const int64_t first = ledger_->Emit(ticket, block.offsets);
+      const int64_t first = ledger_->Emit(*ticket, block.offsets);
+      pending_.reserve(pending_.size() + block.records.size());
       for (size_t k = 0; k < block.records.size(); ++k) {
-        Tracked<R> tracked;
+        Tracked<R>& tracked = pending_.emplace_back();
         tracked.value = std::move(block.records[k]);
         tracked.tags.push_back(
-            RecordTag{ticket, first + static_cast<int64_t>(k)});
-        pending_.push_back(std::move(tracked));
+            RecordTag{ticket.get(), first + static_cast<int64_t>(k)});
       }
     }
     absl::Status error = std::move(block.error);
@@ -349,7 +399,7 @@ class ReadStage final : public Stage<R> {
     }
     if (!error.ok()) {
       // A failed item stays held, not done: nothing is skipped silently.
-      pending_.push_back(std::move(error));
+      pending_end_ = std::move(error);
       Flush();
       out_->Close();
       return Turn::kFailed;
@@ -480,7 +530,7 @@ class ReadStage final : public Stage<R> {
   // The error that ended the data, if any, as the last result.
   void PushEndStatus() {
     if (!absl::IsOutOfRange(end_status_) && !absl::IsCancelled(end_status_)) {
-      pending_.push_back(std::move(end_status_));
+      pending_end_ = std::move(end_status_);
     }
   }
 
@@ -496,13 +546,16 @@ class ReadStage final : public Stage<R> {
     return absl::OkStatus();
   }
 
-  // Inline mode: the next result, merging in the calling thread until one
-  // is pending. After the last result: OUT_OF_RANGE, or CANCELLED once the
-  // pipeline is stopping.
-  Envelope<R> InlineNext() {
+  // Inline mode: merges in the calling thread until a result is pending
+  // (OK: pending_[inline_next_] is the next element), or returns the
+  // status that comes next: the error that ended the stream after the
+  // pending elements, then OUT_OF_RANGE, or CANCELLED once the pipeline is
+  // stopping.
+  absl::Status InlineFill() {
     while (inline_next_ == pending_.size()) {
       pending_.clear();
       inline_next_ = 0;
+      if (!pending_end_.ok()) return std::exchange(pending_end_, absl::OkStatus());
       if (!inline_end_.ok()) return inline_end_;
       Turn turn = Turn::kStopped;
       if (!context_->coordinator.ShouldStop()) turn = MergeStep();
@@ -525,7 +578,7 @@ class ReadStage final : public Stage<R> {
           break;
       }
     }
-    return std::move(pending_[inline_next_++]);
+    return absl::OkStatus();
   }
 
   PipelineContext* const context_;
@@ -534,13 +587,14 @@ class ReadStage final : public Stage<R> {
   const InterleaveOptions options_;
   const bool parallel_;
   // Flushed blocks of pending_, in order.
-  std::unique_ptr<FifoQueue<EnvelopeBlock<R>>> out_;
+  std::unique_ptr<FifoQueue<TrackedBlock<R>>> out_;
   std::unique_ptr<BlockDrain<R>> drain_;  // the consumer's side of out_
   // Merger only: results not yet handed to out_. The merger hands them on
   // in bursts of flush_at_ (fewer wake-ups of the next stage), and always
   // before it waits for anything. Inline mode: the results Next() returns,
   // from pending_[inline_next_] on.
-  std::vector<Envelope<R>> pending_;
+  std::vector<Tracked<R>> pending_;
+  absl::Status pending_end_;  // an error that follows pending_, ending it
   const int64_t flush_at_;
   // The merge's state between turns (merger or, inline, the puller only).
   bool inline_ = false;  // set before the pipeline starts

@@ -74,12 +74,21 @@ class Stage {
   virtual ~Stage() = default;
   virtual Envelope<T> Next() = 0;
 
-  // Appends the next result (waiting for it, as Next) and then up to
-  // max - 1 more that are ready without waiting, stopping after a non-OK
-  // one (the end or an error). Lets a threaded consumer take work in
-  // bursts. Default: one Next().
-  virtual void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) {
-    out->push_back(Next());
+  // Moves elements in runs, so that the stages of a pipeline pay their
+  // per-call costs once per run rather than once per element: appends the
+  // next element to *out (waiting for it, as Next) and then up to max - 1
+  // (max >= 1) more that the stage can give without waiting for another
+  // thread, and returns OK; a run ends after a stall marker. Or appends
+  // nothing and returns what Next() would (OUT_OF_RANGE at the end,
+  // CANCELLED when stopping, the error that ends the stream). The same
+  // elements, markers and errors, in the same order, as calls of Next().
+  // Default: one Next().
+  virtual absl::Status NextRun(int64_t max, std::vector<Tracked<T>>* out) {
+    (void)max;
+    Envelope<T> next = Next();
+    if (!next.ok()) return next.status();
+    out->push_back(*std::move(next));
+    return absl::OkStatus();
   }
 
   // Waits up to `timeout` for the next result. false: none came in time
@@ -117,13 +126,21 @@ class QueueDrain {
     return next;
   }
 
-  void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) {
+  // See Stage::NextRun.
+  absl::Status NextRun(int64_t max, std::vector<Tracked<T>>* out) {
     if (buffer_.empty()) Fill();
-    for (int64_t n = 0; n < max && !buffer_.empty(); ++n) {
-      out->push_back(std::move(buffer_.front()));
+    if (!buffer_.front().ok()) {
+      absl::Status end = buffer_.front().status();
       buffer_.pop_front();
-      if (!out->back().ok()) break;
+      return end;
     }
+    for (int64_t n = 0; n < max && !buffer_.empty() && buffer_.front().ok();
+         ++n) {
+      out->push_back(*std::move(buffer_.front()));
+      buffer_.pop_front();
+      if (out->back().marker) break;
+    }
+    return absl::OkStatus();
   }
 
   // See Stage::WaitReady.
@@ -162,51 +179,69 @@ class QueueDrain {
 };
 
 // Results handed between threads a block at a time: one queue operation
-// (and at most one wake-up) per block rather than per result.
+// (and at most one wake-up) per block rather than per result. `end`, when
+// not OK, is the error that follows the elements and ends the stream.
 template <typename T>
-using EnvelopeBlock = std::vector<Envelope<T>>;
+struct TrackedBlock {
+  std::vector<Tracked<T>> elements;
+  absl::Status end;
+};
 
-// The single consumer of a queue of EnvelopeBlocks: returns their results
-// one by one, as QueueDrain does for a queue of single results. Not
-// thread-safe.
+// The single consumer of a queue of TrackedBlocks: returns their results
+// one by one or in runs, as QueueDrain does for a queue of single results.
+// Not thread-safe.
 template <typename T>
 class BlockDrain {
  public:
-  BlockDrain(Queue<EnvelopeBlock<T>>* queue, std::string stage)
+  BlockDrain(Queue<TrackedBlock<T>>* queue, std::string stage)
       : queue_(queue), stage_(std::move(stage)) {}
 
   Envelope<T> Next() {
-    while (next_ == block_.size()) Fill();
-    return std::move(block_[next_++]);
+    while (next_ == block_.elements.size()) {
+      if (!block_.end.ok()) return TakeEnd();
+      Fill();
+    }
+    return std::move(block_.elements[next_++]);
   }
 
-  void NextAvailable(int64_t max, std::vector<Envelope<T>>* out) {
-    out->push_back(Next());
-    for (int64_t n = 1; n < max && out->back().ok() && next_ < block_.size();
-         ++n) {
-      out->push_back(std::move(block_[next_++]));
+  // See Stage::NextRun.
+  absl::Status NextRun(int64_t max, std::vector<Tracked<T>>* out) {
+    while (next_ == block_.elements.size()) {
+      if (!block_.end.ok()) return TakeEnd();
+      Fill();
     }
+    for (int64_t n = 0; n < max && next_ < block_.elements.size(); ++n) {
+      out->push_back(std::move(block_.elements[next_++]));
+      if (out->back().marker) break;
+    }
+    return absl::OkStatus();
   }
 
  private:
-  // Waits for the next block; once the queue is closed and drained, a
-  // block of its end (OUT_OF_RANGE, or CANCELLED when stopping).
+  absl::Status TakeEnd() {
+    absl::Status end = std::move(block_.end);
+    block_.end = absl::OkStatus();
+    return end;
+  }
+
+  // Waits for the next block; once the queue is closed and drained, an
+  // empty block with its end (OUT_OF_RANGE, or CANCELLED when stopping).
   void Fill() {
-    block_.clear();
+    block_.elements.clear();
     next_ = 0;
-    absl::StatusOr<EnvelopeBlock<T>> block = queue_->Dequeue();
+    absl::StatusOr<TrackedBlock<T>> block = queue_->Dequeue();
     if (block.ok()) {
       block_ = *std::move(block);
     } else {
-      block_.push_back(absl::IsOutOfRange(block.status())
-                           ? block.status()
-                           : StoppingError(stage_));
+      block_.end = absl::IsOutOfRange(block.status())
+                       ? block.status()
+                       : StoppingError(stage_);
     }
   }
 
-  Queue<EnvelopeBlock<T>>* const queue_;
+  Queue<TrackedBlock<T>>* const queue_;
   const std::string stage_;
-  EnvelopeBlock<T> block_;
+  TrackedBlock<T> block_;
   size_t next_ = 0;
 };
 
