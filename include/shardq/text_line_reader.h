@@ -48,6 +48,16 @@ class TextLineReader {
   // held, not done.
   absl::StatusOr<std::vector<Record>> ReadUpTo(ItemSource& source, int64_t n);
 
+  // The same, into a vector the caller owns: on OK, *records holds the
+  // records read (1 to n); on an error or OUT_OF_RANGE it is empty. The
+  // Records already in *records are overwritten in place, keeping their
+  // strings' capacity, so a caller that passes the same vector back each
+  // time (and does not move its strings out) allocates nothing per record
+  // once the strings have grown to the lines' sizes. Same records, errors
+  // and item accounting as the call above.
+  absl::Status ReadUpTo(ItemSource& source, int64_t n,
+                        std::vector<Record>* records);
+
   int64_t records_read() const;
   int64_t items_done() const;
 

@@ -107,11 +107,25 @@ class TFRecordReader {
   // FAILED_PRECONDITION (the file is shorter than the item's range).
   absl::StatusOr<std::vector<Record>> ReadUpTo(ItemSource& source, int64_t n);
 
+  // The same, into a vector the caller owns (as TF's ReaderBase::ReadUpTo
+  // fills the caller's tensors): on OK, *records holds the records read (1
+  // to n); on an error or OUT_OF_RANGE it is empty. The Records already in
+  // *records are overwritten in place, keeping their strings' capacity, so
+  // a caller that passes the same vector back each time (and does not move
+  // its strings out) allocates nothing per record once the strings have
+  // grown to the records' sizes. Same records, errors and item accounting
+  // as the call above.
+  absl::Status ReadUpTo(ItemSource& source, int64_t n,
+                        std::vector<Record>* records);
+
   const TFRecordReaderStats& stats() const { return stats_; }
 
  private:
   const TFRecordReaderOptions options_;
   std::unique_ptr<ReadLoop<Record>> loop_;
+  // Counts the records of a call and refreshes stats_.
+  void UpdateStats(const std::vector<Record>* records);
+
   TFRecordReaderStats stats_;
   TFRecordReaderStats finished_;  // skips in the items already done
 };

@@ -41,28 +41,52 @@ class ReadLoop {
   // (by the next call) and then again on every later call while its item
   // is held: the failing item stays held, not done.
   absl::StatusOr<std::vector<R>> ReadUpTo(ItemSource& source, int64_t n) {
+    std::vector<R> out;
+    absl::Status s = ReadUpTo(source, n, &out);
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  // As above, into *out (whose size becomes the number of records; empty
+  // with a non-OK status). The records already in *out are overwritten in
+  // place, so that a reader that reuses its strings' capacity (Next fills
+  // a record by assignment) allocates nothing per record when the caller
+  // passes the same vector back.
+  absl::Status ReadUpTo(ItemSource& source, int64_t n, std::vector<R>* out) {
+    size_t got = 0;
+    // Keeps the records returned, dropping the others; OK.
+    auto finish = [&] {
+      out->resize(got);
+      return absl::OkStatus();
+    };
+    auto fail = [&](absl::Status error) {
+      if (got == 0) {
+        out->clear();
+        return error;
+      }
+      deferred_error_ = std::move(error);
+      return finish();
+    };
     if (n < 1) {
+      out->clear();
       return absl::InvalidArgumentError(
           absl::StrCat("ReadUpTo: num_records must be >= 1, got ", n));
     }
     if (!deferred_error_.ok()) {
-      absl::Status error = std::move(deferred_error_);
-      deferred_error_ = absl::OkStatus();
-      return error;
+      out->clear();
+      return std::exchange(deferred_error_, absl::OkStatus());
     }
-    if (!item_error_.ok()) return item_error_;
-    std::vector<R> out;
-    out.reserve(static_cast<size_t>(std::min<int64_t>(n, 1024)));
-    auto fail = [&](absl::Status error) -> absl::StatusOr<std::vector<R>> {
-      if (out.empty()) return error;
-      deferred_error_ = std::move(error);
-      return out;
-    };
-    while (static_cast<int64_t>(out.size()) < n) {
+    if (!item_error_.ok()) {
+      out->clear();
+      return item_error_;
+    }
+    const size_t want = static_cast<size_t>(std::min<int64_t>(n, 1024));
+    if (out->capacity() < want) out->reserve(want);
+    while (static_cast<int64_t>(got) < n) {
       if (reader_ == nullptr) {
         absl::StatusOr<WorkItem> next = source.NextItem();
         if (!next.ok()) {
-          if (absl::IsOutOfRange(next.status()) && !out.empty()) return out;
+          if (absl::IsOutOfRange(next.status()) && got > 0) return finish();
           return fail(next.status());
         }
         absl::StatusOr<std::unique_ptr<ItemReader<R>>> opened = open_(*next);
@@ -72,14 +96,14 @@ class ReadLoop {
         reader_ = *std::move(opened);
         item_records_ = 0;
       }
-      out.emplace_back();
-      absl::StatusOr<bool> more = reader_->Next(&out.back());
-      if (!more.ok() || !*more) out.pop_back();
+      if (got == out->size()) out->emplace_back();
+      absl::StatusOr<bool> more = reader_->Next(&(*out)[got]);
       if (!more.ok()) {
         item_error_ = more.status();
         return fail(more.status());
       }
       if (*more) {
+        ++got;
         ++records_;
         ++item_records_;
         continue;
@@ -97,7 +121,7 @@ class ReadLoop {
     if (reader_ != nullptr && reader_->resume_offset() >= 0) {
       source.NoteProgress(*item_, reader_->resume_offset());
     }
-    return out;
+    return finish();
   }
 
   // The reader of the item being read; null between items.

@@ -63,6 +63,11 @@ absl::StatusOr<std::vector<Record>> TextLineReader::ReadUpTo(ItemSource& source,
   return loop_->ReadUpTo(source, n);
 }
 
+absl::Status TextLineReader::ReadUpTo(ItemSource& source, int64_t n,
+                                      std::vector<Record>* records) {
+  return loop_->ReadUpTo(source, n, records);
+}
+
 int64_t TextLineReader::records_read() const { return loop_->records(); }
 int64_t TextLineReader::items_done() const { return loop_->items_done(); }
 

@@ -126,6 +126,47 @@ TEST(TextLineReader, CompletesAnItemOnlyAfterItsLastLine) {
   EXPECT_TRUE(absl::IsOutOfRange(reader.ReadUpTo(source, 2).status()));
 }
 
+// The ReadUpTo into a caller's vector: the same lines and keys as the one
+// returning a new vector, written over what the vector held.
+TEST(TextLineReader, ReadUpToIntoACallersVectorOverwritesItWithTheSameRecords) {
+  SplitMix64 rng(9);
+  std::string contents;
+  for (int i = 0; i < 3; ++i) contents += RandomContents(rng);
+  const std::vector<std::string> items = {WriteFile("reuse-a", contents),
+                                          WriteFile("reuse-b", "x\nyy\n")};
+  ListItemSource reference_source(items);
+  TextLineReader reference;
+  std::vector<Record> expected;
+  while (true) {
+    absl::StatusOr<std::vector<Record>> batch = reference.ReadUpTo(reference_source, 5);
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    expected.insert(expected.end(), batch->begin(), batch->end());
+  }
+  ListItemSource source(items);
+  TextLineReader reader;
+  std::vector<Record> batch(4, Record{"stale key", std::string(500, 's')});
+  std::vector<Record> got;
+  while (true) {
+    absl::Status s = reader.ReadUpTo(source, 9, &batch);
+    if (absl::IsOutOfRange(s)) {
+      EXPECT_TRUE(batch.empty());
+      break;
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_GE(batch.size(), 1u);
+    ASSERT_LE(batch.size(), 9u);
+    got.insert(got.end(), batch.begin(), batch.end());
+  }
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].key, expected[i].key) << i;
+    EXPECT_EQ(got[i].value, expected[i].value) << i;
+  }
+  EXPECT_EQ(reader.items_done(), 2);
+  EXPECT_EQ(reader.records_read(), static_cast<int64_t>(expected.size()));
+}
+
 // Issue 15 item 4: a file that shrank since its plan is refused, not read
 // short and completed.
 TEST(TextLineReader, ItemEndingPastTheEndOfTheFileIsRefusedAsChanged) {

@@ -29,9 +29,21 @@ TFRecordReader::~TFRecordReader() = default;
 absl::StatusOr<std::vector<Record>> TFRecordReader::ReadUpTo(ItemSource& source,
                                                              int64_t n) {
   absl::StatusOr<std::vector<Record>> out = loop_->ReadUpTo(source, n);
-  if (out.ok()) {
-    stats_.records += static_cast<int64_t>(out->size());
-    for (const Record& record : *out) {
+  UpdateStats(out.ok() ? &*out : nullptr);
+  return out;
+}
+
+absl::Status TFRecordReader::ReadUpTo(ItemSource& source, int64_t n,
+                                      std::vector<Record>* records) {
+  absl::Status status = loop_->ReadUpTo(source, n, records);
+  UpdateStats(status.ok() ? records : nullptr);
+  return status;
+}
+
+void TFRecordReader::UpdateStats(const std::vector<Record>* records) {
+  if (records != nullptr) {
+    stats_.records += static_cast<int64_t>(records->size());
+    for (const Record& record : *records) {
       stats_.bytes += static_cast<int64_t>(record.value.size());
     }
   }
@@ -46,7 +58,6 @@ absl::StatusOr<std::vector<Record>> TFRecordReader::ReadUpTo(ItemSource& source,
     stats_.corrupt_regions += item.corrupt_regions;
   }
   stats_.items_done = loop_->items_done();
-  return out;
 }
 
 }  // namespace shardq

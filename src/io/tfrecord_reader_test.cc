@@ -121,6 +121,71 @@ TEST(TFRecordReader, RecordsBeforeAnErrorComeFirstThenTheError) {
   EXPECT_THAT(error.message(), HasSubstr(missing));
 }
 
+// The ReadUpTo into a caller's vector: the same records and keys as the
+// one returning a new vector, in place over what the vector held (longer
+// and shorter values than before, a batch shorter than the vector).
+TEST(TFRecordReader, ReadUpToIntoACallersVectorOverwritesItWithTheSameRecords) {
+  std::mt19937_64 rng(3);
+  std::vector<std::string> records;
+  for (int i = 0; i < 200; ++i) {
+    records.push_back(RandomPayload(rng));
+  }
+  TempPath a(".tfrecord");
+  TempPath b(".tfrecord");
+  const std::vector<std::string> items = {
+      WriteRecordsFile(a.path(), records),
+      WriteRecordsFile(b.path(), {"x", "yy"})};
+  const std::vector<Record> expected = ReadAll(items, {}, 7);
+  ASSERT_EQ(expected.size(), 202u);
+
+  ListItemSource source(items);
+  TFRecordReader reader;
+  std::vector<Record> batch(3, Record{"stale key", std::string(2000, 's')});
+  std::vector<Record> got;
+  while (true) {
+    absl::Status s = reader.ReadUpTo(source, 16, &batch);
+    if (absl::IsOutOfRange(s)) {
+      EXPECT_TRUE(batch.empty());
+      break;
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_GE(batch.size(), 1u);
+    ASSERT_LE(batch.size(), 16u);
+    got.insert(got.end(), batch.begin(), batch.end());
+  }
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].key, expected[i].key) << i;
+    EXPECT_EQ(got[i].value, expected[i].value) << i;
+  }
+  EXPECT_EQ(reader.stats().records, 202);
+  EXPECT_EQ(reader.stats().items_done, 2);
+}
+
+TEST(TFRecordReader, ReadUpToIntoACallersVectorGivesRecordsBeforeAnErrorThenTheError) {
+  TempPath path(".tfrecord");
+  std::string bytes = EncodeAll({"first", "second"});
+  const int64_t second = RecordOffsets({"first", "second"})[1];
+  bytes[static_cast<size_t>(second) + 14] ^= 0x01;  // data of "second"
+  WriteBytes(path.path(), bytes);
+  OneItemSource source(path.path());
+  TFRecordReader reader;
+  std::vector<Record> batch(5);
+  ASSERT_TRUE(reader.ReadUpTo(source, 10, &batch).ok());
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(batch[0].value, "first");
+  absl::Status error = reader.ReadUpTo(source, 10, &batch);
+  EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(error.message(), HasSubstr(path.path()));
+  EXPECT_THAT(error.message(), HasSubstr(absl::StrCat("byte offset ", second)));
+  EXPECT_TRUE(batch.empty());
+  EXPECT_EQ(source.done, 0);  // the failing item stays held
+  EXPECT_EQ(reader.ReadUpTo(source, 10, &batch).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(reader.ReadUpTo(source, 0, &batch).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TFRecordReader, CorruptRecordFailsNamingFileAndOffsetOrIsSkippedAndCounted) {
   TempPath path(".tfrecord");
   std::string bytes = EncodeAll({"first", "second", "third"});
