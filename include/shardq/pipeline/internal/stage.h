@@ -109,75 +109,6 @@ class Stage {
   virtual bool ReadInPullingThread() { return false; }
 };
 
-// The single consumer of a stage's output queue. Takes everything the
-// queue holds at once, so that its lock is taken once per burst rather
-// than once per element (the queue's producers see the room at once, too:
-// a stage may hold up to twice its buffer_size). Not thread-safe.
-template <typename T>
-class QueueDrain {
- public:
-  QueueDrain(Queue<Envelope<T>>* queue, std::string stage)
-      : queue_(queue), stage_(std::move(stage)) {}
-
-  Envelope<T> Next() {
-    if (buffer_.empty()) Fill();
-    Envelope<T> next = std::move(buffer_.front());
-    buffer_.pop_front();
-    return next;
-  }
-
-  // See Stage::NextRun.
-  absl::Status NextRun(int64_t max, std::vector<Tracked<T>>* out) {
-    if (buffer_.empty()) Fill();
-    if (!buffer_.front().ok()) {
-      absl::Status end = buffer_.front().status();
-      buffer_.pop_front();
-      return end;
-    }
-    for (int64_t n = 0; n < max && !buffer_.empty() && buffer_.front().ok();
-         ++n) {
-      out->push_back(*std::move(buffer_.front()));
-      buffer_.pop_front();
-      if (out->back().marker) break;
-    }
-    return absl::OkStatus();
-  }
-
-  // See Stage::WaitReady.
-  bool WaitReady(absl::Duration timeout) {
-    if (!buffer_.empty()) return true;
-    return Fill(timeout);
-  }
-
- private:
-  // Waits up to `timeout` for one result (an OUT_OF_RANGE or CANCELLED
-  // status once the queue is closed and drained), then takes what else is
-  // there. false if nothing came within `timeout`.
-  bool Fill(absl::Duration timeout = absl::InfiniteDuration()) {
-    absl::StatusOr<Envelope<T>> first = queue_->Dequeue(timeout);
-    if (absl::IsDeadlineExceeded(first.status())) return false;
-    if (!first.ok()) {
-      buffer_.push_back(absl::IsOutOfRange(first.status())
-                            ? first.status()
-                            : StoppingError(stage_));
-      return true;
-    }
-    buffer_.push_back(*std::move(first));
-    const int64_t ready = queue_->size();
-    if (ready == 0) return true;
-    // The only consumer: the `ready` elements stay there for us.
-    absl::StatusOr<std::vector<Envelope<T>>> rest =
-        queue_->DequeueMany(ready, absl::ZeroDuration());
-    if (!rest.ok()) return true;
-    for (Envelope<T>& e : *rest) buffer_.push_back(std::move(e));
-    return true;
-  }
-
-  Queue<Envelope<T>>* const queue_;
-  const std::string stage_;
-  std::deque<Envelope<T>> buffer_;
-};
-
 // Results handed between threads a block at a time: one queue operation
 // (and at most one wake-up) per block rather than per result. `end`, when
 // not OK, is the error that follows the elements and ends the stream.
@@ -188,7 +119,7 @@ struct TrackedBlock {
 };
 
 // The single consumer of a queue of TrackedBlocks: returns their results
-// one by one or in runs, as QueueDrain does for a queue of single results.
+// one by one or in runs.
 // Not thread-safe.
 template <typename T>
 class BlockDrain {
