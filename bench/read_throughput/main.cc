@@ -172,7 +172,9 @@ int Run(const std::string& mode, const std::string& path,
   if (mode == "tfrecord-slice") {
     totals = ReadTFRecordSlice(path, buffer_bytes);
   } else if (mode == "tfrecord-reader") {
-    TFRecordReader reader;
+    TFRecordReaderOptions options;
+    if (buffer_bytes > 0) options.buffer_bytes = buffer_bytes;
+    TFRecordReader reader(options);
     totals = ReadUpToAll(reader, path, batch_records, reuse);
   } else if (mode == "text-slice") {
     totals = ReadTextSlice(path);
@@ -220,7 +222,7 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, "read FILE once, print "
                                              "'<seconds> <records> <bytes>'");
     sub->add_option("file", path)->required();
-    if (std::string(name) == "tfrecord-slice") {
+    if (absl::StartsWith(name, "tfrecord-")) {
       sub->add_option("--buffer-bytes", buffer_bytes,
                       "TFRecordReadOptions::buffer_bytes (default: its default)");
     }
