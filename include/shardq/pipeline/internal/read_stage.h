@@ -9,19 +9,20 @@
 // the merge (slot i served by thread i % num_parallel_reads), so slow
 // opens and reads overlap; the merged order is the same.
 //
-// Records go to the output queue in bursts (see pending_), and always
-// before the merger waits for anything.
+// Records go to the output queue in blocks (see pending_), and always
+// before the merger waits for anything; the stages after it take them in
+// runs (Stage::NextRun).
 //
 // Inline mode. With one read at a time (num_parallel_reads 1) and a Prefetch
 // stage pulling through calling-thread stages only (see
 // Stage::ReadInPullingThread), there is no merger thread: the merge runs
 // in the prefetch thread, one turn per Next() until a result is pending
 // (the same turns, so the same order and stall markers). Pending results
-// are returned before any wait, as the merger flushes them. This saves a
-// thread and a queue hand-off per burst of records on the hot path. When no slot has an item and none
-// can be had, the merger is idle: it tells the ledger and sends stall
-// markers downstream (see item_ledger.h) until an item comes or the data
-// ends.
+// are returned before any wait, as the merger flushes them: a thread and a
+// queue hand-off per burst fewer on the hot path. When no slot has an item
+// and none can be had, the merger is idle: it tells the ledger and sends
+// stall markers downstream (see item_ledger.h) until an item comes or the
+// data ends.
 #ifndef SHARDQ_SRC_PIPELINE_READ_STAGE_H_
 #define SHARDQ_SRC_PIPELINE_READ_STAGE_H_
 
@@ -145,33 +146,46 @@ class ReadStage final : public Stage<R> {
     }
   }
 
-  // Reads up to `n` records of `slot`, opening its reader first if needed.
-  // Called with no lock held, by the one thread reading the slot.
-  Block ReadBlock(Slot& slot, const WorkItem& item, int64_t n) {
-    Block block;
+  // Reads the next record of the slot's item into *record, opening its
+  // reader first if needed. Called with no lock held, by the one thread
+  // reading the slot. False at the item's end (*finished) or on an error
+  // (*error).
+  bool ReadOne(Slot& slot, const WorkItem& item, R* record, int64_t* offset,
+               bool* finished, absl::Status* error) {
     if (slot.reader == nullptr) {
       absl::StatusOr<std::unique_ptr<ItemReader<R>>> reader = factory_(item);
       if (!reader.ok()) {
-        block.error = ItemError(item.item, reader.status());
-        return block;
+        *error = ItemError(item.item, reader.status());
+        return false;
       }
       slot.reader = *std::move(reader);
     }
+    absl::StatusOr<bool> more = slot.reader->Next(record);
+    if (!more.ok()) {
+      *error = ItemError(item.item, more.status());
+      return false;
+    }
+    if (!*more) {
+      *finished = true;
+      return false;
+    }
+    *offset = slot.reader->resume_offset();
+    return true;
+  }
+
+  // Reads up to `n` records of `slot` (parallel mode).
+  Block ReadBlock(Slot& slot, const WorkItem& item, int64_t n) {
+    Block block;
     block.records.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
     block.offsets.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
-    R record;
+    int64_t offset = 0;
     while (static_cast<int64_t>(block.records.size()) < n) {
-      absl::StatusOr<bool> more = slot.reader->Next(&record);
-      if (!more.ok()) {
-        block.error = ItemError(item.item, more.status());
+      if (!ReadOne(slot, item, &block.records.emplace_back(), &offset,
+                   &block.finished, &block.error)) {
+        block.records.pop_back();
         break;
       }
-      if (!*more) {
-        block.finished = true;
-        break;
-      }
-      block.records.push_back(std::move(record));
-      block.offsets.push_back(slot.reader->resume_offset());
+      block.offsets.push_back(offset);
     }
     return block;
   }
@@ -223,31 +237,6 @@ class ReadStage final : public Stage<R> {
     return nullptr;
   }
 
-  // Serial mode: reads the next record of the slot's item into *record.
-  // False at the item's end (slot.finished) or on an error (slot.error).
-  bool ReadOne(Slot& slot, R* record, int64_t* offset) {
-    if (slot.reader == nullptr) {
-      absl::StatusOr<std::unique_ptr<ItemReader<R>>> reader =
-          factory_(slot.ticket->item());
-      if (!reader.ok()) {
-        slot.error = ItemError(slot.ticket->item().item, reader.status());
-        return false;
-      }
-      slot.reader = *std::move(reader);
-    }
-    absl::StatusOr<bool> more = slot.reader->Next(record);
-    if (!more.ok()) {
-      slot.error = ItemError(slot.ticket->item().item, more.status());
-      return false;
-    }
-    if (!*more) {
-      slot.finished = true;
-      return false;
-    }
-    *offset = slot.reader->resume_offset();
-    return true;
-  }
-
   // Serial mode: the next block of `slot`, read here straight into the
   // block. The slot's buffer keeps only the one record read past the block
   // (see TakeBlock).
@@ -263,7 +252,8 @@ class ReadStage final : public Stage<R> {
     }
     int64_t offset = 0;
     while (block->records.size() < n && !slot.finished && slot.error.ok()) {
-      if (!ReadOne(slot, &block->records.emplace_back(), &offset)) {
+      if (!ReadOne(slot, slot.ticket->item(), &block->records.emplace_back(),
+                   &offset, &slot.finished, &slot.error)) {
         block->records.pop_back();
         break;
       }
@@ -271,7 +261,8 @@ class ReadStage final : public Stage<R> {
     }
     if (block->records.size() == n && !slot.finished && slot.error.ok()) {
       R ahead;
-      if (ReadOne(slot, &ahead, &offset)) {
+      if (ReadOne(slot, slot.ticket->item(), &ahead, &offset, &slot.finished,
+                  &slot.error)) {
         slot.records.push_back(std::move(ahead));
         slot.offsets.push_back(offset);
       }
