@@ -64,6 +64,7 @@ uint64_t EtcdStore::Append(const std::string& queue, const journal::Update& upda
   p.crc = Checksum(p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
     changed_.SignalAll();
@@ -83,6 +84,7 @@ size_t EtcdStore::AppendSnapshot(const std::string& queue, uint64_t seq,
   const size_t bytes = p.payload.size();
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
     changed_.SignalAll();
@@ -111,6 +113,7 @@ size_t EtcdStore::WriteSnapshot(const std::string& queue, uint64_t seq,
   p.crc = Checksum(bytes);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
     changed_.SignalAll();
@@ -171,25 +174,25 @@ void EtcdStore::FailLocked(absl::Status error) {
   SHARDQ_LOG_ERROR("{}", error_.ToString());
 }
 
-std::vector<EtcdStore::Pending> EtcdStore::TakeBatchLocked() {
-  // Take entries in order while the commit stays within etcd's limits:
-  // three operations for the commit mark (or base), one put per queue,
-  // five operations per snapshot, one snapshot per queue (a transaction
-  // may not put one key twice).
-  std::vector<Pending> batch;
+size_t EtcdStore::FittingEntriesLocked() const {
+  // Entries in order while the commit stays within etcd's limits: three
+  // operations for the commit mark (or base), one put per queue, five
+  // operations per snapshot, one snapshot per queue (a transaction may not
+  // put one key twice).
   size_t bytes = 0;
   int ops = 3;
-  std::vector<std::string> queues;
-  std::vector<std::string> snapshotted;
-  while (!pending_.empty()) {
-    const Pending& p = pending_.front();
+  std::vector<absl::string_view> queues;
+  std::vector<absl::string_view> snapshotted;
+  size_t n = 0;
+  for (; n < pending_.size(); ++n) {
+    const Pending& p = pending_[n];
     const bool new_queue = std::find(queues.begin(), queues.end(), p.queue) == queues.end();
     const int more_ops = p.snapshot ? 5 : (new_queue ? 1 : 0);
     const size_t more_bytes =
         p.snapshot || p.payload.size() > kInlineEntryBytes ? 200 : p.payload.size() + 32;
     const bool again = p.snapshot && std::find(snapshotted.begin(), snapshotted.end(),
                                                p.queue) != snapshotted.end();
-    if (!batch.empty() &&
+    if (n > 0 &&
         (again || ops + more_ops > kMaxCommitOps || bytes + more_bytes > kMaxCommitBytes)) {
       break;
     }
@@ -200,6 +203,15 @@ std::vector<EtcdStore::Pending> EtcdStore::TakeBatchLocked() {
     } else if (new_queue) {
       queues.push_back(p.queue);
     }
+  }
+  return n;
+}
+
+std::vector<EtcdStore::Pending> EtcdStore::TakeBatchLocked() {
+  const size_t n = FittingEntriesLocked();
+  std::vector<Pending> batch;
+  batch.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
     batch.push_back(std::move(pending_.front()));
     pending_.pop_front();
   }
@@ -245,11 +257,26 @@ void EtcdStore::WriterLoop() {
     absl::Status refused;  // set when the batch must not be committed
     {
       absl::MutexLock lock(&mu_);
-      auto can_take = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !pending_.empty() && !snapshot_in_flight_;
-      };
-      while (!can_take() && !(stopping_ && pending_.empty())) changed_.Wait(&mu_);
-      if (!can_take()) return;
+      while (true) {
+        if (stopping_ && pending_.empty()) return;
+        if (pending_.empty() || snapshot_in_flight_) {
+          changed_.Wait(&mu_);
+          continue;
+        }
+        // Beside a commit in flight, another goes only when more than one
+        // commit's worth waits: smaller ones cost etcd about as much
+        // each, and would be acknowledged after the one in flight anyway.
+        if (options_.max_gather <= absl::ZeroDuration()) break;
+        if (!in_flight_.empty()) {
+          if (FittingEntriesLocked() < pending_.size()) break;
+          changed_.Wait(&mu_);
+          continue;
+        }
+        if (stopping_ || pending_.size() >= gather_entries_) break;
+        const absl::Time until = pending_.front().appended + gather_for_;
+        if (absl::Now() >= until) break;
+        changed_.WaitWithDeadline(&mu_, until);
+      }
       batch = TakeBatchLocked();
       in_flight_.push_back(InFlight{batch.back().seq, false});
       snapshot = std::any_of(batch.begin(), batch.end(),
@@ -264,11 +291,17 @@ void EtcdStore::WriterLoop() {
         refused = error_;
       }
     }
+    const absl::Time start = absl::Now();
     absl::StatusOr<int64_t> committed = refused.ok() ? Commit(batch) : refused;
+    const absl::Duration took = absl::Now() - start;
     std::vector<Callback> ready;
     absl::Status error;
     {
       absl::MutexLock lock(&mu_);
+      if (committed.ok() && !snapshot) {
+        gather_entries_ = batch.size() + pending_.size();
+        gather_for_ = std::min(options_.max_gather, took / 2);
+      }
       ready = FinishLocked(batch.back().seq, committed.status(), batch);
       if (snapshot) snapshot_in_flight_ = false;
       error = error_;

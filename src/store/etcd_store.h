@@ -90,10 +90,20 @@ struct EtcdStoreOptions {
   // commits hang should give up before a standby takes over anyway.
   absl::Duration retry_for = absl::Seconds(2);
   // How many commits (one guarded etcd transaction each) may be in flight
-  // at once. More overlap etcd's round trips and let its leader sync
-  // several in one disk write, at the cost of smaller commits when few
-  // appends wait; 1 commits one after another. At least 1.
+  // at once; 1 commits one after another. At least 1. See max_gather for
+  // when a commit goes while another is in flight.
   int commits_in_flight = 4;
+  // Group commit. With no commit in flight, a writer takes the pending
+  // entries once as many wait as the last commit took plus those pending
+  // when it finished (one round of waiting callers), or once the oldest
+  // has waited half the last commit's latency, at most this long. Beside
+  // a commit in flight, another goes only when more than one commit's
+  // worth waits. (On a machine where etcd is short of CPU, a transaction
+  // costs about the same whatever its size, so more, smaller ones in
+  // flight lowered throughput; see bench/results/coordinator_throughput.md.)
+  // Zero: every free writer commits what is pending at once, up to
+  // commits_in_flight of them.
+  absl::Duration max_gather = absl::Milliseconds(2);
 
   // For tests: when set, every etcd transaction the store sends goes
   // through it, with a function that sends a request to etcd; what it
@@ -154,6 +164,7 @@ class EtcdStore final : public StateStore {
     uint64_t snapshot_seq = 0;
     int64_t snapshot_bytes = 0;
     uint32_t crc = 0;             // masked CRC32C of the (whole) payload
+    absl::Time appended;
   };
   struct Callback {
     uint64_t seq = 0;
@@ -184,7 +195,10 @@ class EtcdStore final : public StateStore {
   // One of commits_in_flight threads: takes the next batch in order,
   // commits it, and acknowledges what is durable.
   void WriterLoop();
-  // Takes the next entries of pending_ in order, within etcd's limits.
+  // How many of the next entries of pending_ one commit can take, within
+  // etcd's limits (at least one when any is pending).
+  size_t FittingEntriesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes them.
   std::vector<Pending> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the commit ending at `last_seq` done (or fails the store with
   // `committed`), advances durable_seq_ over the done prefix, and hands
@@ -215,6 +229,10 @@ class EtcdStore final : public StateStore {
   std::deque<InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
   // A snapshot's commit was taken: no other is taken until it is done.
   bool snapshot_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // Group commit (EtcdStoreOptions::max_gather): how many entries a writer
+  // waits for, and how long the oldest may wait.
+  size_t gather_entries_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Duration gather_for_ ABSL_GUARDED_BY(mu_);
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);

@@ -334,6 +334,7 @@ class HoldOneCommit {
     EtcdStoreOptions options;
     options.client = std::move(client);
     options.job = "job1";
+    options.max_gather = absl::ZeroDuration();  // a commit per append, at once
     options.txn_hook = [this](const etcdserverpb::TxnRequest& request,
                               const EtcdStoreOptions::SendTxn& send)
         -> absl::StatusOr<etcdserverpb::TxnResponse> {
@@ -606,6 +607,7 @@ TEST(EtcdStorePipeline, CommitsHeldByAPausedEtcdAllLandInOrder) {
     options.job = "job1";
     options.retry_for = absl::Seconds(60);
     options.commits_in_flight = 3;
+    options.max_gather = absl::ZeroDuration();  // a commit per append, at once
     options.txn_hook = [&](const etcdserverpb::TxnRequest& request,
                            const EtcdStoreOptions::SendTxn& send) {
       {
@@ -674,6 +676,7 @@ TEST(EtcdStorePipeline, ASnapshotWaitsForTheCommitsBeforeItAndHoldsUpTheOnesAfte
     EtcdStoreOptions options;
     options.client = client;
     options.job = "job1";
+    options.max_gather = absl::ZeroDuration();  // a commit per append, at once
     options.txn_hook = [&](const etcdserverpb::TxnRequest& request,
                            const EtcdStoreOptions::SendTxn& send) {
       const std::string name =
@@ -731,6 +734,34 @@ TEST(EtcdStorePipeline, ASnapshotWaitsForTheCommitsBeforeItAndHoldsUpTheOnesAfte
   EXPECT_EQ(recovered.queues[0].snapshot_seq, 1u);
   EXPECT_THAT(Reasons(recovered.queues[0]), ::testing::ElementsAre("after"));
   EXPECT_EQ(store->Append("a", FailUpdate(4, "next")), 4u);
+}
+
+TEST(EtcdStorePipeline, BesideACommitInFlightAnotherGoesWhenMoreThanOneCommitsWorthWaits) {
+  EtcdTestCluster cluster(1);
+  START_OR_SKIP(cluster);
+  std::shared_ptr<EtcdClient> client = Connect(cluster);
+  HoldOneCommit hold(1);
+  EtcdStoreOptions options = hold.Options(client);
+  options.max_gather = EtcdStoreOptions().max_gather;  // the default group commit
+  {
+    RecoveredState recovered;
+    std::unique_ptr<EtcdStore> store = OpenWith(options, &recovered);
+    ASSERT_NE(store, nullptr);
+    store->Append("q0", FailUpdate(1, "held"));
+    hold.WaitHeld();
+    // One put per queue: more queues than one transaction may hold.
+    for (int q = 1; q <= 2 * EtcdStore::kMaxCommitOps; ++q) {
+      store->Append(absl::StrCat("q", q), FailUpdate(q + 1, "r"));
+    }
+    hold.WaitAnswered(2);  // a second commit went while the first is held
+    hold.Release();
+    ASSERT_TRUE(store->Flush().ok());
+    EXPECT_EQ(store->durable_seq(), static_cast<uint64_t>(2 * EtcdStore::kMaxCommitOps + 1));
+  }
+  RecoveredState recovered;
+  std::unique_ptr<EtcdStore> store = OpenStore(client, &recovered);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(recovered.queues.size(), static_cast<size_t>(2 * EtcdStore::kMaxCommitOps + 1));
 }
 
 TEST(EtcdStorePipeline, AJournalWithoutCommitMarksIsKeptWholeAndGivenABase) {
