@@ -129,9 +129,9 @@ class EtcdStore final : public StateStore {
   // Reads the job's state into `recovered` (one consistent revision: the
   // contiguous prefix, see above), deletes what lies after a gap (guarded
   // transactions), and starts the writers. INVALID_ARGUMENT for a bad job
-  // name; UNAVAILABLE naming etcd when it cannot be read or written;
-  // FAILED_PRECONDITION "not leader" when the guard no longer holds;
-  // DATA_LOSS naming the key when a value does not parse, fails its
+  // name; UNAVAILABLE naming etcd when it cannot be read or written, or
+  // "not leader" when the guard no longer holds (another term began: stand
+  // by and try again); DATA_LOSS naming the key when a value does not parse, fails its
   // checksum, a snapshot misses chunks, or commit marks overlap.
   static absl::StatusOr<std::unique_ptr<EtcdStore>> Open(const EtcdStoreOptions& options,
                                                          RecoveredState* recovered);

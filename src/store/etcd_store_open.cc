@@ -275,7 +275,12 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
   recovered->last_seq = last_seq;
   std::unique_ptr<EtcdStore> store(new EtcdStore(options, end));
   if (!after.empty()) {
-    if (absl::Status removed = store->RemoveUnacknowledged(after); !removed.ok()) return removed;
+    if (absl::Status removed = store->RemoveUnacknowledged(after); !removed.ok()) {
+      // A term lost meanwhile is not damage: the caller may stand by and
+      // try again (UNAVAILABLE), as when etcd does not answer.
+      if (store->lost_leadership()) return absl::UnavailableError(removed.message());
+      return removed;
+    }
   }
   store->StartWriters();
   return store;
