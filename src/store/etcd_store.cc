@@ -312,7 +312,8 @@ void EtcdStore::WriterLoop() {
       // Forget the revisions the snapshot made unnecessary. Best effort.
       absl::Status compacted = options_.client->Compact(*committed);
       if (!compacted.ok() && compacted.code() != absl::StatusCode::kOutOfRange) {
-        SHARDQ_LOG_WARN("{}: compaction after a snapshot failed: {}", Where(), compacted.ToString());
+        SHARDQ_LOG_WARN("{}: compaction after a snapshot failed: {}", Where(),
+                        compacted.ToString());
       }
     }
   }

@@ -126,7 +126,9 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
   s = ReadRange(client, prefix + "s/", EtcdPrefixEnd(prefix + "s/"), false, &revision,
                 [&](const etcdserverpb::KeyValue& kv) {
                   etcdstore::SnapshotMeta meta;
-                  if (!meta.ParseFromString(kv.value())) return data_loss(kv.key(), "does not parse");
+                  if (!meta.ParseFromString(kv.value())) {
+                    return data_loss(kv.key(), "does not parse");
+                  }
                   metas.emplace_back(kv.key().substr(prefix.size() + 2), std::move(meta));
                   return absl::OkStatus();
                 });
@@ -155,7 +157,8 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
     QueueRead& q = queues[hex];
     q.snapshot = std::make_unique<journal::QueueSnapshot>();
     if (!q.snapshot->ParseFromString(bytes)) {
-      return data_loss(meta_key, absl::StrCat("snapshot of queue '", meta.queue(), "' does not parse"));
+      return data_loss(meta_key,
+                       absl::StrCat("snapshot of queue '", meta.queue(), "' does not parse"));
     }
     q.snapshot_seq = meta.seq();
     q.first_seq = meta.seq();
@@ -227,12 +230,15 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOption
       std::string bytes = entry.update();
       for (int64_t i = 0; i < entry.parts(); ++i) {
         auto it = parts.find(absl::StrFormat("%s.p%04d.%06d", key, e, i));
-        if (it == parts.end()) return data_loss(key, absl::StrCat("misses part ", i, " of entry ", entry.seq()));
+        if (it == parts.end()) {
+          return data_loss(key, absl::StrCat("misses part ", i, " of entry ", entry.seq()));
+        }
         bytes.append(it->second);
       }
       journal::Update update;
       if (Checksum(bytes) != entry.crc32c() || !update.ParseFromString(bytes)) {
-        return data_loss(key, absl::StrCat("entry ", entry.seq(), " fails its checksum or does not parse"));
+        return data_loss(key, absl::StrCat("entry ", entry.seq(),
+                                           " fails its checksum or does not parse"));
       }
       q.first_seq = std::min<uint64_t>(q.first_seq, entry.seq());
       q.updates.push_back(std::move(update));
