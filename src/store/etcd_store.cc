@@ -10,190 +10,33 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proto/etcd/etcd_store.pb.h"
-#include "src/io/crc32c.h"
 #include "src/log/log.h"
 #include "src/store/etcd_leader.h"
+#include "src/store/etcd_store_keys.h"
 
 namespace shardq {
-namespace {
 
-std::string SeqKey(uint64_t seq) { return absl::StrFormat("%020u", seq); }
-
-uint32_t Checksum(absl::string_view bytes) { return MaskCrc(Crc32c(bytes)); }
-
-etcdserverpb::RequestOp PutOp(std::string key, std::string value) {
-  etcdserverpb::RequestOp op;
-  op.mutable_request_put()->set_key(std::move(key));
-  op.mutable_request_put()->set_value(std::move(value));
-  return op;
-}
-
-etcdserverpb::RequestOp DeleteOp(std::string key, std::string end) {
-  etcdserverpb::RequestOp op;
-  op.mutable_request_delete_range()->set_key(std::move(key));
-  op.mutable_request_delete_range()->set_range_end(std::move(end));
-  return op;
-}
-
-// Reads every key in [start, end) at `revision` (0: the current one, which
-// is then returned through `revision`), a page at a time.
-absl::Status ReadRange(EtcdClient& client, const std::string& start, const std::string& end,
-                       int64_t* revision,
-                       const std::function<absl::Status(const etcdserverpb::KeyValue&)>& each) {
-  std::string from = start;
-  while (true) {
-    etcdserverpb::RangeRequest request;
-    request.set_key(from);
-    request.set_range_end(end);
-    request.set_limit(256);
-    request.set_revision(*revision);
-    absl::StatusOr<etcdserverpb::RangeResponse> page = client.Range(request);
-    if (!page.ok()) return page.status();
-    if (*revision == 0) *revision = page->header().revision();
-    for (const etcdserverpb::KeyValue& kv : page->kvs()) {
-      if (absl::Status s = each(kv); !s.ok()) return s;
-    }
-    if (!page->more() || page->kvs_size() == 0) return absl::OkStatus();
-    from = page->kvs(page->kvs_size() - 1).key();
-    from.push_back('\0');
-  }
-}
-
-}  // namespace
+using etcd_store_keys::Checksum;
+using etcd_store_keys::DeleteOp;
+using etcd_store_keys::PutOp;
+using etcd_store_keys::SeqKey;
 
 std::string EtcdStore::JobPrefix(absl::string_view job) { return EtcdJobPrefix(job); }
 
-EtcdStore::EtcdStore(EtcdStoreOptions options, uint64_t last_seq)
+EtcdStore::EtcdStore(EtcdStoreOptions options, uint64_t durable_seq)
     : options_(std::move(options)),
       prefix_(JobPrefix(options_.job)),
-      next_seq_(last_seq + 1),
-      durable_seq_(last_seq) {
-  writer_ = std::thread([this] { WriterLoop(); });
+      next_seq_(durable_seq + 1),
+      durable_seq_(durable_seq) {}
+
+void EtcdStore::StartWriters() {
+  for (int i = 0; i < options_.commits_in_flight; ++i) {
+    writers_.emplace_back([this] { WriterLoop(); });
+  }
 }
 
 std::string EtcdStore::Where() const {
   return absl::StrCat(options_.client->Describe(), ", job '", options_.job, "'");
-}
-
-absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(const EtcdStoreOptions& options,
-                                                           RecoveredState* recovered) {
-  if (options.client == nullptr) return absl::InvalidArgumentError("etcd store: no client");
-  if (!ValidEtcdJobName(options.job)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "etcd store: job name '", options.job,
-        "' must be 1-200 printable characters without '/' or spaces"));
-  }
-  EtcdClient& client = *options.client;
-  const std::string prefix = JobPrefix(options.job);
-  const std::string where = absl::StrCat(client.Describe(), ", job '", options.job, "'");
-  auto data_loss = [&](const std::string& key, absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(where, ": key '", key, "' ", why));
-  };
-  struct QueueRead {
-    std::unique_ptr<journal::QueueSnapshot> snapshot;
-    uint64_t snapshot_seq = 0;
-    uint64_t first_seq = UINT64_MAX;
-    std::vector<journal::Update> updates;
-  };
-  std::map<std::string, QueueRead> queues;  // by hex name
-  uint64_t last_seq = 0;
-  int64_t revision = 0;  // every read at the first read's revision
-
-  // Snapshots.
-  std::vector<std::pair<std::string, etcdstore::SnapshotMeta>> metas;
-  absl::Status s = ReadRange(
-      client, prefix + "s/", EtcdPrefixEnd(prefix + "s/"), &revision,
-      [&](const etcdserverpb::KeyValue& kv) {
-        etcdstore::SnapshotMeta meta;
-        if (!meta.ParseFromString(kv.value())) return data_loss(kv.key(), "does not parse");
-        metas.emplace_back(kv.key().substr(prefix.size() + 2), std::move(meta));
-        return absl::OkStatus();
-      });
-  if (!s.ok()) return s;
-  for (auto& [hex, meta] : metas) {
-    const std::string chunk_prefix = absl::StrCat(prefix, "c/", hex, "/", SeqKey(meta.seq()), "/");
-    std::string bytes;
-    int64_t chunks = 0;
-    s = ReadRange(client, chunk_prefix, EtcdPrefixEnd(chunk_prefix), &revision,
-                  [&](const etcdserverpb::KeyValue& kv) {
-                    ++chunks;
-                    bytes.append(kv.value());
-                    return absl::OkStatus();
-                  });
-    if (!s.ok()) return s;
-    const std::string meta_key = absl::StrCat(prefix, "s/", hex);
-    if (chunks != meta.chunks() || static_cast<int64_t>(bytes.size()) != meta.bytes() ||
-        Checksum(bytes) != meta.crc32c()) {
-      return data_loss(meta_key, absl::StrCat("names a snapshot of queue '", meta.queue(),
-                                              "' at ", meta.seq(), " of ", meta.chunks(),
-                                              " chunk(s), ", meta.bytes(), " bytes; found ",
-                                              chunks, " chunk(s), ", bytes.size(),
-                                              " bytes (or a bad checksum)"));
-    }
-    QueueRead& q = queues[hex];
-    q.snapshot = std::make_unique<journal::QueueSnapshot>();
-    if (!q.snapshot->ParseFromString(bytes)) {
-      return data_loss(meta_key, absl::StrCat("snapshot of queue '", meta.queue(), "' does not parse"));
-    }
-    q.snapshot_seq = meta.seq();
-    q.first_seq = meta.seq();
-    last_seq = std::max<uint64_t>(last_seq, meta.seq());
-  }
-
-  // Journal batches; a batch's parts follow it in key order.
-  std::vector<std::pair<std::string, etcdstore::Batch>> batches;
-  std::map<std::string, std::string> parts;
-  s = ReadRange(client, prefix + "j/", EtcdPrefixEnd(prefix + "j/"), &revision,
-                [&](const etcdserverpb::KeyValue& kv) {
-                  if (absl::StrContains(kv.key(), ".p")) {
-                    parts[kv.key()] = kv.value();
-                    return absl::OkStatus();
-                  }
-                  etcdstore::Batch batch;
-                  if (!batch.ParseFromString(kv.value())) {
-                    return data_loss(kv.key(), "does not parse");
-                  }
-                  batches.emplace_back(kv.key(), std::move(batch));
-                  return absl::OkStatus();
-                });
-  if (!s.ok()) return s;
-  for (const auto& [key, batch] : batches) {
-    const std::string rest = key.substr(prefix.size() + 2);
-    const std::string hex = rest.substr(0, rest.find('/'));
-    QueueRead& q = queues[hex];
-    for (int e = 0; e < batch.entries_size(); ++e) {
-      const etcdstore::Entry& entry = batch.entries(e);
-      last_seq = std::max<uint64_t>(last_seq, entry.seq());
-      if (q.snapshot != nullptr && entry.seq() <= q.snapshot_seq) continue;
-      std::string bytes = entry.update();
-      for (int64_t i = 0; i < entry.parts(); ++i) {
-        auto it = parts.find(absl::StrFormat("%s.p%04d.%06d", key, e, i));
-        if (it == parts.end()) return data_loss(key, absl::StrCat("misses part ", i, " of entry ", entry.seq()));
-        bytes.append(it->second);
-      }
-      journal::Update update;
-      if (Checksum(bytes) != entry.crc32c() || !update.ParseFromString(bytes)) {
-        return data_loss(key, absl::StrCat("entry ", entry.seq(), " fails its checksum or does not parse"));
-      }
-      q.first_seq = std::min<uint64_t>(q.first_seq, entry.seq());
-      q.updates.push_back(std::move(update));
-    }
-  }
-
-  std::vector<std::pair<uint64_t, std::string>> order;
-  for (const auto& [hex, q] : queues) order.emplace_back(q.first_seq, hex);
-  std::sort(order.begin(), order.end());
-  for (const auto& [first, hex] : order) {
-    QueueRead& q = queues[hex];
-    RecoveredState::Queue out;
-    out.name = absl::HexStringToBytes(hex);
-    out.snapshot = std::move(q.snapshot);
-    out.snapshot_seq = q.snapshot_seq;
-    out.updates = std::move(q.updates);
-    recovered->queues.push_back(std::move(out));
-  }
-  recovered->last_seq = last_seq;
-  return std::unique_ptr<EtcdStore>(new EtcdStore(options, last_seq));
 }
 
 EtcdStore::~EtcdStore() {
@@ -203,7 +46,7 @@ EtcdStore::~EtcdStore() {
     stopping_ = true;
     changed_.SignalAll();
   }
-  writer_.join();
+  for (std::thread& writer : writers_) writer.join();
   std::vector<Callback> left;
   {
     absl::MutexLock lock(&mu_);
@@ -221,6 +64,7 @@ uint64_t EtcdStore::Append(const std::string& queue, const journal::Update& upda
   p.crc = Checksum(p.payload);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
     changed_.SignalAll();
@@ -240,6 +84,7 @@ size_t EtcdStore::AppendSnapshot(const std::string& queue, uint64_t seq,
   const size_t bytes = p.payload.size();
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
     changed_.SignalAll();
@@ -268,6 +113,7 @@ size_t EtcdStore::WriteSnapshot(const std::string& queue, uint64_t seq,
   p.crc = Checksum(bytes);
   absl::MutexLock lock(&mu_);
   p.seq = next_seq_++;
+  p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
     changed_.SignalAll();
@@ -328,71 +174,150 @@ void EtcdStore::FailLocked(absl::Status error) {
   SHARDQ_LOG_ERROR("{}", error_.ToString());
 }
 
+size_t EtcdStore::FittingEntriesLocked() const {
+  // Entries in order while the commit stays within etcd's limits: three
+  // operations for the commit mark (or base), one put per queue, five
+  // operations per snapshot, one snapshot per queue (a transaction may not
+  // put one key twice).
+  size_t bytes = 0;
+  int ops = 3;
+  std::vector<absl::string_view> queues;
+  std::vector<absl::string_view> snapshotted;
+  size_t n = 0;
+  for (; n < pending_.size(); ++n) {
+    const Pending& p = pending_[n];
+    const bool new_queue = std::find(queues.begin(), queues.end(), p.queue) == queues.end();
+    const int more_ops = p.snapshot ? 5 : (new_queue ? 1 : 0);
+    const size_t more_bytes =
+        p.snapshot || p.payload.size() > kInlineEntryBytes ? 200 : p.payload.size() + 32;
+    const bool again = p.snapshot && std::find(snapshotted.begin(), snapshotted.end(),
+                                               p.queue) != snapshotted.end();
+    if (n > 0 &&
+        (again || ops + more_ops > kMaxCommitOps || bytes + more_bytes > kMaxCommitBytes)) {
+      break;
+    }
+    ops += more_ops;
+    bytes += more_bytes;
+    if (p.snapshot) {
+      snapshotted.push_back(p.queue);
+    } else if (new_queue) {
+      queues.push_back(p.queue);
+    }
+  }
+  return n;
+}
+
+std::vector<EtcdStore::Pending> EtcdStore::TakeBatchLocked() {
+  const size_t n = FittingEntriesLocked();
+  std::vector<Pending> batch;
+  batch.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    batch.push_back(std::move(pending_.front()));
+    pending_.pop_front();
+  }
+  return batch;
+}
+
+std::vector<EtcdStore::Callback> EtcdStore::FinishLocked(uint64_t last_seq,
+                                                         const absl::Status& committed,
+                                                         const std::vector<Pending>& batch) {
+  for (InFlight& f : in_flight_) {
+    if (f.last_seq == last_seq) f.done = true;
+  }
+  if (committed.ok()) {
+    ++totals_.commits;
+    for (const Pending& p : batch) {
+      ++totals_.entries;
+      totals_.bytes += p.snapshot ? p.snapshot_bytes : static_cast<int64_t>(p.payload.size());
+      if (p.snapshot) ++totals_.snapshots;
+    }
+  } else {
+    FailLocked(committed);
+  }
+  // Acknowledged strictly in order, and nothing once a commit failed.
+  while (!in_flight_.empty() && in_flight_.front().done) {
+    if (error_.ok()) durable_seq_.store(in_flight_.front().last_seq);
+    in_flight_.pop_front();
+  }
+  const uint64_t durable = durable_seq_.load();
+  auto covered = std::partition(callbacks_.begin(), callbacks_.end(), [&](const Callback& c) {
+    return c.seq > durable && error_.ok();
+  });
+  std::vector<Callback> ready;
+  for (auto it = covered; it != callbacks_.end(); ++it) ready.push_back(std::move(*it));
+  callbacks_.erase(covered, callbacks_.end());
+  changed_.SignalAll();
+  return ready;
+}
+
 void EtcdStore::WriterLoop() {
   while (true) {
     std::vector<Pending> batch;
+    bool snapshot = false;
+    absl::Status refused;  // set when the batch must not be committed
     {
       absl::MutexLock lock(&mu_);
-      while (pending_.empty() && !stopping_) changed_.Wait(&mu_);
-      if (pending_.empty()) return;
-      // Take entries in order while the commit stays within etcd's limits:
-      // one put per queue, five operations per snapshot, one snapshot per
-      // queue (a transaction may not put one key twice).
-      size_t bytes = 0;
-      int ops = 0;
-      std::vector<std::string> queues;
-      std::vector<std::string> snapshotted;
-      while (!pending_.empty()) {
-        const Pending& p = pending_.front();
-        const bool new_queue = std::find(queues.begin(), queues.end(), p.queue) == queues.end();
-        const int more_ops = p.snapshot ? 5 : (new_queue ? 1 : 0);
-        const size_t more_bytes =
-            p.snapshot || p.payload.size() > kInlineEntryBytes ? 200 : p.payload.size() + 32;
-        const bool again = p.snapshot && std::find(snapshotted.begin(), snapshotted.end(),
-                                                   p.queue) != snapshotted.end();
-        if (!batch.empty() &&
-            (again || ops + more_ops > kMaxCommitOps || bytes + more_bytes > kMaxCommitBytes)) {
-          break;
+      while (true) {
+        if (stopping_ && pending_.empty()) return;
+        if (pending_.empty() || snapshot_in_flight_) {
+          changed_.Wait(&mu_);
+          continue;
         }
-        ops += more_ops;
-        bytes += more_bytes;
-        if (p.snapshot) {
-          snapshotted.push_back(p.queue);
-        } else if (new_queue) {
-          queues.push_back(p.queue);
+        // Beside a commit in flight, another goes only when more than one
+        // commit's worth waits: smaller ones cost etcd about as much
+        // each, and would be acknowledged after the one in flight anyway.
+        if (options_.max_gather <= absl::ZeroDuration()) break;
+        if (!in_flight_.empty()) {
+          if (FittingEntriesLocked() < pending_.size()) break;
+          changed_.Wait(&mu_);
+          continue;
         }
-        batch.push_back(std::move(pending_.front()));
-        pending_.pop_front();
+        if (stopping_ || pending_.size() >= gather_entries_) break;
+        const absl::Time until = pending_.front().appended + gather_for_;
+        if (absl::Now() >= until) break;
+        changed_.WaitWithDeadline(&mu_, until);
+      }
+      batch = TakeBatchLocked();
+      in_flight_.push_back(InFlight{batch.back().seq, false});
+      snapshot = std::any_of(batch.begin(), batch.end(),
+                             [](const Pending& p) { return p.snapshot; });
+      if (snapshot) {
+        // A snapshot deletes what it covers and moves the commit base: it
+        // goes once every earlier commit is stored, alone.
+        snapshot_in_flight_ = true;
+        while (in_flight_.front().last_seq != batch.back().seq && error_.ok()) {
+          changed_.Wait(&mu_);
+        }
+        refused = error_;
       }
     }
-    absl::Status committed = Commit(batch);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<int64_t> committed = refused.ok() ? Commit(batch) : refused;
+    const absl::Duration took = absl::Now() - start;
     std::vector<Callback> ready;
+    absl::Status error;
     {
       absl::MutexLock lock(&mu_);
-      if (committed.ok()) {
-        ++totals_.commits;
-        for (const Pending& p : batch) {
-          ++totals_.entries;
-          totals_.bytes += p.snapshot ? p.snapshot_bytes : static_cast<int64_t>(p.payload.size());
-          if (p.snapshot) ++totals_.snapshots;
-        }
-        durable_seq_.store(batch.back().seq);
-      } else {
-        FailLocked(committed);
+      if (committed.ok() && !snapshot) {
+        gather_entries_ = batch.size() + pending_.size();
+        gather_for_ = std::min(options_.max_gather, took / 2);
       }
-      const uint64_t durable = durable_seq_.load();
-      auto covered = std::partition(callbacks_.begin(), callbacks_.end(), [&](const Callback& c) {
-        return c.seq > durable && error_.ok();
-      });
-      for (auto it = covered; it != callbacks_.end(); ++it) ready.push_back(std::move(*it));
-      callbacks_.erase(covered, callbacks_.end());
-      changed_.SignalAll();
+      ready = FinishLocked(batch.back().seq, committed.status(), batch);
+      if (snapshot) snapshot_in_flight_ = false;
+      error = error_;
     }
     const uint64_t durable = durable_seq_.load();
-    for (Callback& c : ready) c.done(c.seq <= durable ? absl::OkStatus() : committed);
+    for (Callback& c : ready) c.done(c.seq <= durable ? absl::OkStatus() : error);
+    if (committed.ok() && *committed > 0) {
+      // Forget the revisions the snapshot made unnecessary. Best effort.
+      absl::Status compacted = options_.client->Compact(*committed);
+      if (!compacted.ok() && compacted.code() != absl::StatusCode::kOutOfRange) {
+        SHARDQ_LOG_WARN("{}: compaction after a snapshot failed: {}", Where(),
+                        compacted.ToString());
+      }
+    }
   }
 }
-
 absl::StatusOr<etcdserverpb::TxnResponse> EtcdStore::GuardedTxn(
     std::vector<etcdserverpb::RequestOp> ops) {
   etcdserverpb::TxnRequest request;
@@ -404,9 +329,13 @@ absl::StatusOr<etcdserverpb::TxnResponse> EtcdStore::GuardedTxn(
     guard->set_create_revision(options_.guard_create_revision);
   }
   for (etcdserverpb::RequestOp& op : ops) *request.add_success() = std::move(op);
+  const EtcdStoreOptions::SendTxn send = [this](const etcdserverpb::TxnRequest& r) {
+    return options_.client->Txn(r);
+  };
   const absl::Time give_up = absl::Now() + options_.retry_for;
   while (true) {
-    absl::StatusOr<etcdserverpb::TxnResponse> response = options_.client->Txn(request);
+    absl::StatusOr<etcdserverpb::TxnResponse> response =
+        options_.txn_hook ? options_.txn_hook(request, send) : send(request);
     if (response.ok()) {
       if (!response->succeeded()) {
         lost_leadership_.store(true);
@@ -440,7 +369,7 @@ absl::Status EtcdStore::WriteChunks(const std::string& queue, uint64_t seq,
   return absl::OkStatus();
 }
 
-absl::Status EtcdStore::Commit(std::vector<Pending>& batch) {
+absl::StatusOr<int64_t> EtcdStore::Commit(std::vector<Pending>& batch) {
   // One journal key per queue: its updates of this commit, keyed by the last.
   struct Group {
     std::string key;
@@ -500,10 +429,25 @@ absl::Status EtcdStore::Commit(std::vector<Pending>& batch) {
     }
   }
   for (auto& [queue, g] : groups) ops.push_back(PutOp(g.key, g.batch.SerializeAsString()));
+  const uint64_t first = batch.front().seq;
+  const uint64_t last = batch.back().seq;
+  if (snapshots.empty()) {
+    etcdstore::CommitMark mark;
+    mark.set_last_seq(last);
+    ops.push_back(PutOp(absl::StrCat(prefix_, "m/", SeqKey(first)), mark.SerializeAsString()));
+  } else {
+    // Every earlier commit is stored (WriterLoop): the base moves here and
+    // their marks go.
+    ops.push_back(PutOp(absl::StrCat(prefix_, "b/", SeqKey(last)), ""));
+    ops.push_back(DeleteOp(prefix_ + "b/", absl::StrCat(prefix_, "b/", SeqKey(last))));
+    ops.push_back(DeleteOp(prefix_ + "m/", absl::StrCat(prefix_, "m/", SeqKey(last + 1))));
+  }
   for (const Pending* p : snapshots) {
     const std::string hex = absl::BytesToHexString(p->queue);
     if (!p->chunks_written) {
-      if (absl::Status s = WriteChunks(p->queue, p->snapshot_seq, p->payload); !s.ok()) return s;
+      if (absl::Status s = WriteChunks(p->queue, p->snapshot_seq, p->payload); !s.ok()) {
+        return s;
+      }
     }
     etcdstore::SnapshotMeta meta;
     meta.set_queue(p->queue);
@@ -523,14 +467,7 @@ absl::Status EtcdStore::Commit(std::vector<Pending>& batch) {
   }
   absl::StatusOr<etcdserverpb::TxnResponse> r = GuardedTxn(std::move(ops));
   if (!r.ok()) return r.status();
-  if (!snapshots.empty()) {
-    // Forget the revisions the snapshot made unnecessary. Best effort.
-    absl::Status compacted = options_.client->Compact(r->header().revision());
-    if (!compacted.ok() && compacted.code() != absl::StatusCode::kOutOfRange) {
-      SHARDQ_LOG_WARN("{}: compaction after a snapshot failed: {}", Where(), compacted.ToString());
-    }
-  }
-  return absl::OkStatus();
+  return snapshots.empty() ? int64_t{0} : r->header().revision();
 }
 
 }  // namespace shardq

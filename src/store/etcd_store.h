@@ -11,6 +11,24 @@
 //                           kInlineEntryBytes lies in "<that key>.p<e>.<i>"
 //   s/<q>                   where q's latest snapshot lies (SnapshotMeta)
 //   c/<q>/<seq>/<i>         its chunks, each at most kChunkBytes
+//   m/<first>               a commit mark: one commit stored the entries
+//                           <first>..CommitMark.last_seq (every queue's)
+//   b/<seq>                 the commit base: every entry up to <seq> is
+//                           stored (the largest such key counts)
+//
+// Pipelining: up to EtcdStoreOptions::commits_in_flight commits are in
+// flight at once, each taking the next entries in order; etcd may apply
+// them in any order, but they are acknowledged strictly in sequence order
+// (an entry is durable once its commit and every earlier one succeeded).
+// A failed commit fails the store: the commits after it are never
+// acknowledged, even those etcd applied. Recovery therefore keeps only the
+// contiguous prefix: from the commit base, commit marks chained first to
+// last; anything after the first gap (a commit that never applied) was
+// never acknowledged, is ignored and is deleted by Open (guarded, like
+// every commit), so later sequence numbers can be reused safely. A
+// snapshot's commit waits until every earlier commit succeeded and holds
+// up later ones until it is stored: it deletes what it covers (journal
+// keys, commit marks) and moves the commit base to its last entry.
 //
 // Fencing: every commit is ONE etcd transaction, guarded by a compare on
 // the election key's create revision. A coordinator that is no longer the
@@ -27,8 +45,9 @@
 // transaction that makes them reachable.
 //
 // Bounded growth: a snapshot's commit deletes its queue's journal keys it
-// covers and its older chunks, and then compacts etcd's revision history
-// up to that commit.
+// covers, its older chunks and every commit mark (all earlier commits are
+// stored by then), and then compacts etcd's revision history up to that
+// commit.
 //
 // A commit that etcd does not answer (no quorum, every member unreachable)
 // is retried (it is idempotent: the same keys and values, the same
@@ -70,6 +89,31 @@ struct EtcdStoreOptions {
   // store fails. Keep it under the election lease's TTL: a leader whose
   // commits hang should give up before a standby takes over anyway.
   absl::Duration retry_for = absl::Seconds(2);
+  // How many commits (one guarded etcd transaction each) may be in flight
+  // at once; 1 commits one after another. At least 1. See max_gather for
+  // when a commit goes while another is in flight.
+  int commits_in_flight = 4;
+  // Group commit. With no commit in flight, a writer takes the pending
+  // entries once as many wait as the last commit took plus those pending
+  // when it finished (one round of waiting callers), or once the oldest
+  // has waited half the last commit's latency, at most this long. Beside
+  // a commit in flight, another goes only when more than one commit's
+  // worth waits. (On a machine where etcd is short of CPU, a transaction
+  // costs about the same whatever its size, so more, smaller ones in
+  // flight lowered throughput; see bench/results/coordinator_throughput.md.)
+  // Zero: every free writer commits what is pending at once, up to
+  // commits_in_flight of them.
+  absl::Duration max_gather = absl::Milliseconds(2);
+
+  // For tests: when set, every etcd transaction the store sends goes
+  // through it, with a function that sends a request to etcd; what it
+  // returns is the answer the store sees. Lets a test hold, fail or
+  // reorder commits. Called concurrently, from the store's threads.
+  using SendTxn = std::function<absl::StatusOr<etcdserverpb::TxnResponse>(
+      const etcdserverpb::TxnRequest&)>;
+  std::function<absl::StatusOr<etcdserverpb::TxnResponse>(const etcdserverpb::TxnRequest&,
+                                                          const SendTxn& send)>
+      txn_hook;
 };
 
 class EtcdStore final : public StateStore {
@@ -82,10 +126,13 @@ class EtcdStore final : public StateStore {
   // The key prefix of `job` ("/shardq/<job>/").
   static std::string JobPrefix(absl::string_view job);
 
-  // Reads the job's state into `recovered` (one consistent revision) and
-  // starts the writer. INVALID_ARGUMENT for a bad job name; UNAVAILABLE
-  // naming etcd when it cannot be read; DATA_LOSS naming the key when a
-  // value does not parse, fails its checksum, or a snapshot misses chunks.
+  // Reads the job's state into `recovered` (one consistent revision: the
+  // contiguous prefix, see above), deletes what lies after a gap (guarded
+  // transactions), and starts the writers. INVALID_ARGUMENT for a bad job
+  // name; UNAVAILABLE naming etcd when it cannot be read or written, or
+  // "not leader" when the guard no longer holds (another term began: stand
+  // by and try again); DATA_LOSS naming the key when a value does not parse, fails its
+  // checksum, a snapshot misses chunks, or commit marks overlap.
   static absl::StatusOr<std::unique_ptr<EtcdStore>> Open(const EtcdStoreOptions& options,
                                                          RecoveredState* recovered);
   // Commits what was appended (unless failed), then stops.
@@ -117,17 +164,52 @@ class EtcdStore final : public StateStore {
     uint64_t snapshot_seq = 0;
     int64_t snapshot_bytes = 0;
     uint32_t crc = 0;             // masked CRC32C of the (whole) payload
+    absl::Time appended;
   };
   struct Callback {
     uint64_t seq = 0;
     std::function<void(absl::Status)> done;
   };
+  // A commit taken by a writer, until it and every earlier one are done.
+  struct InFlight {
+    uint64_t last_seq = 0;
+    bool done = false;
+  };
+  // What Open found after the contiguous prefix, to delete before writing.
+  struct Unacknowledged {
+    std::vector<std::string> journal_queues;  // hex names with journal keys past it
+    std::vector<std::string> chunk_dirs;      // "c/<q>/<seq>/" prefixes past it
+    bool marks = false;                       // commit marks past it
+    bool write_base = false;  // the journal predates commit marks: store a base
+    bool empty() const {
+      return journal_queues.empty() && chunk_dirs.empty() && !marks && !write_base;
+    }
+  };
 
-  EtcdStore(EtcdStoreOptions options, uint64_t last_seq);
+  // `durable_seq`: the end of the recovered prefix; appends continue after it.
+  EtcdStore(EtcdStoreOptions options, uint64_t durable_seq);
+  // Deletes what `after` names (past durable_seq_), in guarded
+  // transactions, commit marks last (so a second try finds the same gap).
+  absl::Status RemoveUnacknowledged(const Unacknowledged& after);
+  void StartWriters();
+  // One of commits_in_flight threads: takes the next batch in order,
+  // commits it, and acknowledges what is durable.
   void WriterLoop();
+  // How many of the next entries of pending_ one commit can take, within
+  // etcd's limits (at least one when any is pending).
+  size_t FittingEntriesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes them.
+  std::vector<Pending> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the commit ending at `last_seq` done (or fails the store with
+  // `committed`), advances durable_seq_ over the done prefix, and hands
+  // back the callbacks now answered.
+  std::vector<Callback> FinishLocked(uint64_t last_seq, const absl::Status& committed,
+                                     const std::vector<Pending>& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `batch` (in order) in one guarded transaction, preceded by the
-  // parts and chunks it needs; retries as the file comment says.
-  absl::Status Commit(std::vector<Pending>& batch);
+  // parts and chunks it needs; retries as the file comment says. Returns
+  // the revision to compact etcd's history to (0: none).
+  absl::StatusOr<int64_t> Commit(std::vector<Pending>& batch);
   // One guarded transaction of `ops`; FAILED_PRECONDITION "not leader"
   // when the guard no longer holds. Retries while etcd does not answer.
   absl::StatusOr<etcdserverpb::TxnResponse> GuardedTxn(
@@ -143,6 +225,14 @@ class EtcdStore final : public StateStore {
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // appends, commits, stop
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Commits taken and not yet acknowledged, in sequence order.
+  std::deque<InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
+  // A snapshot's commit was taken: no other is taken until it is done.
+  bool snapshot_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // Group commit (EtcdStoreOptions::max_gather): how many entries a writer
+  // waits for, and how long the oldest may wait.
+  size_t gather_entries_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Duration gather_for_ ABSL_GUARDED_BY(mu_);
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
@@ -151,7 +241,7 @@ class EtcdStore final : public StateStore {
   std::atomic<uint64_t> durable_seq_;
   std::atomic<bool> failed_{false};
   std::atomic<bool> lost_leadership_{false};
-  std::thread writer_;
+  std::vector<std::thread> writers_;
 };
 
 }  // namespace shardq

@@ -83,9 +83,9 @@ class StateStore {
 
   // Calls `done` once every append up to `seq` is durable, with OK, or with
   // the error that keeps it from being stored. Never waits for a running
-  // commit. `done` runs on the thread whose commit covered `seq` (the
+  // commit. `done` runs on the thread whose commit made `seq` durable (the
   // caller's when already durable); it must be quick and must not call the
-  // store.
+  // store. Callbacks of different commits may run concurrently.
   virtual void OnDurable(uint64_t seq, std::function<void(absl::Status)> done) = 0;
 
   // Commits everything appended so far and waits for it.
