@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -47,6 +48,7 @@ absl::StatusOr<SizedWork> MeasureWork(std::string name, const ListedObjects& lis
   SizedWork work;
   work.name = std::move(name);
   absl::StatusOr<int64_t> size;
+  std::optional<S3ObjectInfo> object;
   if (IsS3Path(work.name)) {
     auto it = listed.find(work.name);
     absl::StatusOr<S3ObjectInfo> info =
@@ -54,6 +56,7 @@ absl::StatusOr<SizedWork> MeasureWork(std::string name, const ListedObjects& lis
     if (!info.ok()) return info.status();
     size = info->size;
     *etag = info->etag;
+    object = *std::move(info);
   } else {
     size = IsTableItem(work.name) ? TableRows(work.name) : FileSize(work.name);
   }
@@ -61,7 +64,13 @@ absl::StatusOr<SizedWork> MeasureWork(std::string name, const ListedObjects& lis
   work.size = *size;
   if (work.size == 0 && IsS3Path(work.name)) return work;  // nothing to sniff
   if (IsTableItem(work.name)) return work;
-  absl::StatusOr<FileCompression> compression = DetectCompression(work.name);
+  // An object is sniffed as its listing described it: no request to open
+  // it, and its first bytes are remembered for the readers of its slices.
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      object.has_value() ? S3FileSystem::Default()->OpenListed(work.name, *object)
+                         : FileSystem::Default()->Open(work.name);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<FileCompression> compression = DetectCompression(**file);
   if (!compression.ok()) return compression.status();
   if (*compression == FileCompression::kNone) return work;
   work.splittable = false;

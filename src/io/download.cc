@@ -39,10 +39,9 @@ absl::Status WriteAll(int fd, const char* data, size_t n, const std::string& pat
 absl::StatusOr<int64_t> CopyWhole(const SliceSpec& spec, FileSystem* file_system,
                                   const std::string& tmp) {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-      OrDefault(file_system)->Open(spec.work);
+      OrDefault(file_system)->OpenForRange(spec.work, 0, -1);
   if (!file.ok()) return file.status();
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(spec)); !s.ok()) return s;
-  (*file)->WillRead(0, -1);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, "create", tmp);
   std::vector<char> buffer(kCopyBytes);

@@ -150,11 +150,26 @@ class DefaultFileSystem final : public FileSystem {
     return posix_.Open(path);
   }
 
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRange(
+      const std::string& path, int64_t start, int64_t end) override {
+    if (IsS3Path(path)) {
+      return S3FileSystem::Default()->OpenForRange(path, start, end);
+    }
+    return posix_.OpenForRange(path, start, end);
+  }
+
  private:
   PosixFileSystem posix_;
 };
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> FileSystem::OpenForRange(
+    const std::string& path, int64_t start, int64_t end) {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = Open(path);
+  if (file.ok()) (*file)->WillRead(start, end);
+  return file;
+}
 
 FileSystem* FileSystem::Default() {
   static DefaultFileSystem* const file_system = new DefaultFileSystem();

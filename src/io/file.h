@@ -76,6 +76,13 @@ class FileSystem {
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
       const std::string& path) = 0;
 
+  // Opens `path` for a caller that reads [start, end) of it next, in order
+  // (end < 0: to the end): Open, then WillRead(start, end) on the file,
+  // except that a remote file may fetch the range with the request that
+  // opens it. Errors as Open.
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRange(
+      const std::string& path, int64_t start, int64_t end);
+
   // The operating system's files (open, fstat, pread), and s3:// objects.
   // Never null.
   static FileSystem* Default();

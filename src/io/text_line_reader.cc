@@ -41,8 +41,11 @@ absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
     const WorkItem& item, FileSystem* file_system) {
   absl::StatusOr<SliceSpec> spec = SpecOf(item);
   if (!spec.ok()) return spec.status();
+  // The byte before the range decides where its first line starts.
+  const int64_t start = spec->start.value_or(0);
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-      OrDefault(file_system)->Open(spec->work);
+      OrDefault(file_system)->OpenForRange(spec->work, start > 0 ? start - 1 : 0,
+                                           spec->end.value_or(-1));
   if (!file.ok()) return file.status();
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
     return s;

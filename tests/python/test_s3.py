@@ -10,6 +10,7 @@ import pathlib
 import socket
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -243,6 +244,131 @@ def test_a_connection_reset_mid_range_is_retried_without_duplicates(s3, monkeypa
     assert got == records or collections.Counter(got) == collections.Counter(records)
     assert len(got) == len(records)
     assert "retry 1 of" in capfd.readouterr().err
+
+
+class LoggingProxy(CuttingProxy):
+    """A TCP proxy to MinIO that writes down each request's method, path and
+    Range header (client to server), and the bytes of answers (server to
+    client), cutting nothing."""
+
+    def __init__(self, port):
+        super().__init__(port, cut_after=1 << 62)
+        self.requests = []  # (method, path, range header or None)
+        self.answer_bytes = 0
+
+    def _pump(self, src, dst, downstream):
+        if downstream:
+            return self._count(src, dst)
+        pending = b""
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                pending += data
+                while b"\r\n\r\n" in pending:  # GET and HEAD have no body
+                    head, pending = pending.split(b"\r\n\r\n", 1)
+                    lines = head.decode("latin-1").split("\r\n")
+                    method, path = lines[0].split(" ")[:2]
+                    ranges = [l.split(":", 1)[1].strip() for l in lines[1:]
+                              if l.lower().startswith("range:")]
+                    with self.lock:
+                        self.requests.append((method, path, ranges[0] if ranges else None))
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _count(self, src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                with self.lock:
+                    self.answer_bytes += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+
+
+def test_a_slice_is_one_ranged_get_of_its_bytes_and_the_look_ahead(s3, monkeypatch, tmp_path):
+    minio, bucket = s3
+    records, sizes = [], {}
+    for i in range(3):
+        batch = [b"slice %d %d " % (i, j) + b"q" * (j % 900) for j in range(6000)]  # ~2.8 MB
+        records += batch
+        data = tfrecord_bytes(tmp_path, batch)
+        sizes[f"/{bucket}/s/part-{i}.tfrecord"] = len(data)
+        minio.admin.put(bucket, f"s/part-{i}.tfrecord", data)
+    proxy = LoggingProxy(minio.port)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(64 << 20))
+        q = queue([f"s3://{bucket}/s/*.tfrecord"], num_slices=12, shuffle=False)
+        slices = q.num_items
+        planned = len(proxy.requests)  # the planner's own (a listing, sniffs)
+        producer = q.input_producer()
+        reader = shardq.TFRecordReader()
+        got = []
+        while True:
+            try:
+                _, batch = reader.read_up_to(producer, 50)
+            except shardq.OutOfRangeError:
+                break
+            got += batch
+        q.close()
+    finally:
+        proxy.close()
+    assert got == records
+    gets = [(path, r) for method, path, r in proxy.requests[planned:] if method == "GET"]
+    # One GET per slice for its bytes and the 256 KiB past its end, never the
+    # whole object; the sniffs of the later slices of an object are answered
+    # from the first slice's bytes.
+    assert slices >= 9
+    assert len(gets) == slices, gets
+    look_ahead = 256 << 10
+    for path, r in gets:
+        assert r is not None, path
+        first, last = map(int, r.split("=")[1].split("-"))
+        assert last - first + 1 < sizes[path] // 2 + look_ahead, (path, r)
+    assert proxy.answer_bytes < sum(sizes.values()) + slices * (look_ahead + 4096)
+
+
+def test_a_reader_that_pauses_longer_than_the_park_time_gets_every_record(s3, monkeypatch,
+                                                                        tmp_path):
+    minio, bucket = s3
+    records = [b"pause %d " % j + b"p" * 4000 for j in range(6000)]  # ~24 MB
+    minio.admin.put(bucket, "pause.tfrecord", tfrecord_bytes(tmp_path, records))
+    proxy = LoggingProxy(minio.port)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(64 << 20))  # one GET, 4 MiB buffered
+        q = queue([f"s3://{bucket}/pause.tfrecord"], shuffle=False)
+        planned = len(proxy.requests)
+        reader = shardq.TFRecordReader()
+        producer = q.input_producer()
+        _, got = reader.read_up_to(producer, 10)
+        # Longer than S3StreamOptions::park_after (5 s): the buffer and the
+        # sockets are full, so the GET is ended and a new one started after.
+        time.sleep(6)
+        while True:
+            try:
+                _, batch = reader.read_up_to(producer, 500)
+            except shardq.OutOfRangeError:
+                break
+            got += batch
+    finally:
+        proxy.close()
+    assert got == records
+    starts = [int(r.split("=")[1].split("-")[0])
+              for method, _, r in proxy.requests[planned:] if method == "GET"]
+    assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 4 << 20, starts
 
 
 def test_a_queue_over_more_than_a_listing_page_of_objects(s3):

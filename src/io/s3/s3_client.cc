@@ -22,6 +22,12 @@ namespace {
 constexpr size_t kMaxErrorBody = 64 << 10;
 constexpr size_t kMaxListBody = 64 << 20;
 constexpr size_t kMaxIdleHandles = 64;
+// A transfer moving fewer bytes than this per second of
+// S3Config::stall_timeout has stalled.
+constexpr int64_t kStallBytesPerSecond = 1024;
+// A sink's Write that took longer than this was waiting for its reader:
+// the stall watch starts again after it.
+constexpr absl::Duration kSinkWaitExcused = absl::Milliseconds(50);
 
 void InitCurlOnce() {
   static std::once_flag once;
@@ -64,12 +70,19 @@ struct Request {
   std::string bucket;
   std::string etag;  // If-Match, when not empty
   const std::atomic<bool>* cancel = nullptr;
-  // A ranged GET writes [offset, offset + n) to dst; `got` bytes are there.
+  // A ranged GET hands [offset, offset + n) to sink; `got` bytes went there.
   bool ranged = false;
   int64_t offset = 0;
   size_t n = 0;
-  char* dst = nullptr;
+  S3RangeSink* sink = nullptr;
   size_t got = 0;
+  // The sink took fewer bytes than it was given: the transfer ends early.
+  bool stopped = false;
+  // The stall watch of the attempt: bytes moved since watch_start.
+  absl::Duration stall_timeout;
+  absl::Time watch_start;
+  int64_t watch_bytes = 0;
+  bool stalled = false;
   // The answer of the last attempt.
   int status = 0;
   std::string body;  // a non-ranged answer, or an error's XML (bounded)
@@ -96,15 +109,46 @@ struct S3Client::Attempt {
   TransportOutcome outcome = TransportOutcome::kFatal;
   std::string error;  // curl's message when not completed
   bool cancelled = false;
+  bool stopped = false;  // by the sink: the request is done
 };
 
 namespace {
 
+// A sink that fills a caller's buffer of the range's size.
+class BufferSink final : public S3RangeSink {
+ public:
+  explicit BufferSink(char* dst) : dst_(dst) {}
+  size_t Write(const char* data, size_t n) override {
+    std::memcpy(dst_, data, n);
+    dst_ += n;
+    return n;
+  }
+
+ private:
+  char* dst_;
+};
+
+// The object's size and ETag as a 2xx answer to a ranged GET gives them.
+S3ObjectInfo AnswerInfo(const s3_internal::Request& request) {
+  S3ObjectInfo info;
+  info.etag = request.etag_header;
+  info.size = request.status == 206 ? request.content_range_total
+                                    : request.content_length;
+  return info;
+}
+
 size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   auto* request = static_cast<s3_internal::Request*>(user);
   const size_t bytes = size * count;
+  request->watch_bytes += static_cast<int64_t>(bytes);
   absl::string_view line(data, bytes);
   line = absl::StripTrailingAsciiWhitespace(line);
+  if (line.empty()) {  // the end of an answer's headers
+    if (request->ranged && request->status >= 200 && request->status <= 299) {
+      request->sink->OnAnswer(AnswerInfo(*request));
+    }
+    return bytes;
+  }
   if (absl::StartsWith(line, "HTTP/")) {
     // A new answer (after a 100 Continue, or a retry): reset what it sets.
     const size_t space = line.find(' ');
@@ -142,6 +186,7 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
   auto* request = static_cast<s3_internal::Request*>(user);
   const size_t bytes = size * count;
+  request->watch_bytes += static_cast<int64_t>(bytes);
   const bool success = request->status >= 200 && request->status <= 299;
   if (request->ranged && success) {
     size_t used = 0;
@@ -152,8 +197,20 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     }
     const size_t room = request->n - request->got;
     const size_t take = std::min(bytes - used, room);
-    std::memcpy(request->dst + request->got, data + used, take);
-    request->got += take;
+    if (take > 0) {
+      const absl::Time before = absl::Now();
+      const size_t took = request->sink->Write(data + used, take);
+      const absl::Time after = absl::Now();
+      if (after - before > kSinkWaitExcused) {
+        request->watch_start = after;
+        request->watch_bytes = 0;
+      }
+      request->got += took;
+      if (took < take) {
+        request->stopped = true;
+        return 0;
+      }
+    }
     if (used + take < bytes && request->status == 206) {
       request->overflow = true;  // more than the range asked for
       return 0;
@@ -174,7 +231,19 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
 
 int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* request = static_cast<s3_internal::Request*>(user);
-  return request->cancel != nullptr && request->cancel->load() ? 1 : 0;
+  if (request->cancel != nullptr && request->cancel->load()) return 1;
+  const absl::Time now = absl::Now();
+  if (now - request->watch_start >= request->stall_timeout) {
+    const int64_t enough = kStallBytesPerSecond *
+                           absl::ToInt64Seconds(request->stall_timeout);
+    if (request->watch_bytes < enough) {
+      request->stalled = true;
+      return 1;
+    }
+    request->watch_start = now;
+    request->watch_bytes = 0;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -235,6 +304,11 @@ S3Client::Attempt S3Client::Perform(Request& request) {
   request.status = 0;
   request.body.clear();
   request.overflow = false;
+  request.stopped = false;
+  request.stalled = false;
+  request.stall_timeout = std::max(config_.stall_timeout, absl::Seconds(1));
+  request.watch_start = absl::Now();
+  request.watch_bytes = 0;
   request.skip = request.offset + static_cast<int64_t>(request.got);
   struct curl_slist* headers = nullptr;
   if (request.ranged) {
@@ -259,9 +333,6 @@ S3Client::Attempt S3Client::Perform(Request& request) {
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(absl::ToInt64Milliseconds(config_.connect_timeout)));
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                   static_cast<long>(absl::ToInt64Seconds(config_.stall_timeout)));
   curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L << 10);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
@@ -285,8 +356,20 @@ S3Client::Attempt S3Client::Perform(Request& request) {
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
   curl_slist_free_all(headers);
   Return(curl);
+  if (code == CURLE_ABORTED_BY_CALLBACK && request.stalled) {
+    attempt.outcome = TransportOutcome::kTimeout;
+    attempt.error = absl::StrCat("stalled: fewer than ", kStallBytesPerSecond,
+                                 " bytes per second for ",
+                                 absl::FormatDuration(request.stall_timeout));
+    return attempt;
+  }
   if (code == CURLE_ABORTED_BY_CALLBACK) {
     attempt.cancelled = true;
+    return attempt;
+  }
+  if (code == CURLE_WRITE_ERROR && request.stopped) {
+    attempt.outcome = TransportOutcome::kCompleted;
+    attempt.stopped = true;
     return attempt;
   }
   if (code == CURLE_WRITE_ERROR && request.overflow) {
@@ -345,12 +428,21 @@ absl::Status S3Client::Run(Request& request) {
     if (result.cancelled) {
       return absl::CancelledError(absl::StrCat(request.What(), ": cancelled"));
     }
+    if (result.stopped) return absl::OkStatus();
+    if (request.ranged && request.etag.empty() && request.status >= 200 &&
+        request.status <= 299) {
+      // The rest of the range must come from the version this answer is of.
+      request.etag = request.etag_header;
+    }
     const bool completed = result.outcome == TransportOutcome::kCompleted;
     if (completed && request.status >= 200 && request.status <= 299) {
       return absl::OkStatus();
     }
     if (completed && request.ranged && request.status == 416) {
       return absl::OkStatus();  // the range starts at or after the end
+    }
+    if (request.sink != nullptr && request.sink->Abandoned()) {
+      return absl::CancelledError(absl::StrCat(request.What(), ": abandoned"));
     }
     const bool retry = ShouldRetry(result.outcome, request.status);
     if (!retry || attempt >= max_attempts) {
@@ -370,7 +462,8 @@ absl::Status S3Client::Run(Request& request) {
     retries_.fetch_add(1);
     const absl::Time until = absl::Now() + pause;
     while (absl::Now() < until) {
-      if (request.cancel != nullptr && request.cancel->load()) {
+      if ((request.cancel != nullptr && request.cancel->load()) ||
+          (request.sink != nullptr && request.sink->Abandoned())) {
         return absl::CancelledError(absl::StrCat(request.What(), ": cancelled"));
       }
       absl::SleepFor(std::min(absl::Milliseconds(20), until - absl::Now()));
@@ -399,23 +492,22 @@ absl::StatusOr<S3ObjectInfo> S3Client::Head(const S3Url& url) {
 absl::StatusOr<S3ObjectInfo> S3Client::OpenRead(const S3Url& url, size_t n,
                                                 std::string* head) {
   head->resize(n);
+  BufferSink sink(head->data());
   Request request;
   request.url = ObjectRequestUrl(config_, url.bucket, url.key);
   request.display = url.ToString();
   request.bucket = url.bucket;
   request.ranged = true;
   request.n = n;
-  request.dst = head->data();
+  request.sink = &sink;
   if (absl::Status s = Run(request); !s.ok()) return s;
   if (request.status == 416) {  // an empty object has no byte 0
     head->clear();
     return Head(url);
   }
   head->resize(request.got);
-  S3ObjectInfo info;
+  S3ObjectInfo info = AnswerInfo(request);
   info.key = url.key;
-  info.etag = request.etag_header;
-  info.size = request.status == 206 ? request.content_range_total : request.content_length;
   if (info.size < 0 || info.size < static_cast<int64_t>(request.got)) {
     return absl::DataLossError(absl::StrCat(
         "GET ", request.display, ": the answer gives no object size (HTTP ",
@@ -428,6 +520,14 @@ absl::StatusOr<size_t> S3Client::GetRange(const S3Url& url, int64_t offset,
                                           size_t n, const std::string& etag,
                                           char* dst,
                                           const std::atomic<bool>* cancel) {
+  BufferSink sink(dst);
+  return GetRange(url, offset, n, etag, sink, cancel);
+}
+
+absl::StatusOr<size_t> S3Client::GetRange(const S3Url& url, int64_t offset,
+                                          size_t n, const std::string& etag,
+                                          S3RangeSink& sink,
+                                          const std::atomic<bool>* cancel) {
   if (n == 0) return size_t{0};
   Request request;
   request.url = ObjectRequestUrl(config_, url.bucket, url.key);
@@ -438,7 +538,7 @@ absl::StatusOr<size_t> S3Client::GetRange(const S3Url& url, int64_t offset,
   request.ranged = true;
   request.offset = offset;
   request.n = n;
-  request.dst = dst;
+  request.sink = &sink;
   if (absl::Status s = Run(request); !s.ok()) return s;
   return request.got;
 }

@@ -1,9 +1,11 @@
 // A client of S3-compatible object storage over libcurl: HEAD, ranged GET
 // and ListObjectsV2, signed with AWS Signature V4 (CURLOPT_AWS_SIGV4).
 // Connections are reused: each request borrows a curl handle from a small
-// pool, and a handle keeps its connections open between requests. Failed
-// attempts are retried as RetryPolicy says (5xx, timeouts, broken
-// connections; never 4xx). Every error names the s3:// URL and, for an
+// pool, and a handle keeps its connections open between requests (HTTP
+// keep-alive). Failed attempts are retried as RetryPolicy says (5xx,
+// timeouts, broken connections; never 4xx); a transfer that moves fewer
+// than 1 KiB per second for S3Config::stall_timeout is a timeout, not
+// counting the time a sink (below) made it wait. Every error names the s3:// URL and, for an
 // HTTP answer, its status: 403 PERMISSION_DENIED naming the bucket, 404
 // NOT_FOUND, 412 (the object changed) FAILED_PRECONDITION, other 4xx
 // INVALID_ARGUMENT, 5xx and transport failures left after the retries
@@ -29,6 +31,25 @@ namespace shardq {
 namespace s3_internal {
 struct Request;  // one HTTP request and its answer (s3_client.cc)
 }  // namespace s3_internal
+
+// Where a ranged GET puts the object's bytes as they arrive off the
+// connection: in order, each byte once (a retry asks only for the bytes
+// not yet delivered). Called on the thread that called GetRange.
+class S3RangeSink {
+ public:
+  virtual ~S3RangeSink() = default;
+  // An answer's headers arrived: the object's size and ETag. Called once
+  // per attempt that got a 2xx answer, before that attempt's bytes.
+  virtual void OnAnswer(const S3ObjectInfo& info) {}
+  // Takes up to n of the next bytes and returns how many it took; fewer
+  // than n ends the transfer early (the connection is closed), and
+  // GetRange returns the bytes taken. May block (the time blocked is not a
+  // stall).
+  virtual size_t Write(const char* data, size_t n) = 0;
+  // True once the bytes are no longer wanted: a failed attempt is then not
+  // retried (GetRange returns CANCELLED).
+  virtual bool Abandoned() const { return false; }
+};
 
 class S3Client {
  public:
@@ -62,6 +83,15 @@ class S3Client {
   // `cancel` (may be null) becomes true to abandon the read: CANCELLED.
   absl::StatusOr<size_t> GetRange(const S3Url& url, int64_t offset, size_t n,
                                   const std::string& etag, char* dst,
+                                  const std::atomic<bool>* cancel = nullptr);
+
+  // GetRange that hands the bytes to `sink` as they arrive (no buffer of
+  // the range's size) and returns how many it took. With an empty `etag`
+  // the first answer's ETag pins the retries, so one call never mixes two
+  // versions of the object. The range starting at or after the end of the
+  // object returns 0 without a call to sink.OnAnswer.
+  absl::StatusOr<size_t> GetRange(const S3Url& url, int64_t offset, size_t n,
+                                  const std::string& etag, S3RangeSink& sink,
                                   const std::atomic<bool>* cancel = nullptr);
 
   // Every object whose key starts with `prefix`, sorted by key (all pages

@@ -51,10 +51,12 @@ struct S3Config {
   // Empty: AWS itself, virtual-hosted (https://bucket.s3.REGION.amazonaws.com/key).
   std::string endpoint;
   RetryPolicy retry;  // SHARDQ_S3_MAX_ATTEMPTS overrides max_attempts
-  // Bytes one ranged GET of a sequential read fetches (SHARDQ_S3_CHUNK_BYTES).
-  // An open object holds at most two such chunks (the one being read and the
-  // one fetched ahead).
-  int64_t chunk_bytes = 8 << 20;
+  // Bytes one ranged GET of a sequential read asks for, at most
+  // (SHARDQ_S3_CHUNK_BYTES): a slice up to this long (plus its 256 KiB
+  // look-ahead) is one streaming request. Fewer requests cost the server
+  // less; a replaced object is noticed at the next request. An open object
+  // buffers min(chunk_bytes, 4 MiB) ahead of its reader.
+  int64_t chunk_bytes = 64 << 20;
   // A transfer slower than 1 KiB/s for this long is a timeout (retried).
   absl::Duration stall_timeout = absl::Seconds(30);
   absl::Duration connect_timeout = absl::Seconds(10);

@@ -1,181 +1,212 @@
 #include "src/io/s3/s3_file.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <thread>
+#include <deque>
+#include <limits>
+#include <map>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "src/io/s3/s3_stream.h"
 
 namespace shardq {
 namespace {
 
-// One ranged GET's bytes: [offset, offset + got) of the object once done.
-struct Chunk {
-  int64_t offset = 0;
-  size_t size = 0;  // bytes asked for
-  std::unique_ptr<char[]> data;
-  size_t got = 0;
-  absl::Status status;
-  absl::Notification done;
-
-  bool Holds(int64_t at) const {
-    return at >= offset && at < offset + static_cast<int64_t>(got);
-  }
-  bool Covers(int64_t at) const {  // before it is done: by what was asked
-    return at >= offset && at < offset + static_cast<int64_t>(size);
-  }
-  size_t CopyOut(int64_t at, size_t n, char* dst) const {
-    const size_t from = static_cast<size_t>(at - offset);
-    const size_t take = std::min(n, got - from);
-    std::memcpy(dst, data.get() + from, take);
-    return take;
-  }
-};
-
-// Bytes an open fetches from the start of the object (they answer format
-// sniffs), and bytes past the announced range that its last chunk also
+// Bytes a plain Open fetches from the start of the object (they answer
+// format sniffs), and bytes past the announced range that a stream also
 // fetches (the readers' look-ahead for a record that ends past the range:
 // both readers read 256 KiB buffers).
 constexpr size_t kOpenBytes = 64 << 10;
 constexpr int64_t kBoundaryBytes = 256 << 10;
+// The most an open object buffers ahead of its reader.
+constexpr size_t kMaxStreamBufferBytes = 4 << 20;
+// The start of an object that the head cache keeps (format sniffs read 12
+// bytes), and how many objects' starts it keeps.
+constexpr size_t kCachedHeadBytes = 64;
+constexpr size_t kCachedHeads = 4096;
+
+}  // namespace
+
+// The first bytes of recently opened objects, by s3:// name and ETag, so
+// that a slice after an object's first one answers its format sniff at
+// offset 0 without a request of its own. Thread-safe.
+class S3HeadCache {
+ public:
+  // The known first bytes of `url` at `etag` ("" when none are).
+  std::string Get(const std::string& url, const std::string& etag) const {
+    absl::MutexLock lock(&mu_);
+    auto it = heads_.find(url);
+    if (it == heads_.end() || it->second.etag != etag) return "";
+    return it->second.bytes;
+  }
+
+  // Remembers `bytes` as the first bytes of `url` at `etag`.
+  void Put(const std::string& url, const std::string& etag,
+           absl::string_view bytes) {
+    if (etag.empty() || bytes.empty()) return;  // nothing to check it by
+    bytes = bytes.substr(0, kCachedHeadBytes);
+    absl::MutexLock lock(&mu_);
+    auto [it, added] = heads_.try_emplace(url);
+    if (!added && it->second.etag == etag &&
+        it->second.bytes.size() >= bytes.size()) {
+      return;
+    }
+    it->second.etag = etag;
+    it->second.bytes = std::string(bytes);
+    if (!added) return;
+    order_.push_back(url);
+    if (order_.size() > kCachedHeads) {
+      heads_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  struct Head {
+    std::string etag;
+    std::string bytes;
+  };
+  mutable absl::Mutex mu_;
+  std::map<std::string, Head> heads_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // oldest first
+};
+
+namespace {
+
+S3StreamOptions StreamOptions(const S3Config& config) {
+  S3StreamOptions options;
+  options.request_bytes = std::max<int64_t>(config.chunk_bytes, 1);
+  options.buffer_bytes = static_cast<size_t>(
+      std::min<int64_t>(options.request_bytes, kMaxStreamBufferBytes));
+  return options;
+}
+
+// The bytes a reader announcing [start, end) reads in an object of `size`
+// bytes: the range, and the look-ahead past its end.
+std::pair<int64_t, int64_t> HintedRange(int64_t start, int64_t end,
+                                        int64_t size) {
+  start = std::clamp<int64_t>(start, 0, size);
+  end = end < 0 ? size : std::min(end, size - kBoundaryBytes) + kBoundaryBytes;
+  return {start, std::max(start, std::min(end, size))};
+}
 
 class S3File final : public RandomAccessFile {
  public:
   S3File(std::shared_ptr<S3Client> client, S3Url url, const S3ObjectInfo& info,
-         std::string head)
+         std::string head, std::shared_ptr<S3HeadCache> heads)
       : RandomAccessFile(url.ToString(), info.size),
         client_(std::move(client)),
         url_(std::move(url)),
         etag_(info.etag),
-        chunk_bytes_(static_cast<size_t>(std::max<int64_t>(
-            client_->config().chunk_bytes, 1))) {
-    if (head.empty()) return;
-    auto chunk = std::make_shared<Chunk>();
-    chunk->size = chunk->got = head.size();
-    chunk->data.reset(new char[head.size()]);
-    std::memcpy(chunk->data.get(), head.data(), head.size());
-    chunk->done.Notify();
-    absl::MutexLock lock(&mu_);
-    current_ = std::move(chunk);
+        head_(std::move(head)),
+        heads_(std::move(heads)),
+        stream_options_(StreamOptions(client_->config())) {
+    heads_->Put(path(), etag_, head_);
   }
 
-  ~S3File() override {
-    cancel_.store(true);
-    std::thread ahead;
-    {
-      absl::MutexLock lock(&mu_);
-      ahead = std::move(ahead_thread_);
-    }
-    if (ahead.joinable()) ahead.join();
+  // With a stream already fetching [start, end) (as OpenForRange starts it).
+  S3File(std::shared_ptr<S3Client> client, S3Url url, const S3ObjectInfo& info,
+         std::shared_ptr<S3HeadCache> heads,
+         std::shared_ptr<S3RangeStream> stream, int64_t start, int64_t end)
+      : S3File(std::move(client), std::move(url), info, "", std::move(heads)) {
+    absl::MutexLock lock(&mu_);
+    std::tie(hint_start_, hint_end_) = HintedRange(start, end, size());
+    stream_ = std::move(stream);
   }
 
   std::string version() const override { return etag_; }
 
   void WillRead(int64_t start, int64_t end) override {
+    std::shared_ptr<S3RangeStream> dropped;
     absl::MutexLock lock(&mu_);
-    hint_start_ = std::max<int64_t>(start, 0);
-    hint_end_ = end < 0 ? size() : std::min(end + kBoundaryBytes, size());
+    const std::pair<int64_t, int64_t> range = HintedRange(start, end, size());
+    if (range == std::make_pair(hint_start_, hint_end_)) return;
+    std::tie(hint_start_, hint_end_) = range;
+    dropped = std::move(stream_);  // ends after the lock is released
   }
 
   absl::StatusOr<size_t> ReadSome(int64_t offset, size_t n,
                                   char* dst) override {
     if (offset >= size() || n == 0) return size_t{0};
     n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(n), size() - offset));
-    std::shared_ptr<Chunk> chunk;
-    size_t want = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      if (current_ != nullptr && current_->Holds(offset)) {
-        return current_->CopyOut(offset, n, dst);
-      }
-      if (ahead_ != nullptr && ahead_->Covers(offset)) {
-        chunk = ahead_;
-      } else {
-        want = ChunkSizeAt(offset, n);
+    if (offset < static_cast<int64_t>(head_.size())) {
+      const size_t take = std::min(n, head_.size() - static_cast<size_t>(offset));
+      std::memcpy(dst, head_.data() + offset, take);
+      return take;
+    }
+    absl::StatusOr<std::optional<size_t>> streamed = ReadStreamed(offset, n, dst);
+    if (!streamed.ok()) return streamed.status();
+    if (streamed->has_value()) {
+      if (offset == 0) heads_->Put(path(), etag_, absl::string_view(dst, **streamed));
+      return **streamed;
+    }
+    // Outside the announced range: exactly the bytes asked for.
+    if (offset == 0) {
+      const std::string known = heads_->Get(path(), etag_);
+      if (known.size() >= n) {
+        std::memcpy(dst, known.data(), n);
+        return n;
       }
     }
-    if (chunk != nullptr) {
-      chunk->done.WaitForNotification();  // fetched ahead: usually already done
-    } else {
-      chunk = std::make_shared<Chunk>();
-      chunk->offset = offset;
-      chunk->size = want;
-      Fetch(*chunk);
-    }
-    if (!chunk->status.ok()) return chunk->status;
-    absl::MutexLock lock(&mu_);
-    if (ahead_ == chunk) ahead_ = nullptr;
-    current_ = chunk;
-    StartReadAhead(chunk->offset + static_cast<int64_t>(chunk->got));
-    if (!chunk->Holds(offset)) return size_t{0};  // the object ended early
-    return chunk->CopyOut(offset, n, dst);
+    absl::StatusOr<size_t> got = client_->GetRange(url_, offset, n, etag_, dst);
+    if (got.ok() && offset == 0) heads_->Put(path(), etag_, absl::string_view(dst, *got));
+    return got;
   }
 
  private:
-  void Fetch(Chunk& chunk) {
-    chunk.data.reset(new char[chunk.size]);
-    absl::StatusOr<size_t> got = client_->GetRange(
-        url_, chunk.offset, chunk.size, etag_, chunk.data.get(), &cancel_);
-    if (got.ok()) {
-      chunk.got = *got;
-    } else {
-      chunk.status = got.status();
-      chunk.data.reset();
+  // A read through the stream of the announced range (started here when
+  // the read is inside the range but outside the current stream); nullopt
+  // for a read outside the announced range.
+  absl::StatusOr<std::optional<size_t>> ReadStreamed(int64_t offset, size_t n,
+                                                     char* dst) {
+    std::shared_ptr<S3RangeStream> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      stream = stream_;
     }
-  }
-
-  // Bytes to fetch for a read of n at `offset`: a chunk (or what is left
-  // of the announced range) inside it, exactly n outside.
-  size_t ChunkSizeAt(int64_t offset, size_t n) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    int64_t end = offset + static_cast<int64_t>(n);
-    if (offset >= hint_start_ && offset < hint_end_) {
-      end = std::max(end, std::min(offset + static_cast<int64_t>(chunk_bytes_),
-                                   hint_end_));
+    if (stream != nullptr) {
+      absl::StatusOr<std::optional<size_t>> got = stream->Read(offset, n, dst);
+      if (!got.ok() || got->has_value()) return got;
     }
-    end = std::min(end, size());
-    return static_cast<size_t>(end - offset);
-  }
-
-  // Fetches the chunk at `next` in the background, when it lies inside the
-  // announced range and no fetch ahead is running.
-  void StartReadAhead(int64_t next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (next < hint_start_ || next >= hint_end_ || next >= size()) return;
-    if (ahead_ != nullptr && !ahead_->done.HasBeenNotified()) return;
-    // The previous fetch ahead has finished: its thread is ending.
-    if (ahead_thread_.joinable()) ahead_thread_.join();
-    auto chunk = std::make_shared<Chunk>();
-    chunk->offset = next;
-    chunk->size = static_cast<size_t>(
-        std::min(next + static_cast<int64_t>(chunk_bytes_), hint_end_) - next);
-    ahead_ = chunk;
-    ahead_thread_ = std::thread([this, chunk] {
-      Fetch(*chunk);
-      chunk->done.Notify();
-    });
+    std::shared_ptr<S3RangeStream> dropped;
+    {
+      absl::MutexLock lock(&mu_);
+      if (offset < hint_start_ || offset >= hint_end_) {
+        return std::optional<size_t>();
+      }
+      stream = std::make_shared<S3RangeStream>(client_, url_, offset, hint_end_,
+                                               etag_, stream_options_);
+      dropped = std::exchange(stream_, stream);
+    }
+    dropped.reset();  // not under mu_: it may wait for its thread
+    return stream->Read(offset, n, dst);
   }
 
   const std::shared_ptr<S3Client> client_;
   const S3Url url_;
   const std::string etag_;
-  const size_t chunk_bytes_;
-  std::atomic<bool> cancel_{false};
+  const std::string head_;  // the object's first bytes, from a plain Open
+  const std::shared_ptr<S3HeadCache> heads_;
+  const S3StreamOptions stream_options_;
 
   absl::Mutex mu_;
   int64_t hint_start_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t hint_end_ ABSL_GUARDED_BY(mu_) = 0;  // no hint: exact reads
-  std::shared_ptr<Chunk> current_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<Chunk> ahead_ ABSL_GUARDED_BY(mu_);
-  std::thread ahead_thread_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<S3RangeStream> stream_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
+
+S3FileSystem::S3FileSystem(std::shared_ptr<S3Client> client)
+    : client_(std::move(client)), heads_(std::make_shared<S3HeadCache>()) {}
+
+S3FileSystem::~S3FileSystem() = default;
 
 absl::StatusOr<std::shared_ptr<S3Client>> S3FileSystem::Client() const {
   if (client_ != nullptr) return client_;
@@ -191,8 +222,53 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3FileSystem::Open(
   std::string head;
   absl::StatusOr<S3ObjectInfo> info = (*client)->OpenRead(*url, kOpenBytes, &head);
   if (!info.ok()) return info.status();
+  return std::unique_ptr<RandomAccessFile>(new S3File(
+      *std::move(client), *std::move(url), *info, std::move(head), heads_));
+}
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3FileSystem::OpenListed(
+    const std::string& path, const S3ObjectInfo& info) {
+  absl::StatusOr<S3Url> url = ParseS3Url(path);
+  if (!url.ok()) return url.status();
+  absl::StatusOr<std::shared_ptr<S3Client>> client = Client();
+  if (!client.ok()) return client.status();
   return std::unique_ptr<RandomAccessFile>(
-      new S3File(*std::move(client), *std::move(url), *info, std::move(head)));
+      new S3File(*std::move(client), *std::move(url), info, "", heads_));
+}
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3FileSystem::OpenForRange(
+    const std::string& path, int64_t start, int64_t end) {
+  absl::StatusOr<S3Url> url = ParseS3Url(path);
+  if (!url.ok()) return url.status();
+  absl::StatusOr<std::shared_ptr<S3Client>> client = Client();
+  if (!client.ok()) return client.status();
+  start = std::max<int64_t>(start, 0);
+  const int64_t stream_end =
+      end < 0 || end > std::numeric_limits<int64_t>::max() - kBoundaryBytes
+          ? std::numeric_limits<int64_t>::max()
+          : std::max(start, end) + kBoundaryBytes;
+  auto stream = std::make_shared<S3RangeStream>(
+      *client, *url, start, stream_end, /*etag=*/"",
+      StreamOptions((*client)->config()));
+  absl::StatusOr<std::optional<S3ObjectInfo>> answer = stream->Answer();
+  if (!answer.ok()) return answer.status();
+  S3ObjectInfo info;
+  if (answer->has_value()) {
+    info = **answer;
+  } else {  // the range starts past the end: no bytes, so no size either
+    stream.reset();
+    absl::StatusOr<S3ObjectInfo> head = (*client)->Head(*url);
+    if (!head.ok()) return head.status();
+    info = *std::move(head);
+  }
+  if (info.size < 0) {
+    return absl::DataLossError(absl::StrCat(
+        "GET ", path, ": the answer gives no object size (no Content-Range)"));
+  }
+  info.key = url->key;
+  return std::unique_ptr<RandomAccessFile>(
+      new S3File(*std::move(client), *std::move(url), info, heads_,
+                 std::move(stream), start, end));
 }
 
 S3FileSystem* S3FileSystem::Default() {

@@ -2,17 +2,18 @@
 // the second implementation of the file interface, so every reader reads
 // s3://bucket/key works as it reads local files.
 //
-// An open object is one ranged GET of its first 64 KiB (size and ETag come
-// with it, and format sniffs read those bytes); later reads are ranged GETs
-// pinned to that ETag (If-Match), so an object replaced while it is read is
-// refused, never mixed. Sequential reads inside the range the reader
-// announced (WillRead), plus 256 KiB past its end for the last record, are
-// fetched in chunks of S3Config::chunk_bytes, and the next
-// chunk is fetched in the background while the reader works through the
-// current one; reads outside it (a format sniff at offset 0, the look-ahead
-// past a slice's end), and every read before WillRead, fetch exactly what
-// is asked. Memory: at most two
-// chunks per open object.
+// A reader that says which range it reads (OpenForRange, or WillRead) gets
+// it as one streaming ranged GET (S3RangeStream) of the range plus 256 KiB
+// past its end (the readers' look-ahead for the last record), split only
+// where it is longer than S3Config::chunk_bytes; for OpenForRange that GET
+// is also the request that opens the object (its answer gives the size and
+// ETag). A plain Open is one ranged GET of the object's first 64 KiB.
+// Every later request is pinned to the ETag the object had when it was
+// opened (If-Match), so an object replaced while it is read is refused,
+// never mixed. Reads outside the announced range fetch exactly what they
+// ask, except that the first bytes of an object (what a format sniff
+// reads) are remembered by name and ETag for the next slice of the same
+// object. Memory: at most min(chunk_bytes, 4 MiB) buffered per open object.
 #ifndef SHARDQ_IO_S3_S3_FILE_H_
 #define SHARDQ_IO_S3_S3_FILE_H_
 
@@ -29,15 +30,31 @@ namespace shardq {
 
 // Opens s3:// objects through `client` (S3Client::Default() when null, as
 // the environment says at each Open). Thread-safe.
+class S3HeadCache;  // s3_file.cc
+
 class S3FileSystem final : public FileSystem {
  public:
-  explicit S3FileSystem(std::shared_ptr<S3Client> client = nullptr)
-      : client_(std::move(client)) {}
+  explicit S3FileSystem(std::shared_ptr<S3Client> client = nullptr);
+  ~S3FileSystem() override;
 
   // INVALID_ARGUMENT for a name that is not s3://bucket/key; the first
   // GET's errors (NOT_FOUND, PERMISSION_DENIED, ...; see S3Client).
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
       const std::string& path) override;
+
+  // The object, opened by the first GET of [start, end) plus the
+  // look-ahead, which goes on streaming in the background. Errors as Open.
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRange(
+      const std::string& path, int64_t start, int64_t end) override;
+
+  // The object as `info` (from a listing or a HEAD: its size and ETag)
+  // says it is, opened without a request of its own: every read is pinned
+  // to that ETag, so an object replaced since is refused at the first read
+  // (FAILED_PRECONDITION), and a read of its first bytes may be answered
+  // by the head cache. INVALID_ARGUMENT for a name that is not
+  // s3://bucket/key.
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenListed(
+      const std::string& path, const S3ObjectInfo& info);
 
   // The process-wide instance FileSystem::Default() sends s3:// names to.
   static S3FileSystem* Default();
@@ -45,6 +62,7 @@ class S3FileSystem final : public FileSystem {
  private:
   absl::StatusOr<std::shared_ptr<S3Client>> Client() const;
   const std::shared_ptr<S3Client> client_;
+  const std::shared_ptr<S3HeadCache> heads_;
 };
 
 // Size and ETag of an object (a HEAD), for planning. Errors as Open.

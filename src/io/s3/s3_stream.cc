@@ -1,0 +1,232 @@
+#include "src/io/s3/s3_stream.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/time/clock.h"
+
+namespace shardq {
+namespace {
+
+// A stream being destroyed reads the rest of its GET, rather than closing
+// the connection, when no more than this is left of it.
+constexpr int64_t kDrainBytes = 1 << 20;
+
+}  // namespace
+
+// Takes a GET's bytes into the buffer; blocks while it is full.
+class S3RangeStream::Sink final : public S3RangeSink {
+ public:
+  explicit Sink(S3RangeStream* stream) : stream_(stream) {}
+
+  bool parked() const { return parked_; }
+
+  bool Abandoned() const override {
+    absl::MutexLock lock(&stream_->mu_);
+    return stream_->closing_ || stream_->cancel_.load();
+  }
+
+  void OnAnswer(const S3ObjectInfo& info) override {
+    S3RangeStream& s = *stream_;
+    absl::MutexLock lock(&s.mu_);
+    if (s.answer_.has_value()) return;
+    s.answer_ = info;
+    if (s.etag_.empty()) s.etag_ = info.etag;
+    if (info.size >= 0) s.object_end_ = std::min(s.object_end_, info.size);
+  }
+
+  size_t Write(const char* data, size_t n) override {
+    S3RangeStream& s = *stream_;
+    size_t taken = 0;
+    s.mu_.Lock();
+    while (taken < n) {
+      if (s.cancel_.load()) break;
+      if (s.closing_) {  // drained: nobody reads these
+        s.arrived_ += static_cast<int64_t>(n - taken);
+        s.held_start_ = s.arrived_;
+        taken = n;
+        break;
+      }
+      if (s.arrived_ < s.drop_until_) {  // the reader skipped them
+        const size_t skip = static_cast<size_t>(
+            std::min<int64_t>(s.drop_until_ - s.arrived_, n - taken));
+        s.arrived_ += static_cast<int64_t>(skip);
+        s.held_start_ = s.arrived_;
+        taken += skip;
+        continue;
+      }
+      const size_t held = static_cast<size_t>(s.arrived_ - s.held_start_);
+      if (held == s.capacity_) {
+        const absl::Time now = absl::Now();
+        if (s.full_since_ == absl::InfiniteFuture()) s.full_since_ = now;
+        const absl::Time park_at = s.full_since_ + s.options_.park_after;
+        if (now >= park_at) {
+          parked_ = true;
+          break;
+        }
+        s.mu_.AwaitWithDeadline(
+            absl::Condition(&s, &S3RangeStream::HasRoomOrStops), park_at);
+        continue;
+      }
+      const size_t take = std::min(s.capacity_ - held, n - taken);
+      const int64_t at = s.arrived_;
+      s.mu_.Unlock();
+      // [at, at + take) lies outside the reader's window: copy unlocked.
+      const size_t index = static_cast<size_t>(at % static_cast<int64_t>(s.capacity_));
+      const size_t first = std::min(take, s.capacity_ - index);
+      std::memcpy(s.buffer_.get() + index, data + taken, first);
+      std::memcpy(s.buffer_.get(), data + taken + first, take - first);
+      s.mu_.Lock();
+      s.arrived_ += static_cast<int64_t>(take);
+      taken += take;
+    }
+    s.mu_.Unlock();
+    return taken;
+  }
+
+ private:
+  S3RangeStream* const stream_;
+  bool parked_ = false;
+};
+
+S3RangeStream::S3RangeStream(std::shared_ptr<S3Client> client, S3Url url,
+                             int64_t begin, int64_t end, std::string etag,
+                             S3StreamOptions options)
+    : client_(std::move(client)),
+      url_(std::move(url)),
+      begin_(begin),
+      end_(std::max(begin, end)),
+      options_(options),
+      capacity_(std::max<size_t>(options.buffer_bytes, 1)),
+      buffer_(new char[capacity_]),
+      held_start_(begin),
+      arrived_(begin),
+      drop_until_(begin),
+      request_end_(begin),
+      object_end_(end_),
+      etag_(std::move(etag)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+S3RangeStream::~S3RangeStream() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (request_end_ - arrived_ <= kDrainBytes) {
+      closing_ = true;
+    } else {
+      cancel_.store(true);  // under mu_: wakes a Write waiting for room
+    }
+  }
+  thread_.join();
+}
+
+bool S3RangeStream::HasRoomOrStops() const {
+  return arrived_ - held_start_ < static_cast<int64_t>(capacity_) ||
+         closing_ || cancel_.load();
+}
+
+void S3RangeStream::Run() {
+  bool parked = false;
+  while (true) {
+    int64_t next = 0;
+    int64_t stop = 0;
+    std::string etag;
+    {
+      absl::MutexLock lock(&mu_);
+      if (parked) {
+        auto drained = [this] {
+          return arrived_ - held_start_ <= static_cast<int64_t>(capacity_ / 2) ||
+                 closing_ || cancel_.load();
+        };
+        mu_.Await(absl::Condition(&drained));
+        full_since_ = absl::InfiniteFuture();
+      }
+      if (drop_until_ > arrived_) {  // the reader skipped them: never fetched
+        arrived_ = held_start_ = drop_until_;
+      }
+      next = arrived_;
+      stop = std::min(object_end_, next + options_.request_bytes);
+      if (closing_ || cancel_.load() || next >= stop) {
+        done_ = true;
+        return;
+      }
+      request_end_ = stop;
+      etag = etag_;
+    }
+    Sink sink(this);
+    absl::StatusOr<size_t> got =
+        client_->GetRange(url_, next, static_cast<size_t>(stop - next), etag,
+                          sink, &cancel_);
+    absl::MutexLock lock(&mu_);
+    if (!got.ok()) {
+      status_ = got.status();
+      done_ = true;
+      return;
+    }
+    parked = sink.parked();
+    if (!parked && !closing_ && !cancel_.load() &&
+        static_cast<int64_t>(*got) < stop - next) {
+      object_end_ = next + static_cast<int64_t>(*got);  // the object ended
+    }
+  }
+}
+
+absl::StatusOr<std::optional<S3ObjectInfo>> S3RangeStream::Answer() {
+  absl::MutexLock lock(&mu_);
+  auto known = [this] { return answer_.has_value() || done_; };
+  mu_.Await(absl::Condition(&known));
+  if (answer_.has_value()) return answer_;
+  if (!status_.ok()) return status_;
+  return std::optional<S3ObjectInfo>();
+}
+
+bool S3RangeStream::ServesLocked(int64_t offset) const {
+  return offset >= held_start_ && offset < end_ &&
+         offset <= arrived_ + static_cast<int64_t>(capacity_);
+}
+
+absl::StatusOr<std::optional<size_t>> S3RangeStream::Read(int64_t offset,
+                                                          size_t n,
+                                                          char* dst) {
+  absl::MutexLock read_lock(&read_mu_);
+  int64_t at = 0;
+  size_t take = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ServesLocked(offset)) return std::optional<size_t>();
+    if (offset > arrived_) {
+      held_start_ = arrived_;
+      drop_until_ = std::max(drop_until_, offset);
+    } else {
+      held_start_ = offset;
+    }
+    if (arrived_ - held_start_ <= static_cast<int64_t>(capacity_ / 2)) {
+      full_since_ = absl::InfiniteFuture();
+    }
+    // Woken once a good part of the read has arrived, not for each piece
+    // that the connection delivers.
+    const int64_t want = static_cast<int64_t>(std::min(n, capacity_ / 2 + 1));
+    auto ready = [this, offset, want] {
+      return (held_start_ == offset &&
+              (arrived_ - offset >= want || arrived_ >= object_end_)) ||
+             done_ || object_end_ <= offset;
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (held_start_ != offset || arrived_ <= offset) {
+      if (!status_.ok() && offset < object_end_) return status_;
+      return std::optional<size_t>(0);  // the object ends before offset
+    }
+    at = offset;
+    take = static_cast<size_t>(std::min<int64_t>(
+        static_cast<int64_t>(n), arrived_ - offset));
+  }
+  // [at, at + take) stays in the buffer until a later Read: copy unlocked.
+  const size_t index = static_cast<size_t>(at % static_cast<int64_t>(capacity_));
+  const size_t first = std::min(take, capacity_ - index);
+  std::memcpy(dst, buffer_.get() + index, first);
+  std::memcpy(dst + first, buffer_.get(), take - first);
+  return std::optional<size_t>(take);
+}
+
+}  // namespace shardq

@@ -1,0 +1,114 @@
+// A byte range of an object fetched by ranged GETs on a thread of its own
+// into a bounded buffer, which one reader drains in order: the bytes move
+// off the connection while the reader works through the bytes before them,
+// and each GET is one streaming request for up to request_bytes of the
+// range (not one request per buffer). Thread-safe; Read calls are
+// serialised.
+#ifndef SHARDQ_IO_S3_S3_STREAM_H_
+#define SHARDQ_IO_S3_S3_STREAM_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "src/io/s3/s3_client.h"
+
+namespace shardq {
+
+struct S3StreamOptions {
+  // Bytes held between the connection and the reader, at most: the
+  // stream's memory. A GET waits while the buffer is full.
+  size_t buffer_bytes = 4 << 20;
+  // Bytes one GET asks for; a longer range is fetched by several GETs, one
+  // after the other (each pinned to the same ETag).
+  int64_t request_bytes = 64 << 20;
+  // A GET whose reader leaves the buffer full (more than half full all the
+  // while) for this long is ended and its connection closed, rather than
+  // held open by an idle reader; a new GET from the next byte starts once
+  // the reader has drained half the buffer.
+  absl::Duration park_after = absl::Seconds(5);
+};
+
+class S3RangeStream {
+ public:
+  // Starts fetching [begin, end) of `url` (`end` may lie past the end of
+  // the object). A non-empty `etag` pins every GET to it (If-Match); an
+  // empty one is replaced by the first answer's ETag, which then pins the
+  // rest.
+  S3RangeStream(std::shared_ptr<S3Client> client, S3Url url, int64_t begin,
+                int64_t end, std::string etag, S3StreamOptions options);
+  // Ends the transfer and waits for the thread. The current GET is read to
+  // its end (and its bytes dropped) when few of them are left, so that its
+  // connection stays open for the next request; otherwise it is cancelled.
+  ~S3RangeStream();
+  S3RangeStream(const S3RangeStream&) = delete;
+  S3RangeStream& operator=(const S3RangeStream&) = delete;
+
+  // Waits for the first answer and returns the object's size and ETag;
+  // nullopt when the range starts at or after the end of the object (the
+  // server sends no bytes). Errors: the first GET's (NOT_FOUND,
+  // PERMISSION_DENIED, ...; see S3Client).
+  absl::StatusOr<std::optional<S3ObjectInfo>> Answer();
+
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+
+  // Copies up to n bytes at `offset` into dst, waiting for the first of
+  // them to arrive; 0 when the object ends before `offset`. nullopt (and
+  // nothing read) when this stream does not serve `offset`: outside its
+  // range, before the bytes it still holds, or more than a buffer past the
+  // bytes that have arrived. Drops the bytes before `offset` (later reads
+  // cannot go back to them) and keeps those it returns until a read past
+  // them. Errors: the failed GET's, once the reader has been given every
+  // byte before it.
+  absl::StatusOr<std::optional<size_t>> Read(int64_t offset, size_t n,
+                                             char* dst);
+
+ private:
+  class Sink;
+  void Run();
+  bool HasRoomOrStops() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ServesLocked(int64_t offset) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::shared_ptr<S3Client> client_;
+  const S3Url url_;
+  const int64_t begin_;
+  const int64_t end_;
+  const S3StreamOptions options_;
+  const size_t capacity_;
+  // buffer_[offset % capacity_] holds the byte at `offset`, for offsets in
+  // [held_start_, arrived_). The thread writes only outside that window and
+  // the reader reads only inside it, so neither copies under mu_.
+  const std::unique_ptr<char[]> buffer_;
+  std::atomic<bool> cancel_{false};
+
+  absl::Mutex read_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // serialises Read
+  mutable absl::Mutex mu_;
+  int64_t held_start_ ABSL_GUARDED_BY(mu_);
+  int64_t arrived_ ABSL_GUARDED_BY(mu_);     // the next byte to arrive
+  int64_t drop_until_ ABSL_GUARDED_BY(mu_);  // bytes before it are dropped
+  int64_t request_end_ ABSL_GUARDED_BY(mu_);  // of the GET running now
+  int64_t object_end_ ABSL_GUARDED_BY(mu_);   // end_ until the size is known
+  std::string etag_ ABSL_GUARDED_BY(mu_);
+  std::optional<S3ObjectInfo> answer_ ABSL_GUARDED_BY(mu_);
+  // When the buffer last became full while the thread waited for room
+  // (InfiniteFuture while it has room or was drained below half since).
+  absl::Time full_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // drain the GET, start none
+  bool done_ ABSL_GUARDED_BY(mu_) = false;     // the thread has ended
+  absl::Status status_ ABSL_GUARDED_BY(mu_);   // why, when it failed
+  std::thread thread_;
+};
+
+}  // namespace shardq
+
+#endif  // SHARDQ_IO_S3_S3_STREAM_H_
