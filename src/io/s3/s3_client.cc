@@ -78,10 +78,12 @@ struct Request {
   size_t got = 0;
   // The sink took fewer bytes than it was given: the transfer ends early.
   bool stopped = false;
-  // The stall watch of the attempt: bytes moved since watch_start.
+  // The stall watch of the attempt: bytes moved since watch_start (a
+  // sample of about a second), and since when every sample was too slow.
   absl::Duration stall_timeout;
   absl::Time watch_start;
   int64_t watch_bytes = 0;
+  absl::Time slow_since = absl::InfiniteFuture();
   bool stalled = false;
   // The answer of the last attempt.
   int status = 0;
@@ -204,6 +206,7 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
       if (after - before > kSinkWaitExcused) {
         request->watch_start = after;
         request->watch_bytes = 0;
+        request->slow_since = absl::InfiniteFuture();
       }
       request->got += took;
       if (took < take) {
@@ -233,15 +236,20 @@ int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* request = static_cast<s3_internal::Request*>(user);
   if (request->cancel != nullptr && request->cancel->load()) return 1;
   const absl::Time now = absl::Now();
-  if (now - request->watch_start >= request->stall_timeout) {
-    const int64_t enough = kStallBytesPerSecond *
-                           absl::ToInt64Seconds(request->stall_timeout);
-    if (request->watch_bytes < enough) {
-      request->stalled = true;
-      return 1;
-    }
-    request->watch_start = now;
-    request->watch_bytes = 0;
+  const absl::Duration sample = now - request->watch_start;
+  if (sample < absl::Seconds(1)) return 0;
+  const bool slow = static_cast<double>(request->watch_bytes) <
+                    kStallBytesPerSecond * absl::ToDoubleSeconds(sample);
+  if (!slow) {
+    request->slow_since = absl::InfiniteFuture();
+  } else if (request->slow_since == absl::InfiniteFuture()) {
+    request->slow_since = request->watch_start;
+  }
+  request->watch_start = now;
+  request->watch_bytes = 0;
+  if (now - request->slow_since >= request->stall_timeout) {
+    request->stalled = true;
+    return 1;
   }
   return 0;
 }
@@ -309,6 +317,7 @@ S3Client::Attempt S3Client::Perform(Request& request) {
   request.stall_timeout = std::max(config_.stall_timeout, absl::Seconds(1));
   request.watch_start = absl::Now();
   request.watch_bytes = 0;
+  request.slow_since = absl::InfiniteFuture();
   request.skip = request.offset + static_cast<int64_t>(request.got);
   struct curl_slist* headers = nullptr;
   if (request.ranged) {

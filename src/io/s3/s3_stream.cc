@@ -12,6 +12,9 @@ namespace {
 // A stream being destroyed reads the rest of its GET, rather than closing
 // the connection, when no more than this is left of it.
 constexpr int64_t kDrainBytes = 1 << 20;
+// A read of at least this many bytes that finds the buffer empty has the
+// bytes copied straight into it as they arrive (one copy fewer).
+constexpr size_t kDirectReadBytes = 64 << 10;
 
 }  // namespace
 
@@ -57,6 +60,21 @@ class S3RangeStream::Sink final : public S3RangeSink {
         continue;
       }
       const size_t held = static_cast<size_t>(s.arrived_ - s.held_start_);
+      if (s.direct_dst_ != nullptr && held == 0 && s.direct_got_ < s.direct_room_) {
+        // A reader waits with an empty buffer: fill its own.
+        const size_t take = std::min(s.direct_room_ - s.direct_got_, n - taken);
+        char* const to = s.direct_dst_ + s.direct_got_;
+        s.direct_copying_ = true;
+        s.mu_.Unlock();
+        std::memcpy(to, data + taken, take);
+        s.mu_.Lock();
+        s.direct_copying_ = false;
+        s.direct_got_ += take;
+        s.arrived_ += static_cast<int64_t>(take);
+        s.held_start_ = s.arrived_;
+        taken += take;
+        continue;
+      }
       if (held == s.capacity_) {
         const absl::Time now = absl::Now();
         if (s.full_since_ == absl::InfiniteFuture()) s.full_since_ = now;
@@ -207,6 +225,26 @@ absl::StatusOr<std::optional<size_t>> S3RangeStream::Read(int64_t offset,
     // Woken once a good part of the read has arrived, not for each piece
     // that the connection delivers.
     const int64_t want = static_cast<int64_t>(std::min(n, capacity_ / 2 + 1));
+    if (n >= kDirectReadBytes && held_start_ == offset && arrived_ == offset &&
+        offset < object_end_ && !done_) {
+      direct_dst_ = dst;
+      direct_room_ = n;
+      direct_got_ = 0;
+      // A piece the thread was copying into the buffer when dst was lent
+      // lands there, and then dst gets nothing: read the buffer instead.
+      auto filled = [this, want] {
+        return !direct_copying_ &&
+               (static_cast<int64_t>(direct_got_) >= want || done_ ||
+                arrived_ >= object_end_ ||
+                (direct_got_ == 0 && arrived_ > held_start_));
+      };
+      mu_.Await(absl::Condition(&filled));
+      const size_t got = direct_got_;
+      direct_dst_ = nullptr;
+      direct_room_ = direct_got_ = 0;
+      // These bytes went to dst only: the buffer holds none before arrived_.
+      if (got > 0) return std::optional<size_t>(got);
+    }
     auto ready = [this, offset, want] {
       return (held_start_ == offset &&
               (arrived_ - offset >= want || arrived_ >= object_end_)) ||

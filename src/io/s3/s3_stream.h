@@ -63,13 +63,15 @@ class S3RangeStream {
   int64_t end() const { return end_; }
 
   // Copies up to n bytes at `offset` into dst, waiting for the first of
-  // them to arrive; 0 when the object ends before `offset`. nullopt (and
+  // them to arrive (a long read that finds nothing buffered has them
+  // written to dst as they come off the connection); 0 when the object
+  // ends before `offset`. nullopt (and
   // nothing read) when this stream does not serve `offset`: outside its
   // range, before the bytes it still holds, or more than a buffer past the
   // bytes that have arrived. Drops the bytes before `offset` (later reads
-  // cannot go back to them) and keeps those it returns until a read past
-  // them. Errors: the failed GET's, once the reader has been given every
-  // byte before it.
+  // cannot go back to them) and keeps those it copied from the buffer (not
+  // those written to dst directly) until a read past them. Errors: the
+  // failed GET's, once the reader has been given every byte before it.
   absl::StatusOr<std::optional<size_t>> Read(int64_t offset, size_t n,
                                              char* dst);
 
@@ -103,6 +105,13 @@ class S3RangeStream {
   // When the buffer last became full while the thread waited for room
   // (InfiniteFuture while it has room or was drained below half since).
   absl::Time full_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // A reader waiting with an empty buffer lends its own: the thread copies
+  // the next bytes to direct_dst_[direct_got_, direct_room_) (unlocked,
+  // while direct_copying_), and the reader takes it back once it is not.
+  char* direct_dst_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t direct_room_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t direct_got_ ABSL_GUARDED_BY(mu_) = 0;
+  bool direct_copying_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;  // drain the GET, start none
   bool done_ ABSL_GUARDED_BY(mu_) = false;     // the thread has ended
   absl::Status status_ ABSL_GUARDED_BY(mu_);   // why, when it failed
