@@ -20,7 +20,6 @@
 // parsed batches), so the builder holds a variant of Datasets and refuses
 // a stage that does not apply to the current element (data.py runs such
 // stages in Python instead).
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -60,18 +59,11 @@ using pipeline::PerReplicaBatches;
 // How often a blocked next() wakes to let Python handle Ctrl-C.
 constexpr absl::Duration kSignalCheck = absl::Milliseconds(100);
 // A pipeline with siblings waits in shorter slices and, while it holds no
-// item, asks the coordinator who holds the rest: first after
-// kFirstPassCheck, then twice as long after each check that says no, up
-// to kPassCheck. The DataLoader's loop waits for this worker's answer (a
-// batch, or the end of its pass) before it asks the next worker, so the
-// first checks come soon; a worker that waits long asks rarely.
-constexpr absl::Duration kPassSlice = absl::Milliseconds(5);
-constexpr absl::Duration kFirstPassCheck = absl::Milliseconds(1);
+// item, asks the coordinator who holds the rest at most this often: the
+// DataLoader's loop waits for this worker's answer (a batch, or the end of
+// its pass) before it asks the next worker.
+constexpr absl::Duration kPassSlice = absl::Milliseconds(20);
 constexpr absl::Duration kPassCheck = absl::Milliseconds(50);
-// Its item fetcher, waiting for items held by others, wakes this often to
-// see whether the pipeline is being destroyed (the end of the pass waits
-// for it).
-constexpr absl::Duration kPassTakePoll = absl::Milliseconds(10);
 
 // A batch of tf.Examples parsed into one buffer per feature. `padded` has
 // one flag per row (1: a padding row of a split) or is empty (no padding).
@@ -258,7 +250,7 @@ class PyPipelineIterator {
       absl::StatusOr<std::optional<T>> next;
       {
         py::gil_scoped_release release;
-        next = it.TryNext(!pass_rule_ ? kSignalCheck : holding_ ? kPassSlice : pass_wait_);
+        next = it.TryNext(pass_rule_ ? kPassSlice : kSignalCheck);
       }
       if (!next.ok()) {
         if (absl::IsOutOfRange(next.status())) throw py::stop_iteration();
@@ -281,15 +273,10 @@ class PyPipelineIterator {
   // queue is held by the other workers of the pass. An item fetched after
   // the check is released by Reset, for a sibling to read.
   bool PassOver(const pipeline::PipelineStats& mine) {
-    holding_ = mine.items_held > 0;
-    if (!pass_rule_ || holding_) {
-      pass_wait_ = kFirstPassCheck;
-      return false;
-    }
+    if (!pass_rule_ || mine.items_held > 0) return false;
     const absl::Time now = absl::Now();
-    if (now - last_pass_check_ < pass_wait_) return false;
+    if (now - last_pass_check_ < kPassCheck) return false;
     last_pass_check_ = now;
-    pass_wait_ = std::min(2 * pass_wait_, kPassCheck);
     WorkQueue* q = queue_->queue();
     absl::StatusOr<QueueStats> stats;
     {
@@ -317,8 +304,6 @@ class PyPipelineIterator {
   const std::string siblings_;  // the worker-id prefix of the pass's workers
   const bool pass_rule_;        // false: no pass to end early
   absl::Time last_pass_check_ = absl::InfinitePast();
-  bool holding_ = true;  // the pipeline held items at the last PassOver
-  absl::Duration pass_wait_ = kFirstPassCheck;  // from one check to the next
 };
 
 // Builds a pipeline over a WorkQueue, one stage per call.
@@ -340,9 +325,6 @@ class PyPipeline {
     read.num_parallel_reads = num_parallel_reads;
     read.complete_when_read = complete_when_read;
     read.max_epoch = max_epoch;
-    // A pipeline that ends its pass early is destroyed as soon as it holds
-    // nothing, and destroying it waits for the fetcher's take in progress.
-    if (pass_rule_) read.take_poll_interval = kPassTakePoll;
     if (reader == "text") {
       stream_ = pipeline::ReadItems(queue_->queue(), pipeline::TextReaderFactory(), read);
     } else if (reader == "tfrecord") {
