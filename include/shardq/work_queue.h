@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -99,6 +100,22 @@ class WorkQueue final : public ItemSource {
   // for good while this WorkQueue lives on (a pipeline being destroyed).
   // Best effort: an item whose lease is gone is back in the queue anyway.
   void ReleaseReady();
+
+  // For a reader that may stop before the queue is finished, such as a
+  // DataLoader worker of shardq.torch whose siblings hold the rest
+  // (python/src/py_torch_support.cc says why it must not wait for them).
+  // EndTakesIf decides, atomically with respect to this worker's takes,
+  // whether they end: it holds new takes back, waits until those on their
+  // way are answered, and when this worker then holds no lease and
+  // `over()` returns true, ends them: every Take from then on returns
+  // OUT_OF_RANGE. Otherwise takes go on. Nothing is held when they end, so
+  // nothing is given back, and an item granted meanwhile is read by this
+  // worker. Returns whether the takes ended, or over()'s error (they go
+  // on). `over` runs without this queue's lock and may call Stats().
+  absl::StatusOr<bool> EndTakesIf(absl::FunctionRef<absl::StatusOr<bool>()> over);
+  // How long one take waits at the coordinator before it asks again
+  // (default 10 s): the longest EndTakesIf waits for a take on its way.
+  void SetTakePoll(absl::Duration poll);
 
   // Completions of leases that the coordinator no longer knew (lost in a
   // coordinator crash, see Complete) since this worker started.

@@ -64,6 +64,9 @@ constexpr absl::Duration kSignalCheck = absl::Milliseconds(100);
 // its pass) before it asks the next worker.
 constexpr absl::Duration kPassSlice = absl::Milliseconds(20);
 constexpr absl::Duration kPassCheck = absl::Milliseconds(50);
+// Such a pipeline's takes wait at most this long at the coordinator
+// (WorkQueue::SetTakePoll): the longest a check waits for a take on its way.
+constexpr absl::Duration kPassTakePoll = absl::Milliseconds(50);
 
 // A batch of tf.Examples parsed into one buffer per feature. `padded` has
 // one flag per row (1: a padding row of a split) or is empty (no padding).
@@ -258,32 +261,32 @@ class PyPipelineIterator {
       }
       if (next->has_value()) return ToPython(**std::move(next), with_mask_);
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      if (PassOver(it.stats())) {
-        {
-          py::gil_scoped_release release;
-          Reset();
-        }
-        throw py::stop_iteration();
-      }
+      MaybeEndPass(it.stats());
     }
   }
 
-  // With siblings: true when this pipeline holds no item (so none of its
+  // With siblings: once this pipeline holds no item (so none of its
   // records is waiting anywhere) and the coordinator says the rest of the
-  // queue is held by the other workers of the pass. An item fetched after
-  // the check is released by Reset, for a sibling to read.
-  bool PassOver(const pipeline::PipelineStats& mine) {
-    if (!pass_rule_ || mine.items_held > 0) return false;
+  // queue is held by the other workers of the pass, the queue's takes end
+  // (WorkQueue::EndTakesIf, atomic with respect to the pipeline's takes):
+  // the pipeline then ends as at the end of the queue, with nothing held
+  // and nothing given back. An item granted before that is read.
+  void MaybeEndPass(const pipeline::PipelineStats& mine) {
+    if (!pass_rule_ || pass_ended_ || mine.items_held > 0) return;
     const absl::Time now = absl::Now();
-    if (now - last_pass_check_ < kPassCheck) return false;
+    if (now - last_pass_check_ < kPassCheck) return;
     last_pass_check_ = now;
     WorkQueue* q = queue_->queue();
-    absl::StatusOr<QueueStats> stats;
+    absl::StatusOr<bool> ended;
     {
       py::gil_scoped_release release;
-      stats = q->Stats();
+      ended = q->EndTakesIf([&]() -> absl::StatusOr<bool> {
+        absl::StatusOr<QueueStats> stats = q->Stats();
+        if (!stats.ok()) return stats.status();
+        return OnlySiblingsHoldTheRest(*stats, q->worker_id(), siblings_);
+      });
     }
-    return OnlySiblingsHoldTheRest(ValueOrThrow(std::move(stats)), q->worker_id(), siblings_);
+    pass_ended_ = ValueOrThrow(std::move(ended));
   }
 
   // Without the GIL: joins the pipeline's threads.
@@ -303,6 +306,7 @@ class PyPipelineIterator {
   pipeline::PipelineStats last_stats_;
   const std::string siblings_;  // the worker-id prefix of the pass's workers
   const bool pass_rule_;        // false: no pass to end early
+  bool pass_ended_ = false;     // the queue's takes ended (MaybeEndPass)
   absl::Time last_pass_check_ = absl::InfinitePast();
 };
 
@@ -320,6 +324,7 @@ class PyPipeline {
       throw py::type_error("shardq.data.from_queue needs a shardq.WorkQueue");
     }
     queue_ = native.cast<std::shared_ptr<PyWorkQueue>>();
+    if (pass_rule_) queue_->queue()->SetTakePoll(kPassTakePoll);
     pipeline::InterleaveOptions read;
     read.cycle_length = cycle_length;
     read.num_parallel_reads = num_parallel_reads;

@@ -49,11 +49,13 @@ absl::StatusOr<WorkItem> PassSource::NextItem() {
   while (true) {
     absl::StatusOr<WorkItem> item = q->Take(kPoll);
     if (!absl::IsDeadlineExceeded(item.status())) return item;
-    absl::StatusOr<QueueStats> stats = q->Stats();
-    if (!stats.ok()) return stats.status();
-    if (OnlySiblingsHoldTheRest(*stats, q->worker_id(), siblings_)) {
-      return PassEnded(*q, siblings_);
-    }
+    absl::StatusOr<bool> ended = q->EndTakesIf([&]() -> absl::StatusOr<bool> {
+      absl::StatusOr<QueueStats> stats = q->Stats();
+      if (!stats.ok()) return stats.status();
+      return OnlySiblingsHoldTheRest(*stats, q->worker_id(), siblings_);
+    });
+    if (!ended.ok()) return ended.status();
+    if (*ended) return PassEnded(*q, siblings_);
   }
 }
 

@@ -1,6 +1,7 @@
 // Take-ahead (WorkQueueOptions::take_ahead) over an in-process coordinator:
 // items kept ready count against num_clients, go back at close, and one not
 // started goes to an idle worker when the tail is rebalanced.
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -180,6 +181,112 @@ TEST(TakeAhead, UnstartedReadyItemGoesToAnIdleWorker) {
   ASSERT_TRUE(b->Complete(*got).ok());
   ASSERT_TRUE(a->Complete(*reading).ok());
   EXPECT_TRUE(f.coordinator->Stats("idle")->finished);
+}
+
+
+// EndTakesIf (a DataLoader worker ending its pass): decided with no take
+// on its way and nothing held, so nothing is ever given back.
+TEST(EndTakes, NotWhileALeaseIsHeldOrTakenAhead) {
+  Fixture f;
+  WorkQueueOptions o = Options("held", Files("held", 4, 3));
+  o.num_clients = 2;
+  o.take_ahead = 1;
+  std::unique_ptr<WorkQueue> q = f.Worker(o, "w");
+  absl::StatusOr<WorkItem> item = q->Take();
+  ASSERT_TRUE(item.ok());
+  ASSERT_EQ(q->ready(), 1);
+  int asked = 0;
+  auto over = [&]() -> absl::StatusOr<bool> {
+    ++asked;
+    return true;
+  };
+  EXPECT_FALSE(*q->EndTakesIf(over));
+  EXPECT_EQ(asked, 0);
+  // The item taken ahead alone is enough to go on.
+  q->ReleaseReady();
+  ASSERT_EQ(q->held(), 1);
+  EXPECT_FALSE(*q->EndTakesIf(over));
+  EXPECT_EQ(asked, 0);
+  ASSERT_TRUE(q->Release(*item).ok());
+  ASSERT_EQ(q->held(), 0);
+  EXPECT_TRUE(*q->EndTakesIf(over));
+  EXPECT_EQ(asked, 1);
+  // Ended for good: every take says so, and over() is not asked again.
+  absl::StatusOr<WorkItem> after = q->Take();
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kOutOfRange) << after.status();
+  EXPECT_TRUE(*q->EndTakesIf(over));
+  EXPECT_EQ(asked, 1);
+  QueueStats stats = *f.coordinator->Stats("held");
+  EXPECT_EQ(stats.leased, 0);
+  EXPECT_EQ(stats.pending, stats.num_items);
+}
+
+TEST(EndTakes, TakesGoOnWhenNotOverOrWhenOverFails) {
+  Fixture f;
+  std::unique_ptr<WorkQueue> q = f.Worker(Options("goon", Files("goon", 3, 2)), "w");
+  EXPECT_FALSE(*q->EndTakesIf([]() -> absl::StatusOr<bool> { return false; }));
+  absl::StatusOr<bool> failed =
+      q->EndTakesIf([]() -> absl::StatusOr<bool> { return absl::UnavailableError("no stats"); });
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<WorkItem> item = q->Take();
+    ASSERT_TRUE(item.ok()) << item.status();
+    ASSERT_TRUE(q->Complete(*item).ok());
+  }
+  EXPECT_TRUE(f.coordinator->Stats("goon")->finished);
+}
+
+TEST(EndTakes, OverIsAskedOnlyWithNoTakeOnItsWay) {
+  // A reader thread takes and completes while the main thread keeps
+  // asking to end: whenever over() runs, the coordinator shows this
+  // worker holding nothing (no take can be granted behind its back).
+  Fixture f;
+  WorkQueueOptions o = Options("race", Files("race", 40, 2));
+  o.split = false;
+  o.take_ahead = 0;  // else a refill keeps one ready until the last item
+  std::unique_ptr<WorkQueue> q = f.Worker(o, "w");
+  q->SetTakePoll(absl::Milliseconds(5));
+  std::atomic<int> read{0};
+  absl::Status reader_end;
+  std::thread reader([&] {
+    while (true) {
+      absl::StatusOr<WorkItem> item = q->Take();
+      if (!item.ok()) {
+        reader_end = item.status();
+        return;
+      }
+      if (absl::Status s = q->Complete(*item); !s.ok()) {
+        reader_end = s;
+        return;
+      }
+      ++read;
+    }
+  });
+  int checks = 0;
+  int violations = 0;
+  bool ended = false;
+  while (!ended) {
+    absl::StatusOr<bool> r = q->EndTakesIf([&]() -> absl::StatusOr<bool> {
+      ++checks;
+      absl::StatusOr<QueueStats> stats = f.coordinator->Stats("race");
+      if (!stats.ok()) return stats.status();
+      auto w = stats->workers.find("w");
+      if (w != stats->workers.end() && w->second.held > 0) ++violations;
+      return read.load() >= 20;  // end half way through
+    });
+    ASSERT_TRUE(r.ok()) << r.status();
+    ended = *r;
+  }
+  reader.join();
+  EXPECT_EQ(reader_end.code(), absl::StatusCode::kOutOfRange) << reader_end;
+  EXPECT_GT(checks, 0);
+  EXPECT_EQ(violations, 0);
+  QueueStats stats = *f.coordinator->Stats("race");
+  EXPECT_EQ(stats.leased, 0);
+  EXPECT_EQ(stats.released, 0);
+  EXPECT_EQ(stats.given_back, 0);
+  EXPECT_EQ(stats.completed + stats.pending, stats.num_items);
+  EXPECT_EQ(stats.completed, read.load());
 }
 
 }  // namespace

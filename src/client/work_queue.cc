@@ -31,10 +31,6 @@
 namespace shardq {
 namespace {
 
-// A remote take is re-issued at least this often, so a dead connection is
-// noticed; the embedded backend simply waits.
-constexpr absl::Duration kTakePollSlice = absl::Seconds(10);
-
 std::string DefaultWorkerId() {
   static std::atomic<int64_t> counter{0};
   char host[256] = {0};
@@ -193,6 +189,35 @@ void WorkQueue::Impl::ReleaseReady() {
   }
 }
 
+absl::StatusOr<bool> WorkQueue::Impl::EndTakesIf(
+    absl::FunctionRef<absl::StatusOr<bool>()> over) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (takes_ended_) return true;
+    if (takes_held_back_) return false;  // another caller is deciding
+    takes_held_back_ = true;
+    // Every take and refill on its way is answered (within take_poll_);
+    // none starts meanwhile, so what this worker holds cannot grow.
+    while (takes_in_flight_ > 0 || refills_in_flight_ > 0) ready_changed_.Wait(&mu_);
+    if (!held_.empty() || stopping_) {
+      takes_held_back_ = false;
+      ready_changed_.SignalAll();
+      return false;
+    }
+  }
+  absl::StatusOr<bool> ended = over();
+  absl::MutexLock lock(&mu_);
+  takes_held_back_ = false;
+  if (ended.ok() && *ended) takes_ended_ = true;
+  ready_changed_.SignalAll();
+  return ended;
+}
+
+void WorkQueue::Impl::SetTakePoll(absl::Duration poll) {
+  absl::MutexLock lock(&mu_);
+  take_poll_ = std::max(poll, absl::Milliseconds(1));
+}
+
 int64_t WorkQueue::Impl::ready() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(ready_.size());
@@ -240,12 +265,25 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
   if (absl::StatusOr<bool> session = EnsureSession(); !session.ok()) return session.status();
   while (true) {
     int64_t ahead;
+    absl::Duration poll;
     {
       absl::MutexLock lock(&mu_);
       // A refill on its way brings the next items in the coordinator's
       // order: wait for it rather than overtake it with a take of our own.
       // (Takes come from one thread at a time in a pipeline; concurrent
       // callers of Take get items in no particular order anyway.)
+      // EndTakesIf is deciding whether takes end: wait for its answer.
+      while (takes_held_back_) {
+        if (ready_changed_.WaitWithDeadline(&mu_, deadline) && takes_held_back_) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "queue '", name_, "': no item within ", absl::FormatDuration(timeout)));
+        }
+      }
+      if (takes_ended_) {
+        return absl::OutOfRangeError(absl::StrCat(
+            "queue '", name_, "': worker '", worker_id_,
+            "' ended its takes (the items left are read by other workers)"));
+      }
       while (ready_.empty() && refills_in_flight_ > 0) ready_changed_.Wait(&mu_);
       if (!ready_.empty()) {
         // Taken ahead: no round trip.
@@ -257,8 +295,9 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
       // a worker at its num_clients limit gets its error.
       ahead = AheadWanted(/*completing=*/false);
       ++takes_in_flight_;
+      poll = take_poll_;
     }
-    const absl::Time slice_deadline = std::min(deadline, absl::Now() + kTakePollSlice);
+    const absl::Time slice_deadline = std::min(deadline, absl::Now() + poll);
     absl::StatusOr<std::vector<WorkItem>> items =
         backend_->Take(name_, worker_id_, 1 + ahead, slice_deadline);
     if (items.ok()) Prepare(*items);
@@ -308,7 +347,8 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
     // Not while a take or another refill is on its way: it asked for the
     // items ahead itself, and a refill answered first would hand them out
     // out of order (see takes_in_flight_).
-    if (!stopping_ && takes_in_flight_ == 0 && refills_in_flight_ == 0 &&
+    if (!stopping_ && !takes_held_back_ && !takes_ended_ && takes_in_flight_ == 0 &&
+        refills_in_flight_ == 0 &&
         held_.contains(item.lease_id)) {
       ahead = AheadWanted(/*completing=*/true);
       if (ahead > 0) ++refills_in_flight_;
@@ -465,6 +505,10 @@ absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view rea
 }
 int64_t WorkQueue::lost_leases() const { return impl_->lost_leases(); }
 void WorkQueue::ReleaseReady() { impl_->ReleaseReady(); }
+absl::StatusOr<bool> WorkQueue::EndTakesIf(absl::FunctionRef<absl::StatusOr<bool>()> over) {
+  return impl_->EndTakesIf(over);
+}
+void WorkQueue::SetTakePoll(absl::Duration poll) { impl_->SetTakePoll(poll); }
 absl::StatusOr<QueueStats> WorkQueue::Stats() { return impl_->Stats(); }
 void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
   impl_->NoteProgress(item, offset);

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -45,6 +46,8 @@ class WorkQueue::Impl final : public SessionListener {
   int64_t held() const;
   int64_t ready() const;
   void ReleaseReady();
+  absl::StatusOr<bool> EndTakesIf(absl::FunctionRef<absl::StatusOr<bool>()> over);
+  void SetTakePoll(absl::Duration poll);
   void NoteProgress(const WorkItem& item, int64_t offset);
   absl::Status ReportProgress();
   absl::Status SaveCheckpoint(const std::string& path);
@@ -112,6 +115,13 @@ class WorkQueue::Impl final : public SessionListener {
   int64_t takes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t refills_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar ready_changed_;
+  // EndTakesIf: while it decides, takes wait (ready_changed_ is signalled
+  // when it is done); once it ended them, every take is OUT_OF_RANGE.
+  bool takes_held_back_ ABSL_GUARDED_BY(mu_) = false;
+  bool takes_ended_ ABSL_GUARDED_BY(mu_) = false;
+  // How long one take waits at the coordinator (SetTakePoll): a remote
+  // take is re-issued at least this often, so a dead connection is noticed.
+  absl::Duration take_poll_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
   // Consumed offset per held lease, as noted by readers.
   absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
   bool progress_unsent_ ABSL_GUARDED_BY(mu_) = false;
