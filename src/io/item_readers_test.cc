@@ -118,9 +118,8 @@ class HintRecordingFileSystem final : public FileSystem {
 };
 
 // A FaultyFile is the file it wraps but for its faults: the range a reader
-// announces reaches the wrapped file (a remote one fetches it ahead), and
-// so does the question of its version (a plan's ETag is checked).
-TEST(FaultyFile, PassesAReadersHintAndTheVersionToTheWrappedFile) {
+// announces reaches the wrapped file (a remote one fetches it ahead).
+TEST(FaultyFile, PassesAReadersRangeHintToTheWrappedFile) {
   TempPath path(".tfrecord");
   WriteRecords(path.path(), FileCompression::kNone, 1000);
   const int64_t size = *FileSize(path.path());
@@ -132,9 +131,8 @@ TEST(FaultyFile, PassesAReadersHintAndTheVersionToTheWrappedFile) {
   faults.max_read_bytes = 7;  // some fault, so that the file is a FaultyFile
   fs.SetFaults(path.path(), faults);
 
-  const std::string range = absl::StrCat("?start=", start, "&end=", end);
   auto reader = TFRecordItemReader::Open(
-      Parsed(absl::StrCat(path.path(), range, "&etag=v7")), {}, &fs);
+      Parsed(absl::StrCat(path.path(), "?start=", start, "&end=", end)), {}, &fs);
   ASSERT_TRUE(reader.ok()) << reader.status();
   Record record;
   int records = 0;
@@ -144,9 +142,22 @@ TEST(FaultyFile, PassesAReadersHintAndTheVersionToTheWrappedFile) {
   EXPECT_GT(faults.reads->load(), 0);
   EXPECT_THAT(recording.hints(), ::testing::AllOf(::testing::Not(::testing::IsEmpty()),
                                                   ::testing::Each(::testing::Pair(start, end))));
+}
 
-  auto replaced = TFRecordItemReader::Open(
-      Parsed(absl::StrCat(path.path(), range, "&etag=v6")), {}, &fs);
+// ... and so does the question of its version: a plan's ETag is checked
+// against the wrapped file's.
+TEST(FaultyFile, HasTheVersionOfTheWrappedFile) {
+  TempPath path(".tfrecord");
+  WriteRecords(path.path(), FileCompression::kNone, 10);
+  HintRecordingFileSystem recording;
+  FaultyFileSystem fs(&recording);
+  FileFaults faults;
+  faults.max_read_bytes = 7;
+  fs.SetFaults(path.path(), faults);
+
+  auto reader = TFRecordItemReader::Open(Parsed(path.path() + "?etag=v7"), {}, &fs);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto replaced = TFRecordItemReader::Open(Parsed(path.path() + "?etag=v6"), {}, &fs);
   EXPECT_EQ(replaced.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(replaced.status().message(), HasSubstr("ETag now v7, planned v6"));
 }
