@@ -2,8 +2,9 @@
 // of the readers: short reads, a read error (EIO, ENOSPC, any errno) from a
 // byte offset on, and a file cut shorter after it was opened. Every fault
 // must surface from a reader as a clear error naming the file and offset,
-// or (short reads) not at all: never as silently fewer records.
-// Thread-safe.
+// or (short reads) not at all: never as silently fewer records. Apart from
+// the faults a file behaves as the one it wraps: its version and the
+// reader's read-ahead hints (WillRead) pass through. Thread-safe.
 #ifndef SHARDQ_IO_FAULTY_FILE_H_
 #define SHARDQ_IO_FAULTY_FILE_H_
 
@@ -61,6 +62,14 @@ class FaultyFile final : public RandomAccessFile {
       n = std::min(n, static_cast<size_t>(faults_.truncate_at - offset));
     }
     return file_->ReadSome(offset, n, dst);
+  }
+
+  std::string version() const override { return file_->version(); }
+
+  // The hint as given: the faults change what reads return, not what the
+  // reader is about to read.
+  void WillRead(int64_t start, int64_t end) override {
+    file_->WillRead(start, end);
   }
 
  private:

@@ -4,9 +4,12 @@
 #include <cerrno>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardq/item_source.h"
@@ -69,6 +72,94 @@ TEST(TFRecordItemReader, ResumeOffsetIsAfterTheLastRecordReturned) {
   ASSERT_TRUE(*(*reader)->Next(&record));
   EXPECT_EQ(record.key, path.path() + ":0");
   EXPECT_EQ((*reader)->resume_offset(), 16 + 2);  // framing + "r0"
+}
+
+// Files as the operating system has them, except that each says it is of
+// version "v7" (as an object's ETag would) and writes down the read-ahead
+// hints it is given.
+class HintRecordingFileSystem final : public FileSystem {
+ public:
+  using Hint = std::pair<int64_t, int64_t>;
+
+  std::vector<Hint> hints() const {
+    absl::MutexLock lock(&mu_);
+    return hints_;
+  }
+
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
+      const std::string& path) override {
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+        FileSystem::Default()->Open(path);
+    if (!file.ok()) return file.status();
+    return std::unique_ptr<RandomAccessFile>(new File(*std::move(file), this));
+  }
+
+ private:
+  class File final : public RandomAccessFile {
+   public:
+    File(std::unique_ptr<RandomAccessFile> file, HintRecordingFileSystem* fs)
+        : RandomAccessFile(file->path(), file->size()), file_(std::move(file)), fs_(fs) {}
+    absl::StatusOr<size_t> ReadSome(int64_t offset, size_t n, char* dst) override {
+      return file_->ReadSome(offset, n, dst);
+    }
+    std::string version() const override { return "v7"; }
+    void WillRead(int64_t start, int64_t end) override {
+      absl::MutexLock lock(&fs_->mu_);
+      fs_->hints_.emplace_back(start, end);
+    }
+
+   private:
+    const std::unique_ptr<RandomAccessFile> file_;
+    HintRecordingFileSystem* const fs_;
+  };
+
+  mutable absl::Mutex mu_;
+  std::vector<Hint> hints_ ABSL_GUARDED_BY(mu_);
+};
+
+// A FaultyFile is the file it wraps but for its faults: the range a reader
+// announces reaches the wrapped file (a remote one fetches it ahead).
+TEST(FaultyFile, PassesAReadersRangeHintToTheWrappedFile) {
+  TempPath path(".tfrecord");
+  WriteRecords(path.path(), FileCompression::kNone, 1000);
+  const int64_t size = *FileSize(path.path());
+  const int64_t start = size / 3;
+  const int64_t end = 2 * size / 3;
+  HintRecordingFileSystem recording;
+  FaultyFileSystem fs(&recording);
+  FileFaults faults;
+  faults.max_read_bytes = 7;  // some fault, so that the file is a FaultyFile
+  fs.SetFaults(path.path(), faults);
+
+  auto reader = TFRecordItemReader::Open(
+      Parsed(absl::StrCat(path.path(), "?start=", start, "&end=", end)), {}, &fs);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Record record;
+  int records = 0;
+  while (*(*reader)->Next(&record)) ++records;
+  EXPECT_GT(records, 0);
+  EXPECT_LT(records, 1000);
+  EXPECT_GT(faults.reads->load(), 0);
+  EXPECT_THAT(recording.hints(), ::testing::AllOf(::testing::Not(::testing::IsEmpty()),
+                                                  ::testing::Each(::testing::Pair(start, end))));
+}
+
+// ... and so does the question of its version: a plan's ETag is checked
+// against the wrapped file's.
+TEST(FaultyFile, HasTheVersionOfTheWrappedFile) {
+  TempPath path(".tfrecord");
+  WriteRecords(path.path(), FileCompression::kNone, 10);
+  HintRecordingFileSystem recording;
+  FaultyFileSystem fs(&recording);
+  FileFaults faults;
+  faults.max_read_bytes = 7;
+  fs.SetFaults(path.path(), faults);
+
+  auto reader = TFRecordItemReader::Open(Parsed(path.path() + "?etag=v7"), {}, &fs);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto replaced = TFRecordItemReader::Open(Parsed(path.path() + "?etag=v6"), {}, &fs);
+  EXPECT_EQ(replaced.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(replaced.status().message(), HasSubstr("ETag now v7, planned v6"));
 }
 
 // Hands out the given items once each; counts completions.

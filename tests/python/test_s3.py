@@ -10,7 +10,6 @@ import pathlib
 import socket
 import sys
 import threading
-import time
 import uuid
 
 import pytest
@@ -164,22 +163,39 @@ def test_an_object_replaced_while_it_is_read_is_refused(s3, monkeypatch):
             reader.read_up_to(producer, 1000)
 
 
-class CuttingProxy:
-    """A TCP proxy to MinIO that resets one connection once it has passed
-    `cut_after` bytes from the server to the client (mid-body of a GET)."""
+class Proxy:
+    """A TCP proxy to MinIO. It writes down each request's method, path and
+    Range header, and the connection that carried it (client to server),
+    counts the bytes of answers (server to client), and notes the
+    connections that the client closed. With `cut_after`, it resets one
+    connection once that connection has passed `cut_after` bytes from the
+    server to the client (mid-body of a GET)."""
 
-    def __init__(self, port, cut_after):
+    def __init__(self, port, cut_after=None):
         self.upstream = ("127.0.0.1", port)
         self.cut_after = cut_after
         self.cuts = 0
         self.connections = 0
+        self.requests = []  # (method, path, range header or None)
+        self.request_connections = []  # the connection of each request, from 0
+        self.answer_bytes = 0
+        self.closed_by_client = set()
+        self._ended_here = set()  # connections cut, or closed by the server
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def wait_closed_by_client(self, connection, timeout=60):
+        """Waits until the client has closed `connection`; False after
+        `timeout` seconds."""
+        with self.changed:
+            return self.changed.wait_for(lambda: connection in self.closed_by_client,
+                                         timeout)
 
     def _accept(self):
         while not self.closed:
@@ -189,39 +205,86 @@ class CuttingProxy:
                 return
             server = socket.create_connection(self.upstream)
             with self.lock:
+                connection = self.connections
                 self.connections += 1
-            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+            threading.Thread(target=self._requests, args=(client, server, connection),
+                             daemon=True).start()
+            threading.Thread(target=self._answers, args=(server, client, connection),
+                             daemon=True).start()
 
-    def _pump(self, src, dst, downstream):
-        passed = 0
+    def _requests(self, client, server, connection):
+        pending = b""
         try:
             while True:
-                data = src.recv(65536)
+                data = client.recv(65536)
                 if not data:
                     break
-                if downstream:
+                pending += data
+                while b"\r\n\r\n" in pending:  # GET and HEAD have no body
+                    head, pending = pending.split(b"\r\n\r\n", 1)
+                    lines = head.decode("latin-1").split("\r\n")
+                    method, path = lines[0].split(" ")[:2]
+                    ranges = [l.split(":", 1)[1].strip() for l in lines[1:]
+                              if l.lower().startswith("range:")]
                     with self.lock:
-                        cut = self.cuts == 0 and passed + len(data) > self.cut_after
-                        if cut:
-                            self.cuts += 1
-                    if cut:
-                        dst.sendall(data[: max(0, self.cut_after - passed)])
-                        for s in (src, dst):  # RST, not FIN: a reset connection
-                            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                         b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                            s.close()
-                        return
-                    passed += len(data)
-                dst.sendall(data)
+                        self.requests.append((method, path, ranges[0] if ranges else None))
+                        self.request_connections.append(connection)
+                server.sendall(data)
         except OSError:
             pass
-        finally:
-            for s in (src, dst):
+        with self.changed:
+            ended_here = connection in self._ended_here
+            if not ended_here and not self.closed:
+                self.closed_by_client.add(connection)
+                self.changed.notify_all()
+        if not ended_here:
+            self._shutdown(client, server)
+
+    def _answers(self, server, client, connection):
+        passed = 0
+        server_ended = False
+        try:
+            while True:
                 try:
-                    s.shutdown(socket.SHUT_RDWR)
+                    data = server.recv(65536)
                 except OSError:
-                    pass
+                    data = b""
+                if not data:
+                    server_ended = True
+                    break
+                with self.lock:
+                    cut = (self.cut_after is not None and self.cuts == 0
+                           and passed + len(data) > self.cut_after)
+                    if cut:
+                        self.cuts += 1
+                        self._ended_here.add(connection)
+                    self.answer_bytes += len(data) if not cut else max(0, self.cut_after - passed)
+                if cut:
+                    client.sendall(data[: max(0, self.cut_after - passed)])
+                    for s in (server, client):  # RST, not FIN: a reset connection
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                     b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    client.shutdown(socket.SHUT_RD)  # wakes _requests, sends nothing
+                    for s in (server, client):
+                        s.close()
+                    return
+                passed += len(data)
+                client.sendall(data)
+        except OSError:  # the client is gone: _requests sees it too
+            pass
+        if server_ended:
+            with self.lock:
+                if connection not in self.closed_by_client:
+                    self._ended_here.add(connection)
+        self._shutdown(server, client)
+
+    @staticmethod
+    def _shutdown(*sockets):
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self):
         self.closed = True
@@ -232,7 +295,7 @@ def test_a_connection_reset_mid_range_is_retried_without_duplicates(s3, monkeypa
     minio, bucket = s3
     records = [b"reset %d " % j + b"z" * (j % 400) for j in range(20000)]  # ~4.3 MB
     minio.admin.put(bucket, "big.tfrecord", tfrecord_bytes(tmp_path, records))
-    proxy = CuttingProxy(minio.port, cut_after=300 << 10)
+    proxy = Proxy(minio.port, cut_after=300 << 10)
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
         monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(1 << 20))
@@ -246,57 +309,6 @@ def test_a_connection_reset_mid_range_is_retried_without_duplicates(s3, monkeypa
     assert "retry 1 of" in capfd.readouterr().err
 
 
-class LoggingProxy(CuttingProxy):
-    """A TCP proxy to MinIO that writes down each request's method, path and
-    Range header (client to server), and the bytes of answers (server to
-    client), cutting nothing."""
-
-    def __init__(self, port):
-        super().__init__(port, cut_after=1 << 62)
-        self.requests = []  # (method, path, range header or None)
-        self.answer_bytes = 0
-
-    def _pump(self, src, dst, downstream):
-        if downstream:
-            return self._count(src, dst)
-        pending = b""
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                pending += data
-                while b"\r\n\r\n" in pending:  # GET and HEAD have no body
-                    head, pending = pending.split(b"\r\n\r\n", 1)
-                    lines = head.decode("latin-1").split("\r\n")
-                    method, path = lines[0].split(" ")[:2]
-                    ranges = [l.split(":", 1)[1].strip() for l in lines[1:]
-                              if l.lower().startswith("range:")]
-                    with self.lock:
-                        self.requests.append((method, path, ranges[0] if ranges else None))
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def _count(self, src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                with self.lock:
-                    self.answer_bytes += len(data)
-                dst.sendall(data)
-        except OSError:
-            pass
-
-
 def test_a_slice_is_one_ranged_get_of_its_bytes_and_the_look_ahead(s3, monkeypatch, tmp_path):
     minio, bucket = s3
     records, sizes = [], {}
@@ -306,7 +318,7 @@ def test_a_slice_is_one_ranged_get_of_its_bytes_and_the_look_ahead(s3, monkeypat
         data = tfrecord_bytes(tmp_path, batch)
         sizes[f"/{bucket}/s/part-{i}.tfrecord"] = len(data)
         minio.admin.put(bucket, f"s/part-{i}.tfrecord", data)
-    proxy = LoggingProxy(minio.port)
+    proxy = Proxy(minio.port)
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
         monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(64 << 20))
@@ -345,18 +357,24 @@ def test_a_reader_that_pauses_longer_than_the_park_time_gets_every_record(s3, mo
     minio, bucket = s3
     records = [b"pause %d " % j + b"p" * 4000 for j in range(6000)]  # ~24 MB
     minio.admin.put(bucket, "pause.tfrecord", tfrecord_bytes(tmp_path, records))
-    proxy = LoggingProxy(minio.port)
+    proxy = Proxy(minio.port)
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
         monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(64 << 20))  # one GET, 4 MiB buffered
+        monkeypatch.setenv("SHARDQ_S3_PARK_AFTER_MS", "300")
         q = queue([f"s3://{bucket}/pause.tfrecord"], shuffle=False)
         planned = len(proxy.requests)
         reader = shardq.TFRecordReader()
         producer = q.input_producer()
         _, got = reader.read_up_to(producer, 10)
-        # Longer than S3StreamOptions::park_after (5 s): the buffer and the
-        # sockets are full, so the GET is ended and a new one started after.
-        time.sleep(6)
+        # The reader pauses until its GET is parked: once the buffer and the
+        # sockets are full and the reader has taken nothing for 300 ms, the
+        # GET's connection is closed (and a new GET starts when it goes on).
+        with proxy.lock:
+            get = next(i for i in range(planned, len(proxy.requests))
+                       if proxy.requests[i][0] == "GET")
+            connection = proxy.request_connections[get]
+        assert proxy.wait_closed_by_client(connection), "the paused reader's GET was not parked"
         while True:
             try:
                 _, batch = reader.read_up_to(producer, 500)

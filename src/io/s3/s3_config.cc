@@ -59,7 +59,8 @@ bool S3Config::operator==(const S3Config& o) const {
          endpoint == o.endpoint && retry.max_attempts == o.retry.max_attempts &&
          retry.initial_backoff == o.retry.initial_backoff &&
          retry.max_backoff == o.retry.max_backoff &&
-         chunk_bytes == o.chunk_bytes && stall_timeout == o.stall_timeout &&
+         chunk_bytes == o.chunk_bytes && park_after == o.park_after &&
+         stall_timeout == o.stall_timeout &&
          connect_timeout == o.connect_timeout;
 }
 
@@ -99,6 +100,11 @@ absl::StatusOr<S3Config> S3ConfigFromEnv(const EnvLookup& getenv) {
       PositiveNumber(getenv, "SHARDQ_S3_CHUNK_BYTES", config.chunk_bytes);
   if (!chunk.ok()) return chunk.status();
   config.chunk_bytes = *chunk;
+  absl::StatusOr<int64_t> park_ms =
+      PositiveNumber(getenv, "SHARDQ_S3_PARK_AFTER_MS",
+                     absl::ToInt64Milliseconds(config.park_after));
+  if (!park_ms.ok()) return park_ms.status();
+  config.park_after = absl::Milliseconds(*park_ms);
   return config;
 }
 

@@ -57,6 +57,11 @@ struct S3Config {
   // less; a replaced object is noticed at the next request. An open object
   // buffers min(chunk_bytes, 4 MiB) ahead of its reader.
   int64_t chunk_bytes = 64 << 20;
+  // A streaming GET whose reader takes nothing from its full buffer for
+  // this long is ended, and a new one started when the reader goes on
+  // (SHARDQ_S3_PARK_AFTER_MS; S3StreamOptions::park_after says the
+  // trade-off).
+  absl::Duration park_after = absl::Seconds(5);
   // A transfer slower than 1 KiB/s for this long is a timeout (retried).
   absl::Duration stall_timeout = absl::Seconds(30);
   absl::Duration connect_timeout = absl::Seconds(10);

@@ -44,6 +44,7 @@ TEST(S3Config, DefaultsWithAnEmptyEnvironment) {
   EXPECT_EQ(config->endpoint, "");
   EXPECT_TRUE(config->anonymous());
   EXPECT_EQ(config->retry.max_attempts, 6);
+  EXPECT_EQ(config->park_after, absl::Seconds(5));
 }
 
 TEST(S3Config, ServiceSpecificEndpointWinsAndRegionFallsBack) {
@@ -64,16 +65,31 @@ TEST(S3Config, RefusesMalformedValuesNamingTheVariable) {
   EXPECT_THAT(S3ConfigFromEnv(Env({{"SHARDQ_S3_MAX_ATTEMPTS", "0"}}))
                   .status().message(),
               HasSubstr("SHARDQ_S3_MAX_ATTEMPTS='0' is not a positive integer"));
+  EXPECT_THAT(S3ConfigFromEnv(Env({{"SHARDQ_S3_PARK_AFTER_MS", "-1"}}))
+                  .status().message(),
+              HasSubstr("SHARDQ_S3_PARK_AFTER_MS='-1' is not a positive integer"));
+  EXPECT_THAT(S3ConfigFromEnv(Env({{"SHARDQ_S3_PARK_AFTER_MS", "5s"}}))
+                  .status().message(),
+              HasSubstr("SHARDQ_S3_PARK_AFTER_MS='5s' is not a positive integer"));
   EXPECT_THAT(S3ConfigFromEnv(Env({{"AWS_ACCESS_KEY_ID", "AK"}})).status().message(),
               HasSubstr("AWS_SECRET_ACCESS_KEY is not"));
 }
 
-TEST(S3Config, EnvironmentOverridesAttemptsAndChunkSize) {
+TEST(S3Config, EnvironmentOverridesAttemptsChunkSizeAndParkTime) {
   absl::StatusOr<S3Config> config = S3ConfigFromEnv(Env({
-      {"SHARDQ_S3_MAX_ATTEMPTS", "3"}, {"SHARDQ_S3_CHUNK_BYTES", "65536"}}));
+      {"SHARDQ_S3_MAX_ATTEMPTS", "3"}, {"SHARDQ_S3_CHUNK_BYTES", "65536"},
+      {"SHARDQ_S3_PARK_AFTER_MS", "300"}}));
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(config->retry.max_attempts, 3);
   EXPECT_EQ(config->chunk_bytes, 65536);
+  EXPECT_EQ(config->park_after, absl::Milliseconds(300));
+  // The shared client follows the environment: another park time is
+  // another configuration.
+  absl::StatusOr<S3Config> other = S3ConfigFromEnv(Env({
+      {"SHARDQ_S3_MAX_ATTEMPTS", "3"}, {"SHARDQ_S3_CHUNK_BYTES", "65536"},
+      {"SHARDQ_S3_PARK_AFTER_MS", "301"}}));
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(*config == *other);
 }
 
 TEST(S3Request, EndpointOverrideIsAddressedPathStyle) {

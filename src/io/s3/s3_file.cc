@@ -82,6 +82,7 @@ namespace {
 S3StreamOptions StreamOptions(const S3Config& config) {
   S3StreamOptions options;
   options.request_bytes = std::max<int64_t>(config.chunk_bytes, 1);
+  options.park_after = config.park_after;
   options.buffer_bytes = static_cast<size_t>(
       std::min<int64_t>(options.request_bytes, kMaxStreamBufferBytes));
   return options;

@@ -213,15 +213,17 @@ absl::StatusOr<std::optional<size_t>> S3RangeStream::Read(int64_t offset,
   {
     absl::MutexLock lock(&mu_);
     if (!ServesLocked(offset)) return std::optional<size_t>();
+    const int64_t held_before = held_start_;
     if (offset > arrived_) {
       held_start_ = arrived_;
       drop_until_ = std::max(drop_until_, offset);
     } else {
       held_start_ = offset;
     }
-    if (arrived_ - held_start_ <= static_cast<int64_t>(capacity_ / 2)) {
-      full_since_ = absl::InfiniteFuture();
-    }
+    // A reader that takes bytes is not idle, even when the connection
+    // refills the buffer at once: its GET is parked only park_after after
+    // the last bytes it took.
+    if (held_start_ > held_before) full_since_ = absl::InfiniteFuture();
     // Woken once a good part of the read has arrived, not for each piece
     // that the connection delivers.
     const int64_t want = static_cast<int64_t>(std::min(n, capacity_ / 2 + 1));

@@ -31,10 +31,14 @@ struct S3StreamOptions {
   // Bytes one GET asks for; a longer range is fetched by several GETs, one
   // after the other (each pinned to the same ETag).
   int64_t request_bytes = 64 << 20;
-  // A GET whose reader leaves the buffer full (more than half full all the
-  // while) for this long is ended and its connection closed, rather than
-  // held open by an idle reader; a new GET from the next byte starts once
-  // the reader has drained half the buffer.
+  // A GET whose reader takes none of the buffered bytes for this long
+  // while the buffer is full is ended and its connection closed, rather
+  // than held open by an idle reader (a reader that keeps reading, however
+  // slowly, keeps it); a new GET from the next byte starts once the reader
+  // has drained half the buffer. Shorter: an idle reader holds a server
+  // connection for less time; longer: a reader that pauses (a training
+  // step) costs fewer reconnections. InfiniteDuration(): never.
+  // S3Config::park_after (SHARDQ_S3_PARK_AFTER_MS) sets it for s3:// files.
   absl::Duration park_after = absl::Seconds(5);
 };
 
@@ -102,8 +106,8 @@ class S3RangeStream {
   int64_t object_end_ ABSL_GUARDED_BY(mu_);   // end_ until the size is known
   std::string etag_ ABSL_GUARDED_BY(mu_);
   std::optional<S3ObjectInfo> answer_ ABSL_GUARDED_BY(mu_);
-  // When the buffer last became full while the thread waited for room
-  // (InfiniteFuture while it has room or was drained below half since).
+  // Since when the buffer has been full while the thread waited for room
+  // (InfiniteFuture while it has room or the reader took bytes since).
   absl::Time full_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // A reader waiting with an empty buffer lends its own: the thread copies
   // the next bytes to direct_dst_[direct_got_, direct_room_) (unlocked,
