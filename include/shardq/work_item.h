@@ -95,6 +95,7 @@ struct WorkerStats {
   int64_t held = 0;       // leases held right now
   double items_per_second = 0;  // completed / seconds since first take
   int64_t records = 0;    // records reported with its completions (re-runs included)
+  int64_t sessions = 0;   // its worker sessions open right now (a live client)
 };
 
 // A consistent snapshot of one queue.

@@ -1,5 +1,5 @@
 // When a DataLoader worker (shardq.torch) stops waiting: once the rest of
-// the queue is held by the worker's siblings. The rule
+// the queue is held by the worker's siblings or other live workers. The rule
 // (OnlySiblingsHoldTheRest, sibling_rule.h) serves the C++ pipeline of shardq.torch
 // (py_pipeline.cc, a pipeline built with `siblings`) and _PassSource, an
 // item source with the same behaviour for the plain readers.
@@ -12,7 +12,12 @@
 // waits forever: the loop waits for that worker's batch, and the siblings
 // wait for the loop. Such a worker ends its pass instead; the siblings read
 // what they hold once they are asked again (a sibling that dies makes the
-// DataLoader raise, so nothing is skipped silently).
+// DataLoader raise, so nothing is skipped silently). The same goes for
+// items held by live workers of other ranks: under torchrun, rank A's
+// starving worker may wait for rank B's parked worker while B's loop waits
+// for its own starving worker, which waits for A's parked one (seen: two
+// ranks of two workers each, stuck for good). A worker with an open
+// session counts as one that will read what it holds.
 #include <memory>
 #include <string>
 

@@ -14,7 +14,8 @@ bool OnlySiblingsHoldTheRest(const QueueStats& s, const std::string& self,
   int64_t held = 0;
   for (const auto& [worker, w] : s.workers) {
     if (w.held == 0) continue;
-    if (worker == self || !absl::StartsWith(worker, siblings)) return false;
+    if (worker == self) return false;
+    if (!absl::StartsWith(worker, siblings) && w.sessions == 0) return false;
     held += w.held;
   }
   return held > 0 && held >= s.leased + s.split_items_open;

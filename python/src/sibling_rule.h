@@ -11,8 +11,14 @@
 namespace shardq::python {
 
 // True when `stats` shows a queue that is not finished, has nothing
-// pending, and whose every open item is held by workers whose ids start
-// with `siblings`, none of them `self`. Open items are the leased items of
+// pending, and whose every open item is held by other workers that will
+// read it without `self`: workers whose ids start with `siblings` (the
+// DataLoader workers of this pass), or any worker with an open session (a
+// live client: a DataLoader worker of another rank, which may be parked
+// while its rank's loop waits for a worker that waits like `self`, so
+// waiting for it could close a cycle across ranks). A holder with no
+// session and not a sibling (dead, or not a session client) keeps `self`
+// waiting: its lease expires and `self` reads the item. Open items are the leased items of
 // the epochs plus the ranges split off held items (split_items_open, which
 // no epoch counts): a split-off range nobody holds yet keeps the worker
 // waiting, since it is there for the taking.

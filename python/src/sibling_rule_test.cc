@@ -37,6 +37,22 @@ TEST(SiblingRule, WaitsWhenItHoldsAnItselfOrAnOutsiderHoldsOne) {
                                        "job/"));
 }
 
+// Two ranks, each with a parked worker holding items and a starving one:
+// each starving worker ends its pass, so that each rank's loop goes on to
+// its parked worker (waiting for the other rank's items would close a
+// cycle: that rank's loop waits for its own starving worker).
+TEST(SiblingRule, EndsWhenALiveWorkerOfAnotherRankHoldsTheRest) {
+  QueueStats s = Held({{"rank0/w0", 2}, {"rank1/w1", 3}});
+  s.workers["rank0/w0"].sessions = 1;
+  s.workers["rank1/w1"].sessions = 1;
+  EXPECT_TRUE(OnlySiblingsHoldTheRest(s, "rank0/w1", "rank0/"));
+  EXPECT_TRUE(OnlySiblingsHoldTheRest(s, "rank1/w0", "rank1/"));
+  // An outsider whose client is gone (no session): its lease will expire
+  // and the item come back, so the worker waits to read it.
+  s.workers["rank1/w1"].sessions = 0;
+  EXPECT_FALSE(OnlySiblingsHoldTheRest(s, "rank0/w1", "rank0/"));
+}
+
 TEST(SiblingRule, WaitsWhenNothingIsHeld) {
   EXPECT_FALSE(OnlySiblingsHoldTheRest(Held({}), "job/w0", "job/"));
 }

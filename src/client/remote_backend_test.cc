@@ -179,6 +179,45 @@ TEST_P(RemoteBackendBothModes, ATakeThatWaitsGetsTheItemAnotherWorkerReleases) {
   EXPECT_TRUE(absl::IsOutOfRange(b->Take("waitq", "b", 1, absl::Now()).status()));
 }
 
+TEST_P(RemoteBackendBothModes, ShortWaitingSessionTakesOfManyWorkersAreAllAnswered) {
+  // Workers whose takes wait in short polls (WorkQueue::SetTakePoll, as a
+  // DataLoader worker's at the end of its pass) while another worker holds
+  // the only item: every poll is answered by its deadline (generous bound),
+  // none is left unanswered on its session.
+  std::unique_ptr<CoordinatorServer> server = StartServer("", StateDir("polls"));
+  std::shared_ptr<QueueBackend> admin = Connect(server->port());
+  CreateOneItemQueue(*admin, "polls");
+  absl::StatusOr<std::unique_ptr<WorkQueue>> holder =
+      WorkQueueFactory::Attach("polls", Connect(server->port()), "holder");
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  absl::StatusOr<WorkItem> held = (*holder)->Take();
+  ASSERT_TRUE(held.ok()) << held.status();
+  std::atomic<int64_t> slowest_ms{0};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      absl::StatusOr<std::unique_ptr<WorkQueue>> q =
+          WorkQueueFactory::Attach("polls", Connect(server->port()), absl::StrCat("w", t));
+      ASSERT_TRUE(q.ok()) << q.status();
+      (*q)->SetTakePoll(absl::Milliseconds(5 + 10 * t));
+      for (int i = 0; i < 30; ++i) {
+        const absl::Time start = absl::Now();
+        absl::StatusOr<WorkItem> item = (*q)->Take(absl::Milliseconds(60));
+        const int64_t ms = absl::ToInt64Milliseconds(absl::Now() - start);
+        int64_t seen = slowest_ms.load();
+        while (ms > seen && !slowest_ms.compare_exchange_weak(seen, ms)) {
+        }
+        if (!absl::IsDeadlineExceeded(item.status())) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LT(slowest_ms.load(), 20'000);
+  EXPECT_TRUE((*holder)->Complete(*held).ok());
+}
+
 TEST_P(RemoteBackendBothModes, ShutdownAnswersATakeThatIsStillWaiting) {
   std::unique_ptr<CoordinatorServer> server = StartServer("", StateDir("shutdown"));
   std::shared_ptr<QueueBackend> a = Connect(server->port());

@@ -163,6 +163,7 @@ QueueStats QueueState::Stats(absl::Time now) const {
     ws.completed = w.completed;
     ws.held = w.held;
     ws.records = w.records;
+    ws.sessions = SessionsOpen(name);
     const absl::Time end = w.last_completion == absl::InfinitePast() ? now : w.last_completion;
     const double seconds = absl::ToDoubleSeconds(end - w.first_take);
     if (w.first_take != absl::InfinitePast() && seconds > 0) {

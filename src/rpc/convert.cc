@@ -111,6 +111,7 @@ void ToProto(const QueueStats& stats, v1::QueueStatus* out) {
     worker->set_held(w.held);
     worker->set_items_per_second(w.items_per_second);
     worker->set_records(w.records);
+    worker->set_sessions(w.sessions);
   }
 }
 
@@ -151,6 +152,7 @@ QueueStats FromProto(const v1::QueueStatus& status) {
     ws.held = w.held();
     ws.items_per_second = w.items_per_second();
     ws.records = w.records();
+    ws.sessions = w.sessions();
     out.workers[w.worker()] = ws;
   }
   return out;

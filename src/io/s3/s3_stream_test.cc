@@ -345,7 +345,8 @@ TEST(S3RangeStream, AnIdleReadersGetIsParkedAndResumedFromTheNextByte) {
 // bytes all the time: it is not idle, and its one GET stays open past
 // park_after. park_after is long next to the reader's pace (a read every
 // few milliseconds), so only a reader stopped for a whole second could
-// be parked.
+// be parked: the reader measures its own stops, and each one that long
+// (a descheduled thread on a loaded machine) may have cost one more GET.
 TEST(S3RangeStream, AReaderThatKeepsTakingBytesIsNotParked) {
   const std::string object = Object(32 << 20);
   std::unique_ptr<S3TestServer> server = Serve(object);
@@ -357,8 +358,12 @@ TEST(S3RangeStream, AReaderThatKeepsTakingBytesIsNotParked) {
   const absl::Time until = absl::Now() + 3 * options.park_after;
   int64_t offset = 0;
   char piece[4096];
+  size_t long_stops = 0;
+  absl::Time last_read = absl::Now();
   while (absl::Now() < until) {
+    if (absl::Now() - last_read >= options.park_after) ++long_stops;
     absl::StatusOr<std::optional<size_t>> got = stream.Read(offset, sizeof(piece), piece);
+    last_read = absl::Now();
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_TRUE(got->has_value() && **got > 0) << offset;
     ASSERT_EQ(std::string(piece, **got), object.substr(offset, **got)) << offset;
@@ -368,8 +373,8 @@ TEST(S3RangeStream, AReaderThatKeepsTakingBytesIsNotParked) {
   ASSERT_LT(offset, static_cast<int64_t>(object.size()) - (4 << 20))
       << "the reader was not slower than the connection";
   const Log log = server->log();
-  EXPECT_EQ(log.requests.size(), 1u);
-  EXPECT_TRUE(log.closed_by_client.empty());
+  EXPECT_LE(log.requests.size(), 1u + long_stops);
+  EXPECT_LE(log.closed_by_client.size(), long_stops);
 }
 
 TEST(S3RangeStream, DestroyingAStreamMidRangeEndsItsGet) {
