@@ -65,6 +65,7 @@ py::dict StatsToDict(const QueueStats& s) {
     wd["completed"] = w.completed;
     wd["held"] = w.held;
     wd["records"] = w.records;
+    wd["sessions"] = w.sessions;
     wd["items_per_second"] = w.items_per_second;
     workers[py::str(name)] = wd;
   }

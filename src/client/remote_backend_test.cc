@@ -218,6 +218,27 @@ TEST_P(RemoteBackendBothModes, ShortWaitingSessionTakesOfManyWorkersAreAllAnswer
   EXPECT_TRUE((*holder)->Complete(*held).ok());
 }
 
+TEST(RemoteBackend, StatsCountAWorkersOpenSessionsUntilItIsGone) {
+  std::unique_ptr<CoordinatorServer> server = StartServer();
+  std::shared_ptr<QueueBackend> admin = Connect(server->port());
+  CreateOneItemQueue(*admin, "live");
+  absl::StatusOr<std::unique_ptr<WorkQueue>> q =
+      WorkQueueFactory::Attach("live", Connect(server->port()), "w");
+  ASSERT_TRUE(q.ok()) << q.status();
+  absl::StatusOr<WorkItem> item = (*q)->Take();
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_EQ(server->coordinator()->Stats("live")->workers["w"].sessions, 1);
+  q->reset();  // closes its session (the lease stays until it expires)
+  const absl::Time bound = absl::Now() + absl::Seconds(60);  // generous
+  while (server->coordinator()->Stats("live")->workers["w"].sessions != 0 &&
+         absl::Now() < bound) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  QueueStats stats = *server->coordinator()->Stats("live");
+  EXPECT_EQ(stats.workers["w"].sessions, 0);
+  EXPECT_EQ(stats.workers["w"].held + stats.pending, 1);
+}
+
 TEST_P(RemoteBackendBothModes, ShutdownAnswersATakeThatIsStillWaiting) {
   std::unique_ptr<CoordinatorServer> server = StartServer("", StateDir("shutdown"));
   std::shared_ptr<QueueBackend> a = Connect(server->port());

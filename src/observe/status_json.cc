@@ -36,6 +36,7 @@ nlohmann::json QueueStatsJson(const QueueStats& s) {
                             {"taken", w.taken},
                             {"held", w.held},
                             {"records", w.records},
+                            {"sessions", w.sessions},
                             {"items_per_second", w.items_per_second}});
   }
   return q;

@@ -62,6 +62,7 @@ def test_killed_worker_item_is_rerun_and_every_item_completes_once(coordinator, 
     assert status["finished"] is True
     by_worker = {w["worker"]: w for w in status["workers"]}
     assert by_worker["victim"]["completed"] == 0
+    assert all(w["sessions"] == 0 for w in status["workers"])  # every worker is gone
     assert sum(w["completed"] for w in status["workers"]) == 80
 
     lines = []
