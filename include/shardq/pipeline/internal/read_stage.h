@@ -6,8 +6,9 @@
 // ledger in its turn (waiting for it when `deterministic`, unless none can
 // come before held items complete: then it is skipped). With
 // num_parallel_reads > 1, reading threads fill every slot's buffer ahead of
-// the merge (slot i served by thread i % num_parallel_reads), so slow
-// opens and reads overlap; the merged order is the same.
+// the merge, so slow opens and reads overlap; the merged order is the same.
+// The slots and their reading, serial or parallel, are item_slots.h; this
+// file is the merge.
 //
 // Records go to the output queue in blocks (see pending_), and always
 // before the merger waits for anything; the stages after it take them in
@@ -28,21 +29,19 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "shardq/pipeline/queues.h"
 #include "shardq/pipeline/record_reader.h"
 #include "shardq/pipeline/stage_options.h"
 #include "shardq/pipeline/internal/item_ledger.h"
+#include "shardq/pipeline/internal/item_slots.h"
 #include "shardq/pipeline/internal/stage.h"
 
 namespace shardq::pipeline::internal {
@@ -56,15 +55,9 @@ class ReadStage final : public Stage<R> {
             const InterleaveOptions& options)
       : context_(context),
         ledger_(context->ledger.get()),
-        factory_(std::move(factory)),
         options_(options),
-        parallel_(options.num_parallel_reads > 1),
         flush_at_(std::max<int64_t>(1, options.buffer_size / 4)),
-        slots_(static_cast<size_t>(options.cycle_length)) {
-    for (int64_t t = 0; t < std::max<int64_t>(1, options.num_parallel_reads);
-         ++t) {
-      reader_cvs_.push_back(std::make_unique<absl::CondVar>());
-    }
+        slots_(std::move(factory), options) {
     QueueOptions queue_options;
     queue_options.name = options.name;
     // Blocks of about flush_at_ results: buffer_size results in all.
@@ -90,35 +83,11 @@ class ReadStage final : public Stage<R> {
     return absl::OkStatus();
   }
   bool ReadInPullingThread() override {
-    if (!parallel_) inline_ = true;
+    if (!slots_.parallel()) inline_ = true;
     return inline_;
   }
 
  private:
-  struct Slot {
-    std::shared_ptr<ItemTicket> ticket;  // null: the slot is empty
-    // Opened lazily by the thread that reads the slot (the merger in
-    // serial mode, else the slot's reading thread while `reading`); only
-    // that thread touches it.
-    std::unique_ptr<ItemReader<R>> reader;
-    // Guarded by mu_ in parallel mode (in serial mode only the merger
-    // touches them): records read ahead, their resume offsets, and how the
-    // read ended.
-    std::deque<R> records;
-    std::deque<int64_t> offsets;
-    bool reading = false;
-    bool finished = false;
-    absl::Status error;
-  };
-
-  // Up to `n` records of one slot, and how its item stands after them.
-  struct Block {
-    std::vector<R> records;
-    std::vector<int64_t> offsets;
-    bool finished = false;
-    absl::Status error;
-  };
-
   // How one turn of the merge (MergeStep) left the stream.
   enum class Turn {
     kGoOn,     // more to come
@@ -131,174 +100,12 @@ class ReadStage final : public Stage<R> {
     ThreadCoordinator& coordinator = context_->coordinator;
     coordinator.AddStopCallback([this] {
       out_->Close(/*cancel_pending=*/true);
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-      slot_cv_.SignalAll();
-      for (auto& cv : reader_cvs_) cv->SignalAll();
+      slots_.Stop();
     });
     if (inline_) return;  // the puller's thread merges (InlineNext)
     coordinator.Launch(absl::StrCat(options_.name, " merger"),
                        [this] { return MergeLoop(); });
-    if (!parallel_) return;
-    for (int64_t t = 0; t < options_.num_parallel_reads; ++t) {
-      coordinator.Launch(absl::StrCat(options_.name, " reader #", t),
-                         [this, t] { return ReadLoop(t); });
-    }
-  }
-
-  // Reads the next record of the slot's item into *record, opening its
-  // reader first if needed. Called with no lock held, by the one thread
-  // reading the slot. False at the item's end (*finished) or on an error
-  // (*error).
-  bool ReadOne(Slot& slot, const WorkItem& item, R* record, int64_t* offset,
-               bool* finished, absl::Status* error) {
-    if (slot.reader == nullptr) {
-      absl::StatusOr<std::unique_ptr<ItemReader<R>>> reader = factory_(item);
-      if (!reader.ok()) {
-        *error = ItemError(item.item, reader.status());
-        return false;
-      }
-      slot.reader = *std::move(reader);
-    }
-    absl::StatusOr<bool> more = slot.reader->Next(record);
-    if (!more.ok()) {
-      *error = ItemError(item.item, more.status());
-      return false;
-    }
-    if (!*more) {
-      *finished = true;
-      return false;
-    }
-    *offset = slot.reader->resume_offset();
-    return true;
-  }
-
-  // Reads up to `n` records of `slot` (parallel mode).
-  Block ReadBlock(Slot& slot, const WorkItem& item, int64_t n) {
-    Block block;
-    block.records.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
-    block.offsets.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
-    int64_t offset = 0;
-    while (static_cast<int64_t>(block.records.size()) < n) {
-      if (!ReadOne(slot, item, &block.records.emplace_back(), &offset,
-                   &block.finished, &block.error)) {
-        block.records.pop_back();
-        break;
-      }
-      block.offsets.push_back(offset);
-    }
-    return block;
-  }
-
-  absl::Status ItemError(const std::string& item, const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat(options_.name, ": item '",
-                                               item, "': ", s.message()));
-  }
-
-  // Parallel mode: the body of reading thread `t`.
-  absl::Status ReadLoop(int64_t t) {
-    size_t next = static_cast<size_t>(t);
-    while (true) {
-      Slot* slot = nullptr;
-      std::shared_ptr<ItemTicket> ticket;
-      int64_t room = 0;
-      {
-        absl::MutexLock lock(&mu_);
-        while (!stopping_ && (slot = FindSlotToRead(t, &next)) == nullptr) {
-          reader_cvs_[static_cast<size_t>(t)]->Wait(&mu_);
-        }
-        if (stopping_) return absl::OkStatus();
-        slot->reading = true;
-        ticket = slot->ticket;
-        room = options_.read_ahead - static_cast<int64_t>(slot->records.size());
-      }
-      Block block = ReadBlock(*slot, ticket->item(), room);
-      absl::MutexLock lock(&mu_);
-      slot->reading = false;
-      AppendLocked(*slot, block);
-      slot_cv_.Signal();  // the merger
-    }
-  }
-
-  // A slot of thread `t` that has an item, room and more to read; searched
-  // round robin from *next so that no slot of the thread starves.
-  Slot* FindSlotToRead(int64_t t, size_t* next)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const size_t stride = static_cast<size_t>(options_.num_parallel_reads);
-    const size_t n = slots_.size();
-    for (size_t k = 0; k < n; ++k) {
-      const size_t i = (*next + k) % n;
-      if (i % stride != static_cast<size_t>(t)) continue;
-      if (NeedsReadLocked(slots_[i])) {
-        *next = (i + 1) % n;
-        return &slots_[i];
-      }
-    }
-    return nullptr;
-  }
-
-  // Serial mode: the next block of `slot`, read here straight into the
-  // block. The slot's buffer keeps only the one record read past the block
-  // (see TakeBlock).
-  void TakeSerially(Slot& slot, Block* block) {
-    const size_t n = static_cast<size_t>(options_.block_length);
-    block->records.reserve(n);
-    block->offsets.reserve(n);
-    if (!slot.records.empty()) {
-      block->records.push_back(std::move(slot.records.front()));
-      block->offsets.push_back(slot.offsets.front());
-      slot.records.pop_front();
-      slot.offsets.pop_front();
-    }
-    int64_t offset = 0;
-    while (block->records.size() < n && !slot.finished && slot.error.ok()) {
-      if (!ReadOne(slot, slot.ticket->item(), &block->records.emplace_back(),
-                   &offset, &slot.finished, &slot.error)) {
-        block->records.pop_back();
-        break;
-      }
-      block->offsets.push_back(offset);
-    }
-    if (block->records.size() == n && !slot.finished && slot.error.ok()) {
-      R ahead;
-      if (ReadOne(slot, slot.ticket->item(), &ahead, &offset, &slot.finished,
-                  &slot.error)) {
-        slot.records.push_back(std::move(ahead));
-        slot.offsets.push_back(offset);
-      }
-    }
-    if (slot.records.empty()) {
-      block->finished = slot.finished;
-      block->error = slot.error;
-    }
-  }
-
-  // Appends `block` to the slot's buffer. Requires mu_.
-  static void AppendLocked(Slot& slot, Block& block) {
-    for (size_t k = 0; k < block.records.size(); ++k) {
-      slot.records.push_back(std::move(block.records[k]));
-      slot.offsets.push_back(block.offsets[k]);
-    }
-    slot.finished = block.finished;
-    slot.error = std::move(block.error);
-  }
-
-  // Whether a reading thread should refill `slot`: it has an item with
-  // more to read and its buffer fell below half of read_ahead (or below
-  // what the merger waits for). Refilling in bursts rather than record by
-  // record keeps the wake-ups few.
-  bool NeedsReadLocked(const Slot& slot) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const int64_t low = std::max(options_.block_length + 1,
-                                 options_.read_ahead / 2);
-    return slot.ticket != nullptr && !slot.reading && !slot.finished &&
-           slot.error.ok() && static_cast<int64_t>(slot.records.size()) < low;
-  }
-
-  bool SlotReady(const Slot& slot, int64_t want) {
-    absl::MutexLock lock(&mu_);
-    return stopping_ || static_cast<int64_t>(slot.records.size()) >= want ||
-           slot.finished || !slot.error.ok();
+    slots_.LaunchReaders(coordinator);
   }
 
   // Hands the pending results on to the next stage. False once the output
@@ -312,58 +119,19 @@ class ReadStage final : public Stage<R> {
     return out_->Enqueue(std::move(out)).ok();
   }
 
-  void WakeReaderLocked(size_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    reader_cvs_[slot % reader_cvs_.size()]->Signal();
-  }
-
   // The next block of slot `i` (which has an item): up to block_length
-  // records, and whether the item ends (or fails) right after them. The
-  // slot's buffer first gets one record more than a block, or the item's
-  // end, so that an item ends in the visit that takes its last record
-  // however far the reading got: the order does not depend on timing.
-  // Serial: read here. Parallel: wait for the slot's reader.
-  bool TakeBlock(size_t i, Block* block) {
-    Slot& slot = slots_[i];
-    const int64_t want = options_.block_length + 1;
-    if (!parallel_) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) return false;
-      }
-      TakeSerially(slot, block);
-      return true;
-    }
-    if (!SlotReady(slot, want) && !Flush()) {
+  // records, and whether the item ends (or fails) right after them
+  // (ItemSlots::TakeBlock). False when stopping.
+  bool TakeBlock(size_t i, SlotBlock<R>* block) {
+    if (!slots_.Ready(i) && !Flush()) {
       return false;  // about to wait: hand on what is pending first
     }
-    absl::MutexLock lock(&mu_);
-    while (!stopping_ && static_cast<int64_t>(slot.records.size()) < want &&
-           !slot.finished && slot.error.ok()) {
-      slot_cv_.Wait(&mu_);
-    }
-    if (stopping_) return false;
-    const int64_t n = std::min<int64_t>(
-        options_.block_length, static_cast<int64_t>(slot.records.size()));
-    block->records.reserve(static_cast<size_t>(n));
-    block->offsets.reserve(static_cast<size_t>(n));
-    for (int64_t k = 0; k < n; ++k) {
-      block->records.push_back(std::move(slot.records.front()));
-      block->offsets.push_back(slot.offsets.front());
-      slot.records.pop_front();
-      slot.offsets.pop_front();
-    }
-    if (slot.records.empty()) {
-      block->finished = slot.finished;
-      block->error = slot.error;
-    }
-    if (parallel_ && NeedsReadLocked(slot)) WakeReaderLocked(i);
-    return true;
+    return slots_.TakeBlock(i, block);
   }
 
   // Hands on `block` of slot `i`.
-  Turn EmitBlock(size_t i, Block& block) {
-    Slot& slot = slots_[i];
-    const std::shared_ptr<ItemTicket> ticket = slot.ticket;
+  Turn EmitBlock(size_t i, SlotBlock<R>& block) {
+    const std::shared_ptr<ItemTicket> ticket = slots_.ticket(i);
     if (!block.records.empty()) {
       const int64_t first = ledger_->Emit(*ticket, block.offsets);
       pending_.reserve(pending_.size() + block.records.size());
@@ -376,13 +144,8 @@ class ReadStage final : public Stage<R> {
     }
     absl::Status error = std::move(block.error);
     if (block.finished) {
-      std::unique_ptr<ItemReader<R>> reader;  // destroyed below, unlocked
-      {
-        absl::MutexLock lock(&mu_);
-        reader = std::move(slot.reader);
-        slot.ticket = nullptr;
-        slot.finished = false;
-      }
+      // Destroyed below, unlocked.
+      std::unique_ptr<ItemReader<R>> reader = slots_.Vacate(i);
       // Before the last records can be consumed, so that consuming the
       // last one completes the item (inside Iterator::Next). Completes
       // right away only an item without records.
@@ -412,12 +175,9 @@ class ReadStage final : public Stage<R> {
       *seen = ledger_->change_count();
       const ItemLedger::Poll poll = ledger_->TryTakeItem(&ticket, error);
       switch (poll) {
-        case ItemLedger::Poll::kItem: {
-          absl::MutexLock lock(&mu_);
-          slots_[i].ticket = std::move(ticket);
-          if (parallel_) WakeReaderLocked(i);
+        case ItemLedger::Poll::kItem:
+          slots_.Assign(i, std::move(ticket));
           return poll;
-        }
         case ItemLedger::Poll::kStopped:
           *error = StoppingError(options_.name);
           return poll;
@@ -473,9 +233,8 @@ class ReadStage final : public Stage<R> {
   // next block, then moves to the next slot; or waits while idle.
   Turn MergeStep() {
     const size_t i = next_slot_;
-    bool busy = false;  // some slot has an item
-    for (const Slot& slot : slots_) busy = busy || slot.ticket != nullptr;
-    if (slots_[i].ticket == nullptr && !source_ended_) {
+    bool busy = slots_.AnyHasItem();
+    if (slots_.ticket(i) == nullptr && !source_ended_) {
       uint64_t seen = 0;
       absl::Status error;
       const ItemLedger::Poll poll = FillSlot(i, &seen, &error);
@@ -505,8 +264,8 @@ class ReadStage final : public Stage<R> {
         return Turn::kGoOn;  // the same slot again
       }
     }
-    if (slots_[i].ticket != nullptr) {
-      Block block;
+    if (slots_.ticket(i) != nullptr) {
+      SlotBlock<R> block;
       if (!TakeBlock(i, &block)) return Turn::kStopped;
       if (const Turn turn = EmitBlock(i, block); turn != Turn::kGoOn) {
         return turn;
@@ -574,9 +333,7 @@ class ReadStage final : public Stage<R> {
 
   PipelineContext* const context_;
   ItemLedger* const ledger_;
-  const ItemReaderFactory<R> factory_;
   const InterleaveOptions options_;
-  const bool parallel_;
   // Flushed blocks of pending_, in order.
   std::unique_ptr<FifoQueue<TrackedBlock<R>>> out_;
   std::unique_ptr<BlockDrain<R>> drain_;  // the consumer's side of out_
@@ -598,15 +355,8 @@ class ReadStage final : public Stage<R> {
   // Idle: the ledger's change count when the last marker was sent.
   // -1: not idle.
   int64_t marker_state_ = -1;
-  absl::Mutex mu_;
-  absl::CondVar slot_cv_;  // the merger waits for a slot's records
-  // Reading thread t waits on reader_cvs_[t] for one of its slots to need
-  // a read.
-  std::vector<std::unique_ptr<absl::CondVar>> reader_cvs_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // The vector never changes size; the fields of a Slot are guarded as
-  // described in Slot.
-  std::vector<Slot> slots_;
+  // The cycle's slots, each reading one item (item_slots.h).
+  ItemSlots<R> slots_;
 };
 
 }  // namespace shardq::pipeline::internal
