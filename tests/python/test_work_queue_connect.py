@@ -90,9 +90,17 @@ def test_tf_cluster_of_two_workers_without_a_coordinator_is_served_by_task_zero(
                                     '"task": {"type": "worker", "index": 0}}')
     files = text_files(1, 3)
     served = shardq.WorkQueue(files, name="tf-served")
-    assert shardq.cluster.serving() == port
-    assert served.take() == files[0]
-    # Opting in gives this process its own queue.
-    monkeypatch.setenv("SHARDQ_EMBEDDED", "1")
-    queue = shardq.WorkQueue(files, name="tf-opted-in")
-    assert queue.take() == files[0]
+    try:
+        assert shardq.cluster.serving() == port
+        assert served.take() == files[0]
+        # Opting in gives this process its own queue.
+        monkeypatch.setenv("SHARDQ_EMBEDDED", "1")
+        queue = shardq.WorkQueue(files, name="tf-opted-in")
+        assert queue.take() == files[0]
+    finally:
+        # The coordinator this process serves would outlive the test, and
+        # with it gRPC in this process: DataLoader workers that later tests
+        # fork from it would then refuse to use gRPC.
+        served.close()
+        shardq.cluster._stop()
+    assert shardq.cluster.serving() is None
