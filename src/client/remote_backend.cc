@@ -94,12 +94,15 @@ class RemoteBackend final : public QueueBackend {
     return items;
   }
 
+  // Complete, Release, Fail and AcceptSplit go through the worker's session
+  // unless a take of its own waits there for an item: their answers would
+  // queue behind that take's (SessionClient::TakeWaiting), so they take the
+  // unary RPC, whose effect is the same.
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                            absl::string_view worker,
                                            uint64_t lease_id, int64_t records) override {
-    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
-      return session->Complete(lease_id, records);
-    }
+    std::shared_ptr<SessionClient> session = SessionOf(queue, worker);
+    if (session != nullptr && !session->TakeWaiting()) return session->Complete(lease_id, records);
     v1::CompleteRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
@@ -110,29 +113,30 @@ class RemoteBackend final : public QueueBackend {
       return stub.Complete(ctx, req, &resp);
     });
     if (!s.ok()) return s;
+    if (session != nullptr) session->ForgetLease(lease_id);
     return resp.duplicate() ? CompleteOutcome::kDuplicate : CompleteOutcome::kCompleted;
   }
 
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id) override {
-    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
-      return session->Release(lease_id);
-    }
+    std::shared_ptr<SessionClient> session = SessionOf(queue, worker);
+    if (session != nullptr && !session->TakeWaiting()) return session->Release(lease_id);
     v1::ReleaseRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
     req.set_lease_id(lease_id);
     v1::ReleaseResponse resp;
-    return calls_.Unary("Release", [&](Stub& stub, grpc::ClientContext* ctx) {
+    absl::Status s = calls_.Unary("Release", [&](Stub& stub, grpc::ClientContext* ctx) {
       return stub.Release(ctx, req, &resp);
     });
+    if (s.ok() && session != nullptr) session->ForgetLease(lease_id);
+    return s;
   }
 
   absl::StatusOr<bool> Fail(absl::string_view queue, absl::string_view worker,
                             uint64_t lease_id, absl::string_view reason) override {
-    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
-      return session->Fail(lease_id, reason);
-    }
+    std::shared_ptr<SessionClient> session = SessionOf(queue, worker);
+    if (session != nullptr && !session->TakeWaiting()) return session->Fail(lease_id, reason);
     v1::ReleaseRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
@@ -144,6 +148,7 @@ class RemoteBackend final : public QueueBackend {
       return stub.Release(ctx, req, &resp);
     });
     if (!s.ok()) return s;
+    if (session != nullptr) session->ForgetLease(lease_id);
     return resp.item_failed();
   }
 
@@ -174,7 +179,8 @@ class RemoteBackend final : public QueueBackend {
 
   absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
                                    uint64_t lease_id, int64_t split_point) override {
-    if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
+    std::shared_ptr<SessionClient> session = SessionOf(queue, worker);
+    if (session != nullptr && !session->TakeWaiting()) {
       return session->AcceptSplit(lease_id, split_point);
     }
     v1::AcceptSplitRequest req;

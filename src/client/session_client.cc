@@ -78,6 +78,10 @@ class SessionClient::Impl {
     absl::MutexLock lock(&mu_);
     return std::vector<uint64_t>(held_.begin(), held_.end());
   }
+  void ForgetLease(uint64_t lease_id) {
+    absl::MutexLock lock(&mu_);
+    held_.erase(lease_id);
+  }
   int64_t streams_opened() const {
     absl::MutexLock lock(&mu_);
     return streams_opened_;
@@ -548,8 +552,14 @@ absl::StatusOr<std::unique_ptr<SessionClient>> SessionClient::Open(
 
 absl::StatusOr<v1::SessionResponse> SessionClient::Call(v1::SessionRequest request,
                                                         absl::Duration wait) {
-  return impl_->CallRetrying(request, wait);
+  const bool waiting_take = request.take() > 0 && wait > absl::ZeroDuration();
+  if (waiting_take) ++waiting_takes_;
+  absl::StatusOr<v1::SessionResponse> answer = impl_->CallRetrying(request, wait);
+  if (waiting_take) --waiting_takes_;
+  return answer;
 }
+
+void SessionClient::ForgetLease(uint64_t lease_id) { impl_->ForgetLease(lease_id); }
 
 void SessionClient::BeginShutdown() { impl_->BeginShutdown(); }
 std::vector<uint64_t> SessionClient::HeldLeases() const { return impl_->HeldLeases(); }

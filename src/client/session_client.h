@@ -18,6 +18,7 @@
 #ifndef SHARDQ_CLIENT_SESSION_CLIENT_H_
 #define SHARDQ_CLIENT_SESSION_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -106,6 +107,17 @@ class SessionClient {
 
   // The session's queue (options.queue).
   const std::string& queue() const;
+
+  // True while a take with a wait is on its way: the coordinator may hold
+  // its answer until an item comes, and the answers of requests sent after
+  // it queue behind that one (answers come in request order). A caller that
+  // must not wait so long (a completion, a split answer) uses the unary
+  // RPC meanwhile, then ForgetLease for a lease it gave up that way.
+  bool TakeWaiting() const { return waiting_takes_.load() > 0; }
+  // The lease was completed or released outside this session (a unary
+  // call): a re-opened stream no longer names it.
+  void ForgetLease(uint64_t lease_id);
+
   // What the coordinator said when the session opened (the queue).
   const QueueInfo& queue_info() const { return queue_info_; }
   // Leases this session knows the worker holds (sent when re-opening).
@@ -118,6 +130,7 @@ class SessionClient {
  private:
   explicit SessionClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+  std::atomic<int> waiting_takes_{0};  // calls in Call with a take and a wait
   OwnerProcess owner_;  // see src/core/process.h
   QueueInfo queue_info_;
 };
