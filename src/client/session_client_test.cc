@@ -46,6 +46,10 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   // Answer requests in pairs, second first (request_id matching).
   std::atomic<bool> answer_pairs_reversed{false};
   std::atomic<bool> accept_splits{true};
+  // As the real coordinator with a take waiting for an item: the answer of
+  // a session take with a wait, and every answer after it, wait until
+  // AnswerWithheld().
+  std::atomic<bool> hold_waiting_takes{false};
   std::vector<uint64_t> lost_on_open;  // set before the open it affects
 
   grpc::Status GetQueue(grpc::ServerContext*, const v1::GetQueueRequest* req,
@@ -104,7 +108,17 @@ class FakeCoordinator final : public v1::Coordinator::Service {
           return grpc::Status(grpc::UNAVAILABLE, "scripted break");
         }
       }
-      held_back.push_back(Answer(req));
+      SessionResponse answer = Answer(req);
+      {
+        absl::MutexLock lock(&mu_);
+        withholding_ = withholding_ ||
+                       (hold_waiting_takes.load() && req.take() > 0 && req.take_wait_ms() > 0);
+        if (withholding_) {
+          withheld_.push_back(std::move(answer));
+          continue;
+        }
+      }
+      held_back.push_back(std::move(answer));
       if (answer_pairs_reversed.load() && held_back.size() < 2) continue;
       absl::MutexLock lock(&mu_);
       while (!held_back.empty()) {
@@ -121,6 +135,15 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   bool Push(const SessionResponse& response) {
     absl::MutexLock lock(&mu_);
     return stream_ != nullptr && stream_->Write(response);
+  }
+  // Writes the answers withheld (hold_waiting_takes), in request order.
+  void AnswerWithheld() {
+    absl::MutexLock lock(&mu_);
+    withholding_ = false;
+    for (const SessionResponse& r : withheld_) {
+      if (stream_ != nullptr) stream_->Write(r);
+    }
+    withheld_.clear();
   }
   std::vector<v1::SessionOpen> opens() {
     absl::MutexLock lock(&mu_);
@@ -172,6 +195,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   ServerStream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<v1::SessionOpen> opens_ ABSL_GUARDED_BY(mu_);
   std::vector<SessionRequest> requests_ ABSL_GUARDED_BY(mu_);
+  bool withholding_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<SessionResponse> withheld_ ABSL_GUARDED_BY(mu_);
 };
 
 struct FakeServer {
@@ -442,6 +467,37 @@ TEST(RemoteSessions, WorkQueueCompletesAndTakesInOneMessage) {
     EXPECT_EQ(requests[i].complete_lease_ids_size(), 1) << i;
     EXPECT_EQ(requests[i].take(), 1) << i;
   }
+}
+
+TEST(RemoteSessions, ACompletionIsNotAnsweredBehindTheWorkersOwnWaitingTake) {
+  // The coordinator answers a session's requests in order: sent on the
+  // session, a completion would wait for the item the take before it waits
+  // for (a pipeline's consumer thread completing while its fetcher waits).
+  FakeServer server;
+  std::shared_ptr<QueueBackend> backend = RemoteTo(server);
+  RecordingListener listener;
+  ASSERT_TRUE(backend->BeginSession("q", "w", &listener).ok());
+  absl::StatusOr<std::vector<WorkItem>> held = backend->Take("q", "w", 1, absl::Now());
+  ASSERT_TRUE(held.ok() && held->size() == 1) << held.status();
+  server.service.hold_waiting_takes = true;
+  absl::StatusOr<std::vector<WorkItem>> waited;
+  std::thread taker([&] { waited = backend->Take("q", "w", 1, absl::Now() + absl::Hours(1)); });
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (server.service.requests().size() < 2 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(server.service.requests().size(), 2u);
+  EXPECT_TRUE(backend->Complete("q", "w", (*held)[0].lease_id, 100).ok());
+  EXPECT_EQ(server.service.unary_completes.load(), 1);
+  EXPECT_EQ(server.service.requests().size(), 2u);  // nothing more on the session
+  server.service.AnswerWithheld();
+  taker.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->size(), 1u);
+  // Without a waiting take, completions go on the session again.
+  EXPECT_TRUE(backend->Complete("q", "w", (*waited)[0].lease_id, 100).ok());
+  EXPECT_EQ(server.service.unary_completes.load(), 1);
+  backend->EndSession("q", "w");
 }
 
 TEST(RemoteSessions, SessionsOffUsesUnaryCalls) {
