@@ -72,7 +72,7 @@ import torch.utils.data
 
 import shardq
 import shardq.data
-from shardq import _shardq, cluster
+from shardq import _shardq, _torch_slots, cluster
 
 
 def _needs_local_coordinator():
@@ -148,81 +148,10 @@ def _port_answers(address):
         return False
 
 
-_ALIGN = 64  # bytes: each feature of a packed batch starts at a multiple
-
-
-def _unpack(packed, layout):
-    """In the training process: the batch sent as one shared tensor, as a
-    dict of views of it (no copy)."""
-    out = {}
-    for name, dtype, shape, offset, nbytes, value in layout:
-        if dtype is None:
-            out[name] = value
-        else:
-            out[name] = packed[offset:offset + nbytes].view(dtype).view(shape)
-    return out
-
-
-class _PackedBatch(dict):
-    """A DataLoader worker's batch: its feature tensors are views of one
-    shared-memory storage, so the DataLoader sends it as one tensor (torch
-    passes each storage with a round trip to the worker; one per batch
-    instead of one per feature). The training process gets a plain dict
-    (see _unpack). The DataLoader rebuilds it from a dict of the same
-    tensors (default_convert), so it finds its storage again in them."""
-
-    def __reduce__(self):
-        tensors = [v for v in self.values() if isinstance(v, torch.Tensor)]
-        if not tensors:
-            return (dict, (dict(self),))
-        storage = tensors[0].untyped_storage() if hasattr(tensors[0], "untyped_storage") \
-            else tensors[0].storage().untyped()
-        base = storage.data_ptr()
-        layout = []
-        for name, v in self.items():
-            if not isinstance(v, torch.Tensor):
-                layout.append((name, None, None, 0, 0, v))
-                continue
-            offset = v.data_ptr() - base
-            nbytes = v.numel() * v.element_size()
-            if not v.is_contiguous() or offset < 0 or offset + nbytes > storage.nbytes():
-                return (dict, (dict(self),))  # not one storage: torch sends each
-            layout.append((name, v.dtype, tuple(v.shape), offset, nbytes, None))
-        packed = torch.empty(0, dtype=torch.uint8).set_(storage)
-        return (_unpack, (packed, layout))
-
-
-def _to_torch(v):
-    """A parsed feature as torch sees it: a tensor over the numpy buffer
-    (no copy), a list for an object (bytes) array, a Ragged of those for a
-    VarLen feature."""
-    if isinstance(v, shardq.Ragged):
-        return shardq.Ragged(_to_torch(v.values), torch.from_numpy(v.row_lengths))
-    return torch.from_numpy(v) if v.dtype != object else list(v)
-
-
-def _pack(arrays):
-    """numpy arrays (the parser's buffers) copied into one shared-memory
-    storage, as a _PackedBatch of tensor views; object arrays as lists,
-    VarLen features as a Ragged of tensors (sent on their own)."""
-    offsets = {}
-    total = 0
-    for name, a in arrays.items():
-        if not isinstance(a, shardq.Ragged) and a.dtype != object:
-            offsets[name] = total
-            total += -(-a.nbytes // _ALIGN) * _ALIGN
-    storage = torch.UntypedStorage._new_shared(max(total, 1))
-    flat = torch.empty(0, dtype=torch.uint8).set_(storage)
-    out = _PackedBatch()
-    for name, a in arrays.items():
-        if isinstance(a, shardq.Ragged) or a.dtype == object:
-            out[name] = _to_torch(a)
-            continue
-        src = torch.from_numpy(a)
-        dst = flat[offsets[name]:offsets[name] + a.nbytes].view(src.dtype).view(src.shape)
-        dst.copy_(src)
-        out[name] = dst
-    return out
+# A DataLoader worker's batches travel through shared-memory slots that
+# the worker reuses (shardq._torch_slots); _pack is the worker's side.
+_pack = _torch_slots.pack
+_to_torch = _torch_slots._to_torch
 
 
 def _rank_and_world():
@@ -416,8 +345,8 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                 if not self.features:
                     yield from batches
                 elif torch.utils.data.get_worker_info() is not None:
-                    # Sent to the training process: one shared storage per
-                    # batch (the copy torch would make into shared memory).
+                    # Sent to the training process through a reused
+                    # shared-memory slot (one copy, no new segment per batch).
                     for batch in batches:
                         yield _pack(batch)
                 else:

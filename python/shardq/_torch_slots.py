@@ -1,0 +1,233 @@
+"""Batches from DataLoader workers to the training process through
+shared-memory slots that both keep mapped (used by shardq.torch).
+
+torch sends a tensor from a worker by moving its storage into a new
+shared-memory segment and passing the segment's file descriptor, with a
+round trip to the worker for each storage; on two cores that alone cost
+more than reading and parsing the batch. Here a worker copies each batch's
+arrays into a slot: a shared-memory storage it keeps and reuses. The first
+time a slot travels torch sends its storage as usual; after that only
+(worker pid, slot id, layout) travel, and the training process takes the
+mapping it kept. The batch arrives as a plain dict of tensor views of the
+slot (no copy). When the last tensor viewing a slot's batch is gone, the
+training process marks the slot free (a byte of the slot, which both
+processes see) and the worker writes a later batch there. A worker whose
+slots are all in use (the loop keeps its batches) makes another, so
+nothing is ever overwritten while in use; it keeps at most _SPARE free
+slots beyond the ones it uses, and tells the training process, with its
+next batch, which ones it dropped.
+
+Each slot starts with a header of _HEADER bytes: byte 0 is 1 while the
+training process may read the slot, byte 1 is 1 once it keeps the slot
+mapped (so the storage need not travel again).
+"""
+import os
+import weakref
+
+import numpy as np
+import torch
+
+import shardq
+
+_HEADER = 64  # bytes; the batch's features start after it, each at a multiple of _ALIGN
+_ALIGN = 64
+_SPARE = 4  # free slots a worker keeps beyond those in use
+_IN_USE, _MAPPED = 0, 1  # header bytes
+
+
+def _storage_of(tensor):
+    return tensor.untyped_storage() if hasattr(tensor, "untyped_storage") \
+        else tensor.storage().untyped()
+
+
+class _Slot:
+    """A worker's reusable shared-memory storage for one batch."""
+
+    def __init__(self, slot_id, capacity):
+        self.id = slot_id
+        self.capacity = capacity
+        self.storage = torch.UntypedStorage._new_shared(_HEADER + capacity)
+        self.flat = torch.empty(0, dtype=torch.uint8).set_(self.storage)
+        self.header = self.flat[:_HEADER].numpy()
+        self.header[:] = 0
+        self.base = self.storage.data_ptr()
+        self.sent = False  # the batch now in it was pickled once
+
+
+class _Slots:
+    """One worker process's slots (made in that process: never inherited)."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.slots = []
+        self.by_base = {}  # storage data_ptr -> _Slot
+        self.next_id = 0
+        self.dropped = []  # ids of slots dropped since the last batch sent
+
+    def acquire(self, nbytes):
+        """A free slot of at least ``nbytes``, marked in use."""
+        free = [s for s in self.slots if s.header[_IN_USE] == 0]
+        slot = next((s for s in free if s.capacity >= nbytes), None)
+        if slot is None:
+            slot = _Slot(self.next_id, nbytes)
+            self.next_id += 1
+            self.slots.append(slot)
+            self.by_base[slot.base] = slot
+        else:
+            free.remove(slot)
+        for extra in free[_SPARE:]:
+            self.slots.remove(extra)
+            del self.by_base[extra.base]
+            self.dropped.append(extra.id)
+        slot.header[_IN_USE] = 1
+        slot.sent = False
+        return slot
+
+
+_slots = None
+
+
+def _worker_slots():
+    global _slots
+    if _slots is None or _slots.pid != os.getpid():
+        _slots = _Slots()
+    return _slots
+
+
+def _to_torch(v):
+    """A parsed feature as torch sees it: a tensor over the numpy buffer
+    (no copy), a list for an object (bytes) array, a Ragged of those for a
+    VarLen feature."""
+    if isinstance(v, shardq.Ragged):
+        return shardq.Ragged(_to_torch(v.values), torch.from_numpy(v.row_lengths))
+    return torch.from_numpy(v) if v.dtype != object else list(v)
+
+
+def pack(arrays):
+    """In a DataLoader worker: the parser's numpy arrays copied into one
+    slot, as a SlotBatch of tensor views of it; object arrays as lists and
+    VarLen features as a Ragged of tensors (these travel as torch sends
+    them)."""
+    offsets = {}
+    total = 0
+    for name, a in arrays.items():
+        if not isinstance(a, shardq.Ragged) and a.dtype != object:
+            offsets[name] = total
+            total += -(-a.nbytes // _ALIGN) * _ALIGN
+    slot = _worker_slots().acquire(max(total, 1))
+    out = SlotBatch()
+    for name, a in arrays.items():
+        if name not in offsets:
+            out[name] = _to_torch(a)
+            continue
+        start = _HEADER + offsets[name]
+        dst = slot.flat[start:start + a.nbytes].view(torch.from_numpy(a).dtype).view(a.shape)
+        np.copyto(dst.numpy(), a, casting="no")
+        out[name] = dst
+    return out
+
+
+class SlotBatch(dict):
+    """A worker's batch whose tensors are views of one slot. Pickled (to
+    the training process) it is the slot's id and the layout of the
+    tensors, plus the slot's storage the first time; it arrives as a plain
+    dict (see _rebuild). The DataLoader rebuilds it from a dict of the same
+    tensors (default_convert), so the slot is found from them."""
+
+    def __copy__(self):
+        return SlotBatch(self)
+
+    def __deepcopy__(self, memo):
+        return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self.items()}
+
+    def __reduce__(self):
+        slots = _worker_slots()
+        tensors = [v for v in self.values() if isinstance(v, torch.Tensor)]
+        slot = slots.by_base.get(_storage_of(tensors[0]).data_ptr()) if tensors else None
+        if slot is None or slot.sent or slot.header[_IN_USE] == 0:
+            return _as_dict(self, slot)
+        layout = []
+        end = _HEADER
+        for name, v in self.items():
+            if not isinstance(v, torch.Tensor) or _storage_of(v).data_ptr() != slot.base:
+                if isinstance(v, torch.Tensor) or isinstance(v, shardq.Ragged):
+                    # Only values of this batch's making travel as they are.
+                    if any(isinstance(t, torch.Tensor) and _storage_of(t).data_ptr() in
+                           slots.by_base for t in _tensors_in(v)):
+                        return _as_dict(self, slot)
+                layout.append((name, None, None, 0, 0, v))
+                continue
+            offset = v.data_ptr() - slot.base
+            nbytes = v.numel() * v.element_size()
+            if not v.is_contiguous() or offset < _HEADER or offset + nbytes > slot.storage.nbytes():
+                return _as_dict(self, slot)
+            layout.append((name, v.dtype, tuple(v.shape), offset, nbytes, None))
+            end = max(end, offset + nbytes)
+        slot.sent = True
+        storage = None if slot.header[_MAPPED] else slot.storage
+        dropped, slots.dropped = slots.dropped, []
+        return (_rebuild, (slots.pid, slot.id, storage, end, tuple(layout), tuple(dropped)))
+
+
+def _tensors_in(v):
+    return [v.values, v.row_lengths] if isinstance(v, shardq.Ragged) else [v]
+
+
+def _as_dict(batch, slot):
+    """The batch as torch would send a plain dict, with copies of what a
+    slot holds (the slot is then free again: the worker reuses it)."""
+    out = {}
+    for k, v in batch.items():
+        out[k] = v.clone() if slot is not None and isinstance(v, torch.Tensor) and \
+            _storage_of(v).data_ptr() == slot.base else v
+    if slot is not None and not slot.sent:
+        slot.header[_IN_USE] = 0
+    return (dict, (out,))
+
+
+# --- In the training process ---
+
+_mapped = {}  # (worker pid, slot id) -> the slot as a uint8 numpy array
+
+
+def _release(flat):
+    flat[_IN_USE] = 0
+
+
+def _forget_dead_workers(pid):
+    """Drops the slots of worker processes that are gone (a DataLoader
+    starts new workers for every pass)."""
+    for other in {p for p, _ in _mapped if p != pid}:
+        try:
+            os.kill(other, 0)
+        except ProcessLookupError:
+            for key in [k for k in _mapped if k[0] == other]:
+                del _mapped[key]
+        except PermissionError:
+            pass
+
+
+def _rebuild(pid, slot_id, storage, end, layout, dropped):
+    for gone in dropped:
+        _mapped.pop((pid, gone), None)
+    key = (pid, slot_id)
+    if storage is not None:
+        _forget_dead_workers(pid)
+        flat = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
+        flat[_MAPPED] = 1
+        _mapped[key] = flat
+    else:
+        flat = _mapped.get(key)
+        if flat is None:
+            raise shardq.FailedPreconditionError(
+                f"batch slot {slot_id} of DataLoader worker {pid} is not mapped here "
+                "(a batch of a worker's was unpickled by a process other than its loop)")
+    # This batch's own view: when every tensor over it is gone, the slot is free.
+    mine = flat[:end]
+    weakref.finalize(mine, _release, flat)
+    base = torch.from_numpy(mine)
+    out = {}
+    for name, dtype, shape, offset, nbytes, value in layout:
+        out[name] = value if dtype is None else \
+            base[offset:offset + nbytes].view(dtype).view(shape)
+    return out
