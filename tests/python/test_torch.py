@@ -449,3 +449,40 @@ def test_a_workers_batch_travels_as_one_shared_storage_and_arrives_as_a_dict():
     out = pickle.loads(ForkingPickler.dumps(batch))
     assert type(out) is dict and out["y"].tolist() == [1, 2, 3]
     assert out["x"].tolist() == arrays["x"].tolist()
+
+
+def test_a_slot_is_reused_only_once_the_loop_dropped_every_tensor_of_its_batch():
+    # In one process: pickle.loads stands for the training process's side.
+    import gc
+    import pickle
+
+    import numpy as np
+    from torch.multiprocessing.reductions import ForkingPickler
+
+    def batch(v):
+        return {"x": np.full((2, 3), v, dtype=np.float32), "y": np.array([v, v], dtype=np.int64)}
+
+    first = pickle.loads(ForkingPickler.dumps(shardq.torch._pack(batch(1))))
+    kept_view = first["x"][1]  # a view keeps the slot in use too
+    del first
+    gc.collect()
+    second = pickle.loads(ForkingPickler.dumps(shardq.torch._pack(batch(2))))
+    assert kept_view.tolist() == [1, 1, 1] and second["x"].tolist() == [[2] * 3] * 2
+    second_ptr = second["x"].data_ptr()
+    del second
+    gc.collect()
+    third = pickle.loads(ForkingPickler.dumps(shardq.torch._pack(batch(3))))
+    assert third["x"].data_ptr() == second_ptr  # the freed slot, reused
+    assert kept_view.tolist() == [1, 1, 1] and third["y"].tolist() == [3, 3]
+
+
+def test_batches_kept_by_the_loop_are_never_overwritten(tmp_path):
+    files = write_files(tmp_path, 4, 40)  # x[r, 1] = y[r] + 0.001 in every record
+    dataset = shardq.torch.WorkQueueDataset(files, reader="tfrecord", features=FEATURES,
+                                            batch_size=8, num_slices=8)
+    kept = list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+    labels = []
+    for batch in kept:
+        assert torch.allclose(batch["x"][:, 1], batch["y"].to(torch.float32) + 0.001)
+        labels += batch["y"].tolist()
+    assert sorted(labels) == list(range(160))
