@@ -26,10 +26,15 @@ DataLoader(..., multiprocessing_context="spawn").
 Underneath, each worker runs shardq.data.from_queue: reading, CRC checks,
 batching, parse_example and prefetch run in the C++ pipeline's threads
 without the GIL, and each batch becomes torch tensors over the parser's
-buffers (torch.from_numpy, no copy). An item is completed only once every
-one of its records has left the worker's pipeline in a batch (complete=
-"consumed"), so a worker that dies mid-item leaves the item to be read
-again (after the queue's lease_timeout), never lost. A worker therefore
+buffers (torch.from_numpy, no copy). In a DataLoader worker the batch is
+copied once into a shared-memory slot that the worker reuses and the
+training process keeps mapped, so that only a few ids travel per batch and
+the loop gets tensors over the slot without a copy (shardq._torch_slots);
+a slot is written again only once no tensor of its batch is left. An item
+is completed only once every one of its records has left the worker's
+pipeline in a batch (complete="consumed"), so a worker that dies mid-item
+leaves the item to be read again (after the queue's lease_timeout), never
+lost. A worker therefore
 holds the items its buffered batches come from: the queue's num_clients
 is at least batch_size + 4.
 
