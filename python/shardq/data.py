@@ -127,6 +127,14 @@ class Dataset:
             raise shardq.InvalidArgumentError(f"num_parallel_calls must be >= 1, got {threads}")
         return self._then("parse_example", parser, threads)
 
+    def _parse_example_in_puller(self, features):
+        """parse_example without threads of its own: it runs in the thread
+        that pulls from it (a prefetch stage's, or the consumer's). For
+        shardq.torch's DataLoader workers, which share the cores among
+        several processes: one thread fewer to hand each batch to."""
+        parser = features if isinstance(features, ExampleParser) else ExampleParser(features)
+        return self._then("parse_example", parser, 0)
+
     def shuffle(self, buffer_size, seed=None):
         """A shuffle buffer of ``buffer_size`` elements (bounded memory).
         With a seed (and a fixed item order) the order is reproducible."""

@@ -193,7 +193,9 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
     this dataset once its queue is finished raises FailedPreconditionError:
     make a new dataset (or queue name) for another run.
     ``num_parallel_calls``: parse_example threads per worker (default: the
-    cores divided among the DataLoader workers).
+    cores divided among the DataLoader workers, up to 4; where that leaves
+    one or none per worker, parsing runs in the worker pipeline's prefetch
+    thread instead of threads of its own).
 
     ``equal_steps=True`` (synchronous DDP): every rank yields the same
     number of batches per pass (per set_epoch epoch, or per run without
@@ -308,11 +310,15 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         return shardq.WorkQueue(self.works, address=self.address, worker_id=worker_id, **kwargs)
 
     def _parse_threads(self):
+        """parse_example threads per worker; 0: none of its own (it runs in
+        the worker pipeline's prefetch thread), where several DataLoader
+        workers share so few cores that each would get one at most."""
         if self.num_parallel_calls is not None:
             return int(self.num_parallel_calls)
         info = torch.utils.data.get_worker_info()
         workers = info.num_workers if info is not None else 1
-        return max(1, min(4, (os.cpu_count() or 1) // workers))
+        share = (os.cpu_count() or 1) // workers
+        return 0 if workers > 1 and share <= 1 else max(1, min(4, share))
 
     def _pipeline(self, queue, siblings):
         """The worker's C++ pipeline over ``queue``."""
@@ -329,7 +335,9 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         ds.set_epoch(self._epoch)
         ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
         if self.features:
-            ds = ds.parse_example(self.features, num_parallel_calls=self._parse_threads())
+            threads = self._parse_threads()
+            ds = (ds.parse_example(self.features, num_parallel_calls=threads) if threads
+                  else ds._parse_example_in_puller(self.features))
         return iter(ds.prefetch(2))
 
     def __iter__(self):
