@@ -42,9 +42,11 @@ The DataLoader takes batches from its workers in a fixed round-robin order
 and asks a worker for more only once its earlier batches were taken, so a
 worker that has yielded a batch is parked while it holds the items it
 reads. A worker whose pipeline holds nothing and finds nothing left but
-items held by its parked siblings therefore ends its pass instead of
-waiting for them (that wait would never end); the siblings read those
-items when they are asked again.
+items held by its parked siblings, or by live workers of other ranks (which
+may be parked in turn, their loop waiting for a worker that waits for ours),
+therefore ends its pass instead of waiting (that wait could never end); the
+holders read those items when they are asked again. Items of a holder that
+is gone are waited for: its lease expires and the item comes back.
 
 One pass over the DataLoader reads every epoch of the queue, unless
 ``dataset.set_epoch(e)`` was called (the torch habit, as DistributedSampler):

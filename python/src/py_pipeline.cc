@@ -6,8 +6,9 @@
 //
 // A pipeline built with `siblings` (shardq.torch: a DataLoader worker of
 // one pass) also ends, like a PassSource, when it holds no item and the
-// queue's remaining items are all held by other workers of that pass
-// (py_torch_support.cc says why waiting for them would never end).
+// queue's remaining items are all held by other workers of that pass or by
+// live workers of other ranks (OnlySiblingsHoldTheRest; py_torch_support.cc
+// says why waiting for them would never end).
 // With `others_hold_ends_pass` (equal_steps, shardq.data), the same holds
 // for items held by ANY other worker: a rank whose worker waited for an
 // item another rank holds would stop its training loop, and with it the
@@ -267,7 +268,8 @@ class PyPipelineIterator {
 
   // With siblings: once this pipeline holds no item (so none of its
   // records is waiting anywhere) and the coordinator says the rest of the
-  // queue is held by the other workers of the pass, the queue's takes end
+  // queue is held by the other workers of the pass or by live workers of
+  // other ranks (OnlySiblingsHoldTheRest), the queue's takes end
   // (WorkQueue::EndTakesIf, atomic with respect to the pipeline's takes):
   // the pipeline then ends as at the end of the queue, with nothing held
   // and nothing given back. An item granted before that is read.

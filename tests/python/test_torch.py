@@ -156,6 +156,69 @@ def test_a_worker_waits_for_an_item_held_by_another_pass(text_files):
     assert not t.is_alive() and len(got["lines"]) == 10
 
 
+def test_waiting_workers_of_two_ranks_end_when_parked_workers_hold_items_crosswise(
+        text_files, tmp_path):
+    # The torchrun deadlock, without DataLoaders: each rank has a parked
+    # worker holding an item and a waiting worker, so rank 0's waiting
+    # worker needs rank 1's parked item and rank 1's needs rank 0's. Neither
+    # loop moves again unless both waiting workers end their passes (with
+    # only siblings counted, test_cluster_coordinator's torchrun test hung
+    # about one run in ten). Over gRPC: the holders are live session clients.
+    name = f"crosswise-{os.getpid()}-{time.monotonic_ns()}"
+    files = text_files(2, 10)
+    serve, address = _serve(tmp_path)
+    opts = dict(name=name, split=False, take_ahead=0, address=address)
+    queues = []
+    try:
+        parked, readers = {}, {}
+        for rank, token in ((0, "T"), (1, "U")):
+            parked[rank] = shardq.WorkQueue(files, worker_id=f"rank{rank}-pass{token}-w0", **opts)
+            queues.append(parked[rank])
+            readers[rank] = shardq.TextLineReader()
+            _, first = readers[rank].read_up_to(parked[rank], 3)  # holds one item, mid-read
+            assert len(first) == 3
+        assert {w: v["held"] for w, v in parked[0].stats()["workers"].items()} == \
+            {"rank0-passT-w0": 1, "rank1-passU-w0": 1}
+        ends = {}
+
+        def wait(rank, token):
+            waiting = shardq.WorkQueue(files, worker_id=f"rank{rank}-pass{token}-w1", **opts)
+            queues.append(waiting)
+            try:
+                shardq.TextLineReader().read_up_to(
+                    shardq._shardq._PassSource(waiting, f"rank{rank}-pass{token}-"), 5)
+            except shardq.OutOfRangeError as e:
+                ends[rank] = str(e)
+
+        threads = [threading.Thread(target=wait, args=a, daemon=True)
+                   for a in ((0, "T"), (1, "U"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "a waiting worker waits for the other rank"
+        assert sorted(ends) == [0, 1]
+        # The parked workers read the rest of what they hold: nothing
+        # skipped. (Each ends once the other has completed its item.)
+        rest = {}
+
+        def finish(rank):
+            rest[rank] = len(readers[rank].read_up_to(parked[rank], 100)[1])
+
+        threads = [threading.Thread(target=finish, args=(r,), daemon=True) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert rest == {0: 7, 1: 7}
+        assert parked[0].stats()["finished"]
+    finally:
+        for q in queues:
+            q.close()
+        serve.terminate()
+        serve.wait(timeout=60)
+
+
 STRESS = """
 import sys, json
 sys.path.insert(0, {pkg!r})
