@@ -21,6 +21,7 @@
 // parsed batches), so the builder holds a variant of Datasets and refuses
 // a stage that does not apply to the current element (data.py runs such
 // stages in Python instead).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -60,14 +61,18 @@ using pipeline::PerReplicaBatches;
 // How often a blocked next() wakes to let Python handle Ctrl-C.
 constexpr absl::Duration kSignalCheck = absl::Milliseconds(100);
 // A pipeline with siblings waits in shorter slices and, while it holds no
-// item, asks the coordinator who holds the rest at most this often: the
-// DataLoader's loop waits for this worker's answer (a batch, or the end of
-// its pass) before it asks the next worker.
-constexpr absl::Duration kPassSlice = absl::Milliseconds(20);
+// item, asks the coordinator who holds the rest: first after
+// kFirstPassCheck, then twice as long after each check that says no, up to
+// kPassCheck. The DataLoader's loop waits for this worker's answer (a
+// batch, or the end of its pass) before it asks the next worker, so the
+// first checks come soon; a worker that waits long asks rarely.
+constexpr absl::Duration kPassSlice = absl::Milliseconds(5);
+constexpr absl::Duration kFirstPassCheck = absl::Milliseconds(1);
 constexpr absl::Duration kPassCheck = absl::Milliseconds(50);
 // Such a pipeline's takes wait at most this long at the coordinator
-// (WorkQueue::SetTakePoll): the longest a check waits for a take on its way.
-constexpr absl::Duration kPassTakePoll = absl::Milliseconds(50);
+// (WorkQueue::SetTakePoll): the longest a check waits for a take on its
+// way, which the loop waits out too.
+constexpr absl::Duration kPassTakePoll = absl::Milliseconds(10);
 
 // A batch of tf.Examples parsed into one buffer per feature. `padded` has
 // one flag per row (1: a padding row of a split) or is empty (no padding).
@@ -254,7 +259,9 @@ class PyPipelineIterator {
       absl::StatusOr<std::optional<T>> next;
       {
         py::gil_scoped_release release;
-        next = it.TryNext(pass_rule_ ? kPassSlice : kSignalCheck);
+        next = it.TryNext(!pass_rule_                 ? kSignalCheck
+                          : holding_ || pass_ended_ ? kPassSlice
+                                                    : pass_wait_);
       }
       if (!next.ok()) {
         if (absl::IsOutOfRange(next.status())) throw py::stop_iteration();
@@ -274,10 +281,15 @@ class PyPipelineIterator {
   // the pipeline then ends as at the end of the queue, with nothing held
   // and nothing given back. An item granted before that is read.
   void MaybeEndPass(const pipeline::PipelineStats& mine) {
-    if (!pass_rule_ || pass_ended_ || mine.items_held > 0) return;
+    holding_ = mine.items_held > 0;
+    if (!pass_rule_ || pass_ended_ || holding_) {
+      pass_wait_ = kFirstPassCheck;
+      return;
+    }
     const absl::Time now = absl::Now();
-    if (now - last_pass_check_ < kPassCheck) return;
+    if (now - last_pass_check_ < pass_wait_) return;
     last_pass_check_ = now;
+    pass_wait_ = std::min(2 * pass_wait_, kPassCheck);
     WorkQueue* q = queue_->queue();
     absl::StatusOr<bool> ended;
     {
@@ -310,6 +322,8 @@ class PyPipelineIterator {
   const bool pass_rule_;        // false: no pass to end early
   bool pass_ended_ = false;     // the queue's takes ended (MaybeEndPass)
   absl::Time last_pass_check_ = absl::InfinitePast();
+  bool holding_ = true;  // the pipeline held items at the last MaybeEndPass
+  absl::Duration pass_wait_ = kFirstPassCheck;  // from one check to the next
 };
 
 // Builds a pipeline over a WorkQueue, one stage per call.
