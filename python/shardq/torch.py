@@ -34,9 +34,8 @@ a slot is written again only once no tensor of its batch is left. An item
 is completed only once every one of its records has left the worker's
 pipeline in a batch (complete="consumed"), so a worker that dies mid-item
 leaves the item to be read again (after the queue's lease_timeout), never
-lost. A worker therefore
-holds the items its buffered batches come from: the queue's num_clients
-is at least batch_size + 4.
+lost. A worker therefore holds the items its buffered batches come from:
+the queue's num_clients is at least batch_size + 4.
 
 The DataLoader takes batches from its workers in a fixed round-robin order
 and asks a worker for more only once its earlier batches were taken, so a
