@@ -110,11 +110,13 @@ class WorkQueue final : public ItemSource {
   // `over()` returns true, ends them: every Take from then on returns
   // OUT_OF_RANGE. Otherwise takes go on. Nothing is held when they end, so
   // nothing is given back, and an item granted meanwhile is read by this
-  // worker. Returns whether the takes ended, or over()'s error (they go
-  // on). `over` runs without this queue's lock and may call Stats().
+  // worker. A take still on its way a second past its poll (a slow or
+  // absent coordinator) leaves it undecided: false, takes go on. Returns
+  // whether the takes ended, or over()'s error (they go on). `over` runs
+  // without this queue's lock and may call Stats().
   absl::StatusOr<bool> EndTakesIf(absl::FunctionRef<absl::StatusOr<bool>()> over);
   // How long one take waits at the coordinator before it asks again
-  // (default 10 s): the longest EndTakesIf waits for a take on its way.
+  // (default 10 s), and so about the longest EndTakesIf waits.
   void SetTakePoll(absl::Duration poll);
 
   // Completions of leases that the coordinator no longer knew (lost in a

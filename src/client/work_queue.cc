@@ -31,6 +31,9 @@
 namespace shardq {
 namespace {
 
+// How much longer than a take's poll EndTakesIf waits for a take on its way.
+constexpr absl::Duration kEndTakesGrace = absl::Seconds(1);
+
 std::string DefaultWorkerId() {
   static std::atomic<int64_t> counter{0};
   char host[256] = {0};
@@ -196,10 +199,15 @@ absl::StatusOr<bool> WorkQueue::Impl::EndTakesIf(
     if (takes_ended_) return true;
     if (takes_held_back_) return false;  // another caller is deciding
     takes_held_back_ = true;
-    // Every take and refill on its way is answered (within take_poll_);
-    // none starts meanwhile, so what this worker holds cannot grow.
-    while (takes_in_flight_ > 0 || refills_in_flight_ > 0) ready_changed_.Wait(&mu_);
-    if (!held_.empty() || stopping_) {
+    // Every take and refill on its way is answered (within take_poll_, or
+    // later when the coordinator is slow or away: then undecided, so that
+    // the caller is not held up); none starts meanwhile, so what this
+    // worker holds cannot grow.
+    const absl::Time give_up = absl::Now() + take_poll_ + kEndTakesGrace;
+    while ((takes_in_flight_ > 0 || refills_in_flight_ > 0) &&
+           !ready_changed_.WaitWithDeadline(&mu_, give_up)) {
+    }
+    if (takes_in_flight_ > 0 || refills_in_flight_ > 0 || !held_.empty() || stopping_) {
       takes_held_back_ = false;
       ready_changed_.SignalAll();
       return false;
