@@ -199,12 +199,28 @@ TEST(WorkQueue, ItemOfADeadWorkerGoesToASurvivorAfterTheLease) {
 }
 
 // A backend whose coordinator can be swapped, as a remote client's address
-// reaches whichever coordinator process listens there after a restart.
+// reaches whichever coordinator process listens there after a restart, and
+// whose takes can be held on their way (a slow coordinator).
 class RestartableBackend final : public QueueBackend {
  public:
   void PointAt(CoordinatorImpl* coordinator) {
     absl::MutexLock lock(&mu_);
     target_ = BackendForCoordinator(coordinator);
+  }
+  // While held, a take waits before it reaches the coordinator.
+  void HoldTakes(bool held) {
+    absl::MutexLock lock(&mu_);
+    takes_held_ = held;
+    changed_.SignalAll();
+  }
+  // Waits (generous bound) until `n` takes have been sent in all.
+  bool AwaitTakesSent(int64_t n) {
+    absl::MutexLock lock(&mu_);
+    const absl::Time bound = absl::Now() + absl::Seconds(60);
+    while (takes_sent_ < n) {
+      if (changed_.WaitWithDeadline(&mu_, bound)) return takes_sent_ >= n;
+    }
+    return true;
   }
   absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
     return Target()->CreateQueue(config);
@@ -214,6 +230,12 @@ class RestartableBackend final : public QueueBackend {
   }
   absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue, absl::string_view worker,
                                              int64_t max_items, absl::Time deadline) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++takes_sent_;
+      changed_.SignalAll();
+      while (takes_held_) changed_.Wait(&mu_);
+    }
     return Target()->Take(queue, worker, max_items, deadline);
   }
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue, absl::string_view worker,
@@ -257,7 +279,43 @@ class RestartableBackend final : public QueueBackend {
   }
   absl::Mutex mu_;
   std::shared_ptr<QueueBackend> target_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar changed_;  // takes_held_ or takes_sent_ changed
+  bool takes_held_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t takes_sent_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+TEST(WorkQueue, EndTakesIfIsUndecidedWhileATakeOutlastsItsPoll) {
+  // A take held on its way past its poll and the grace: EndTakesIf does
+  // not wait for it (false, over() not asked); once it arrives the worker
+  // reads its item.
+  auto created = CoordinatorImpl::Create(CoordinatorOptions());
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<CoordinatorImpl> coordinator = *std::move(created);
+  auto backend = std::make_shared<RestartableBackend>();
+  backend->PointAt(coordinator.get());
+  WorkQueueOptions o = Options("stall", MakeFiles("stall", 1, 3));
+  o.take_ahead = 0;
+  auto worker = WorkQueueFactory::Create(o, backend);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  (*worker)->SetTakePoll(absl::Milliseconds(10));
+  backend->HoldTakes(true);
+  absl::StatusOr<WorkItem> item;
+  std::thread reader([&] { item = (*worker)->Take(); });
+  ASSERT_TRUE(backend->AwaitTakesSent(1));
+  int asked = 0;
+  absl::StatusOr<bool> ended = (*worker)->EndTakesIf([&]() -> absl::StatusOr<bool> {
+    ++asked;
+    return true;
+  });
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_FALSE(*ended);
+  EXPECT_EQ(asked, 0);
+  backend->HoldTakes(false);
+  reader.join();
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_TRUE((*worker)->Complete(*item).ok());
+  EXPECT_TRUE(coordinator->Stats("stall")->finished);
+}
 
 std::unique_ptr<CoordinatorImpl> OpenDurable(const std::string& dir) {
   CoordinatorOptions options;
