@@ -276,10 +276,6 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
     absl::Duration poll;
     {
       absl::MutexLock lock(&mu_);
-      // A refill on its way brings the next items in the coordinator's
-      // order: wait for it rather than overtake it with a take of our own.
-      // (Takes come from one thread at a time in a pipeline; concurrent
-      // callers of Take get items in no particular order anyway.)
       // EndTakesIf is deciding whether takes end: wait for its answer.
       while (takes_held_back_) {
         if (ready_changed_.WaitWithDeadline(&mu_, deadline) && takes_held_back_) {
@@ -292,6 +288,10 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
             "queue '", name_, "': worker '", worker_id_,
             "' ended its takes (the items left are read by other workers)"));
       }
+      // A refill on its way brings the next items in the coordinator's
+      // order: wait for it rather than overtake it with a take of our own.
+      // (Takes come from one thread at a time in a pipeline; concurrent
+      // callers of Take get items in no particular order anyway.)
       while (ready_.empty() && refills_in_flight_ > 0) ready_changed_.Wait(&mu_);
       if (!ready_.empty()) {
         // Taken ahead: no round trip.
