@@ -10,6 +10,7 @@ import pathlib
 import socket
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -375,18 +376,27 @@ def test_a_reader_that_pauses_longer_than_the_park_time_gets_every_record(s3, mo
                        if proxy.requests[i][0] == "GET")
             connection = proxy.request_connections[get]
         assert proxy.wait_closed_by_client(connection), "the paused reader's GET was not parked"
+        # From here the reader keeps reading; each stop of its own as long as
+        # the park time (a descheduled process on a loaded machine) may cost
+        # one more GET, so those are counted rather than ruled out.
+        stops = 0
+        last = time.monotonic()
         while True:
+            if time.monotonic() - last >= 0.3:
+                stops += 1
             try:
                 _, batch = reader.read_up_to(producer, 500)
             except shardq.OutOfRangeError:
                 break
+            last = time.monotonic()
             got += batch
     finally:
         proxy.close()
     assert got == records
     starts = [int(r.split("=")[1].split("-")[0])
               for method, _, r in proxy.requests[planned:] if method == "GET"]
-    assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 4 << 20, starts
+    assert 2 <= len(starts) <= 2 + stops and starts[0] == 0 and starts[1] >= 4 << 20, starts
+    assert starts == sorted(starts), starts  # each GET resumes after the bytes delivered
 
 
 def test_a_queue_over_more_than_a_listing_page_of_objects(s3):
