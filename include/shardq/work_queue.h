@@ -124,6 +124,14 @@ class WorkQueue final : public ItemSource {
   int64_t lost_leases() const;
 
   absl::StatusOr<QueueStats> Stats();
+  // True when this worker may end its pass of a torch DataLoader: the
+  // queue is not finished, nothing is pending, this worker holds nothing,
+  // every open item is held, and each holder will read what it holds
+  // without this worker: its id starts with `siblings` (this pass's
+  // workers) or it has a worker session open. Asked of the coordinator
+  // without listing the queue's workers (an older coordinator: over its
+  // Stats()). For EndTakesIf's `over`.
+  absl::StatusOr<bool> OnlyOthersHoldTheRest(absl::string_view siblings);
 
   // ItemSource: remembers how far `item` was read; sent with the next
   // heartbeat.

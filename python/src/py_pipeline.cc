@@ -294,11 +294,7 @@ class PyPipelineIterator {
     absl::StatusOr<bool> ended;
     {
       py::gil_scoped_release release;
-      ended = q->EndTakesIf([&]() -> absl::StatusOr<bool> {
-        absl::StatusOr<QueueStats> stats = q->Stats();
-        if (!stats.ok()) return stats.status();
-        return OnlySiblingsHoldTheRest(*stats, q->worker_id(), siblings_);
-      });
+      ended = q->EndTakesIf([&] { return q->OnlyOthersHoldTheRest(siblings_); });
     }
     pass_ended_ = ValueOrThrow(std::move(ended));
   }

@@ -14,7 +14,6 @@
 #include "shardq/table_reader.h"
 #include "shardq/tfrecord_reader.h"
 #include "shardq/work_queue.h"
-#include "python/src/sibling_rule.h"
 
 namespace shardq::python {
 

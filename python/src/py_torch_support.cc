@@ -1,6 +1,7 @@
 // When a DataLoader worker (shardq.torch) stops waiting: once the rest of
 // the queue is held by the worker's siblings or other live workers. The rule
-// (OnlySiblingsHoldTheRest, sibling_rule.h) serves the C++ pipeline of shardq.torch
+// (OnlySiblingsHoldTheRest, src/core/pass_rule.h, asked of the coordinator
+// as WorkQueue::OnlyOthersHoldTheRest) serves the C++ pipeline of shardq.torch
 // (py_pipeline.cc, a pipeline built with `siblings`) and _PassSource, an
 // item source with the same behaviour for the plain readers.
 //
@@ -54,11 +55,8 @@ absl::StatusOr<WorkItem> PassSource::NextItem() {
   while (true) {
     absl::StatusOr<WorkItem> item = q->Take(kPoll);
     if (!absl::IsDeadlineExceeded(item.status())) return item;
-    absl::StatusOr<bool> ended = q->EndTakesIf([&]() -> absl::StatusOr<bool> {
-      absl::StatusOr<QueueStats> stats = q->Stats();
-      if (!stats.ok()) return stats.status();
-      return OnlySiblingsHoldTheRest(*stats, q->worker_id(), siblings_);
-    });
+    absl::StatusOr<bool> ended =
+        q->EndTakesIf([&] { return q->OnlyOthersHoldTheRest(siblings_); });
     if (!ended.ok()) return ended.status();
     if (*ended) return PassEnded(*q, siblings_);
   }

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "proto/shardq/journal.pb.h"
 #include "shardq/work_item.h"
+#include "src/core/pass_rule.h"
 #include "src/types/queue_types.h"
 
 namespace shardq {
@@ -128,6 +129,16 @@ class QueueBackend {
   virtual absl::StatusOr<QueueInfo> RestoreCheckpoint(const journal::Checkpoint& checkpoint,
                                                       const std::string& name) = 0;
   virtual absl::StatusOr<QueueStats> Stats(absl::string_view queue) = 0;
+  // Whether `worker`, a DataLoader worker whose siblings' ids start with
+  // `siblings`, may end its pass (CoordinatorImpl::PassOver). By default
+  // the rule over Stats() (src/core/pass_rule.h): what a backend without a
+  // cheaper way answers.
+  virtual absl::StatusOr<bool> PassOver(absl::string_view queue, absl::string_view worker,
+                                        absl::string_view siblings) {
+    absl::StatusOr<QueueStats> stats = Stats(queue);
+    if (!stats.ok()) return stats.status();
+    return OnlySiblingsHoldTheRest(*stats, std::string(worker), std::string(siblings));
+  }
   // Every queue of the coordinator, sorted by name.
   virtual absl::StatusOr<std::vector<QueueStats>> AllStats() = 0;
   // Who led the job at the last Stats/AllStats answer, when the coordinator

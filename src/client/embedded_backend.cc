@@ -69,6 +69,10 @@ class CoordinatorBackend final : public QueueBackend {
   absl::StatusOr<std::vector<QueueStats>> AllStats() override {
     return coordinator_->AllStats();
   }
+  absl::StatusOr<bool> PassOver(absl::string_view queue, absl::string_view worker,
+                                absl::string_view siblings) override {
+    return coordinator_->PassOver(queue, worker, siblings);
+  }
 
  private:
   CoordinatorImpl* const coordinator_;

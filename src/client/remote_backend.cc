@@ -212,6 +212,24 @@ class RemoteBackend final : public QueueBackend {
     return FromProto(resp.queues(0));
   }
 
+  absl::StatusOr<bool> PassOver(absl::string_view queue, absl::string_view worker,
+                                absl::string_view siblings) override {
+    if (!no_pass_over_.load()) {
+      v1::PassOverRequest req;
+      req.set_queue(std::string(queue));
+      req.set_worker(std::string(worker));
+      req.set_siblings(std::string(siblings));
+      v1::PassOverResponse resp;
+      absl::Status s = calls_.Unary("PassOver", [&](Stub& stub, grpc::ClientContext* ctx) {
+        return stub.PassOver(ctx, req, &resp);
+      });
+      if (s.ok()) return resp.over();
+      if (!absl::IsUnimplemented(s)) return s;
+      no_pass_over_.store(true);  // an older coordinator: ask its stats from now on
+    }
+    return QueueBackend::PassOver(queue, worker, siblings);
+  }
+
   absl::Status ReportProgress(
       absl::string_view queue, absl::string_view worker,
       const std::vector<std::pair<uint64_t, int64_t>>& progress) override {
@@ -399,6 +417,7 @@ class RemoteBackend final : public QueueBackend {
   CoordinatorCalls calls_;
   // Set when the coordinator answered a session with UNIMPLEMENTED.
   std::atomic<bool> no_sessions_{false};
+  std::atomic<bool> no_pass_over_{false};  // the coordinator has no PassOver RPC
   absl::Mutex sessions_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<SessionClient>> sessions_
       ABSL_GUARDED_BY(sessions_mu_);

@@ -12,11 +12,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "shardq/text_line_reader.h"
 #include "shardq/work_queue.h"
 #include "src/client/retry.h"
 #include "src/client/work_queue_backend.h"
+#include "src/core/pass_rule.h"
+#include "src/rpc/convert.h"
 #include "src/server/grpc_service.h"
 #include "src/server/standby_server.h"
 
@@ -237,6 +241,92 @@ TEST(RemoteBackend, StatsCountAWorkersOpenSessionsUntilItIsGone) {
   QueueStats stats = *server->coordinator()->Stats("live");
   EXPECT_EQ(stats.workers["w"].sessions, 0);
   EXPECT_EQ(stats.workers["w"].held + stats.pending, 1);
+}
+
+// The end-of-pass question of shardq.torch asked of the coordinator
+// (PassOver) instead of over the full stats; both must agree.
+TEST(RemoteBackend, PassOverIsAnsweredByTheCoordinatorAsTheRuleOverItsStats) {
+  std::unique_ptr<CoordinatorServer> server = StartServer();
+  std::shared_ptr<QueueBackend> admin = Connect(server->port());
+  CreateOneItemQueue(*admin, "pass");
+  absl::StatusOr<std::unique_ptr<WorkQueue>> asker =
+      WorkQueueFactory::Attach("pass", Connect(server->port()), "rank0/w1");
+  ASSERT_TRUE(asker.ok()) << asker.status();
+  auto agrees = [&](const std::string& siblings) {
+    absl::StatusOr<bool> over = (*asker)->OnlyOthersHoldTheRest(siblings);
+    EXPECT_TRUE(over.ok()) << over.status();
+    absl::StatusOr<QueueStats> stats = admin->Stats("pass");
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(*over, OnlySiblingsHoldTheRest(*stats, "rank0/w1", siblings)) << siblings;
+    return over.value_or(false);
+  };
+  EXPECT_FALSE(agrees("rank0/"));  // pending: the item is there for the taking
+  // Held by a worker of another rank without a session (a unary client, or
+  // a dead one whose lease will expire): the asker waits to read it.
+  std::shared_ptr<QueueBackend> holder = Connect(server->port());
+  absl::StatusOr<std::vector<WorkItem>> held =
+      holder->Take("pass", "rank1/w0", 1, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ(held->size(), 1u);
+  EXPECT_FALSE(agrees("rank0/"));
+  EXPECT_TRUE(agrees("rank1/"));  // as its sibling the asker would not wait
+  // The holder opens a session: a live worker of another rank holds the rest.
+  class NoListener final : public SessionListener {
+    void OnSplitProposals(const std::vector<SplitProposal>&) override {}
+    void OnLostLeases(const std::vector<uint64_t>&) override {}
+  } listener;
+  absl::StatusOr<bool> opened = holder->BeginSession("pass", "rank1/w0", &listener);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_TRUE(*opened);
+  EXPECT_TRUE(agrees("rank0/"));
+  holder->EndSession("pass", "rank1/w0");
+  const absl::Time bound = absl::Now() + absl::Seconds(60);  // generous
+  while (server->coordinator()->Stats("pass")->workers["rank1/w0"].sessions != 0 &&
+         absl::Now() < bound) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_FALSE(agrees("rank0/"));  // gone again, its lease not yet expired
+}
+
+// An older coordinator has no PassOver: the client asks its Status and
+// applies the rule itself, and stops asking PassOver after the first
+// UNIMPLEMENTED.
+TEST(RemoteBackend, PassOverOfACoordinatorWithoutItIsTheRuleOverItsStats) {
+  class OlderCoordinator final : public v1::Coordinator::Service {
+   public:
+    std::atomic<int> status_calls{0};
+    std::atomic<int64_t> holder_sessions{0};
+    grpc::Status Status(grpc::ServerContext*, const v1::StatusRequest* req,
+                        v1::StatusResponse* resp) override {
+      ++status_calls;
+      QueueStats stats;
+      stats.name = req->queue();
+      stats.num_items = 1;
+      stats.num_epochs = 1;
+      stats.leased = 1;
+      stats.workers["other/w0"].held = 1;
+      stats.workers["other/w0"].sessions = holder_sessions.load();
+      ToProto(stats, resp->add_queues());
+      return grpc::Status::OK;
+    }
+  };
+  OlderCoordinator service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::shared_ptr<QueueBackend> backend = Connect(port);
+  absl::StatusOr<bool> over = backend->PassOver("q", "job/w1", "job/");
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_FALSE(*over);  // held by a worker without a session, not a sibling
+  service.holder_sessions = 1;
+  over = backend->PassOver("q", "job/w1", "job/");
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_TRUE(*over);  // now a live worker holds it
+  EXPECT_EQ(service.status_calls.load(), 2);
+  server->Shutdown();
 }
 
 TEST_P(RemoteBackendBothModes, ShutdownAnswersATakeThatIsStillWaiting) {

@@ -518,6 +518,9 @@ absl::StatusOr<bool> WorkQueue::EndTakesIf(absl::FunctionRef<absl::StatusOr<bool
 }
 void WorkQueue::SetTakePoll(absl::Duration poll) { impl_->SetTakePoll(poll); }
 absl::StatusOr<QueueStats> WorkQueue::Stats() { return impl_->Stats(); }
+absl::StatusOr<bool> WorkQueue::OnlyOthersHoldTheRest(absl::string_view siblings) {
+  return impl_->OnlyOthersHoldTheRest(siblings);
+}
 void WorkQueue::NoteProgress(const WorkItem& item, int64_t offset) {
   impl_->NoteProgress(item, offset);
 }

@@ -52,6 +52,9 @@ class WorkQueue::Impl final : public SessionListener {
   absl::Status ReportProgress();
   absl::Status SaveCheckpoint(const std::string& path);
   absl::StatusOr<QueueStats> Stats() { return backend_->Stats(name_); }
+  absl::StatusOr<bool> OnlyOthersHoldTheRest(absl::string_view siblings) {
+    return backend_->PassOver(name_, worker_id_, siblings);
+  }
 
   // SessionListener (called on the session's thread): queued for the
   // background thread.

@@ -204,6 +204,7 @@ void QueueState::DropLease(uint64_t lease_id, const Lease& lease) {
   deadlines_.erase({lease.deadline, lease_id});
   CountLease(lease.ref, -1);
   --Worker(lease.worker).held;
+  NoteHolder(lease.worker);
 }
 
 journal::Update QueueState::NewUpdate(absl::Time now) {
@@ -280,6 +281,7 @@ absl::Status QueueState::ApplyLease(const journal::Lease& lease, absl::Time now)
   CountLease(ref, +1);
   WorkerRecord& w = Worker(lease.worker());
   ++w.held;
+  NoteHolder(lease.worker());
   ++w.taken;
   if (w.first_take == absl::InfinitePast()) w.first_take = now;
   ++taken_;

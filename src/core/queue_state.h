@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -308,6 +309,14 @@ class QueueState {
   const std::string* HolderOf(uint64_t lease_id) const;
   // The split proposal awaiting the answer of `lease_id`'s holder, if any.
   std::optional<SplitProposal> ProposalFor(uint64_t lease_id) const;
+  // The end-of-pass rule of shardq.torch (OnlySiblingsHoldTheRest in
+  // src/core/pass_rule.h) over this state, as it would answer over
+  // Stats(): true when the queue is not finished, nothing is pending,
+  // `worker` holds nothing, every open item is held, and every holder is a
+  // worker whose id starts with `siblings` or has a session open. Costs
+  // O(epochs in progress + holders without a session), not O(workers):
+  // every starving DataLoader worker of a large job asks it often.
+  bool PassOver(absl::string_view worker, absl::string_view siblings) const;
 
   // True when every item of every epoch is done: completed or failed.
   bool Finished() const {
@@ -518,6 +527,14 @@ class QueueState {
     absl::Time closed = absl::InfinitePast();  // when the last one closed
   };
   absl::flat_hash_map<std::string, SessionPresence> sessions_;
+  // Workers holding an item with no session open (for PassOver), kept
+  // with every change of a worker's held count or open sessions.
+  absl::flat_hash_set<std::string> sessionless_holders_;
+  // Keeps sessionless_holders_ for `worker` after its held count or its
+  // sessions changed.
+  void NoteHolder(const std::string& worker);
+  // Leased items of the epochs in progress (what Stats() calls leased).
+  int64_t LeasedInEpochs() const;
   // For ExpireLeases: when lease `lease_id` (due by `now`) belongs to a
   // worker with a session open, or closed less than lease_timeout ago,
   // moves its deadline past `now` and returns true.

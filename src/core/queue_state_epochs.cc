@@ -96,6 +96,12 @@ std::vector<bool> QueueState::CompletedBits(int64_t epoch) const {
   return bits;
 }
 
+int64_t QueueState::LeasedInEpochs() const {
+  int64_t leased = 0;
+  for (const auto& [e, r] : epochs_) leased += r.leased;
+  return leased;
+}
+
 QueueStats QueueState::Stats(absl::Time now) const {
   QueueStats stats;
   stats.name = config_.name;
@@ -141,8 +147,8 @@ QueueStats QueueState::Stats(absl::Time now) const {
   };
   int64_t records_done = 0;
   int64_t records_below_next = 0;
+  stats.leased = LeasedInEpochs();
   for (const auto& [e, r] : epochs_) {
-    stats.leased += r.leased;
     if (e < next_epoch_) ++records_below_next;
     if (r.completed + r.failed == num_items()) ++records_done;
   }

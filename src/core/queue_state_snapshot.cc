@@ -429,6 +429,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     w.records = r.records();
     w.first_take = absl::FromUnixMicros(r.first_take_us());
     w.last_completion = absl::FromUnixMicros(r.last_completion_us());
+    s.NoteHolder(r.worker());
   }
   s.lease_sequence_ = snapshot.lease_sequence();
   s.taken_ = snapshot.taken();

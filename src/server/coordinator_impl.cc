@@ -462,6 +462,21 @@ void CoordinatorImpl::Shutdown() {
   ShutdownSessions();
 }
 
+absl::StatusOr<bool> CoordinatorImpl::PassOver(absl::string_view queue,
+                                               absl::string_view worker,
+                                               absl::string_view siblings) {
+  if (!Writable().ok()) {
+    absl::StatusOr<std::shared_ptr<Entry>> entry = Find(queue);
+    if (!entry.ok()) return entry.status();
+    absl::MutexLock lock(&(*entry)->mu);
+    return (*entry)->state->PassOver(worker, siblings);
+  }
+  return Mutate(queue, [&](Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<bool> {
+    ExpireLeases(e, clock_->Now());  // expiries are journaled
+    return e.state->PassOver(worker, siblings);
+  });
+}
+
 absl::StatusOr<QueueStats> CoordinatorImpl::Stats(absl::string_view queue) {
   if (!Writable().ok()) {
     // Nothing can be stored any more: answer from memory, changing nothing.

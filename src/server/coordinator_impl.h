@@ -194,6 +194,11 @@ class CoordinatorImpl {
 
   // NOT_FOUND for an unknown queue.
   absl::StatusOr<QueueStats> Stats(absl::string_view queue);
+  // QueueState::PassOver after expiring overdue leases (as Stats does):
+  // whether `worker`, a DataLoader worker whose siblings' ids start with
+  // `siblings`, may end its pass. NOT_FOUND for an unknown queue.
+  absl::StatusOr<bool> PassOver(absl::string_view queue, absl::string_view worker,
+                                absl::string_view siblings);
   // The full state of a queue, as a snapshot would store it (tests, debug).
   absl::StatusOr<journal::QueueSnapshot> DebugSnapshot(absl::string_view queue);
   // Waits until everything changed so far is durable, snapshots in

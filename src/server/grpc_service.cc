@@ -289,6 +289,15 @@ grpc::Status CoordinatorService::AgreeSteps(grpc::ServerContext* ctx,
   return ToGrpcStatus(tally.status());
 }
 
+grpc::Status CoordinatorService::PassOver(grpc::ServerContext* ctx,
+                                          const v1::PassOverRequest* req,
+                                          v1::PassOverResponse* resp) {
+  if (absl::Status s = Authorize(*ctx); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<bool> over = coordinator_->PassOver(req->queue(), req->worker(), req->siblings());
+  if (over.ok()) resp->set_over(*over);
+  return ToGrpcStatus(over.status());
+}
+
 grpc::Status CoordinatorService::ExportCheckpoint(grpc::ServerContext* ctx,
                                                   const v1::ExportCheckpointRequest* req,
                                                   v1::ExportCheckpointResponse* resp) {

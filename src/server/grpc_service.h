@@ -104,6 +104,8 @@ class CoordinatorService final
                               v1::ReportProgressResponse* resp) override;
   grpc::Status AgreeSteps(grpc::ServerContext* ctx, const v1::AgreeStepsRequest* req,
                           v1::AgreeStepsResponse* resp) override;
+  grpc::Status PassOver(grpc::ServerContext* ctx, const v1::PassOverRequest* req,
+                        v1::PassOverResponse* resp) override;
   grpc::Status ExportCheckpoint(grpc::ServerContext* ctx,
                                 const v1::ExportCheckpointRequest* req,
                                 v1::ExportCheckpointResponse* resp) override;

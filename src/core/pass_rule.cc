@@ -1,10 +1,10 @@
-#include "python/src/sibling_rule.h"
+#include "src/core/pass_rule.h"
 
 #include <cstdint>
 
 #include "absl/strings/match.h"
 
-namespace shardq::python {
+namespace shardq {
 
 bool OnlySiblingsHoldTheRest(const QueueStats& s, const std::string& self,
                              const std::string& siblings) {
@@ -21,4 +21,4 @@ bool OnlySiblingsHoldTheRest(const QueueStats& s, const std::string& self,
   return held > 0 && held >= s.leased + s.split_items_open;
 }
 
-}  // namespace shardq::python
+}  // namespace shardq

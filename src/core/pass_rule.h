@@ -1,14 +1,17 @@
 // When a worker of a torch DataLoader pass stops waiting for items: a pure
-// rule over a queue's stats, used by py_torch_support.cc and py_pipeline.cc
-// (see py_torch_support.cc for why such a worker must end its pass).
-#ifndef SHARDQ_PYTHON_SRC_SIBLING_RULE_H_
-#define SHARDQ_PYTHON_SRC_SIBLING_RULE_H_
+// rule over a queue's stats (see python/src/py_torch_support.cc for why
+// such a worker must end its pass). The coordinator answers the same
+// question without building the stats (QueueState::PassOver, the PassOver
+// RPC); a client asks this rule over Stats only of a coordinator that has
+// no PassOver. pass_rule_test.cc checks that the two agree.
+#ifndef SHARDQ_CORE_PASS_RULE_H_
+#define SHARDQ_CORE_PASS_RULE_H_
 
 #include <string>
 
 #include "shardq/work_item.h"
 
-namespace shardq::python {
+namespace shardq {
 
 // True when `stats` shows a queue that is not finished, has nothing
 // pending, and whose every open item is held by other workers that will
@@ -25,6 +28,6 @@ namespace shardq::python {
 bool OnlySiblingsHoldTheRest(const QueueStats& stats, const std::string& self,
                              const std::string& siblings);
 
-}  // namespace shardq::python
+}  // namespace shardq
 
-#endif  // SHARDQ_PYTHON_SRC_SIBLING_RULE_H_
+#endif  // SHARDQ_CORE_PASS_RULE_H_
