@@ -3,10 +3,13 @@
 // queue (LMOVE pending -> processing on take, LREM on completion), in one
 // run, measured by this one driver.
 //
-// Fairness: for both systems every client is one thread with its own
-// connection (a gRPC channel per thread for shardq, a hiredis context per
-// thread for Redis), the queue holds the same number of items, and each
-// client takes one item, completes it, and loops until the queue is drained.
+// Fairness: for both systems every client has one connection (a gRPC
+// channel for shardq, a hiredis context for Redis; the session row's
+// callback driver may share a few channels, --session-channels), the queue
+// holds the same number of items, and each client takes one item, completes
+// it, and loops until the queue is drained. Redis and unary shardq clients
+// are one thread each; the session row's clients are streams multiplexed on
+// gRPC's callback threads (--session-driver blocking: one thread each).
 // shardq's like-for-like row is "session" (session_driver.h): one Session
 // stream per client, the completion and the next take in one message. "1
 // item" is the unary Take then Complete (two RPCs per pair); "batched" asks
@@ -17,9 +20,9 @@
 // Measurement: each client first drains a small warm-up queue (connection
 // set-up, server threads, allocators; not measured), then waits at a start
 // gate; the clock runs from the gate's opening until the last client has
-// seen the queue drained. Each thread records take latencies in its own
+// seen the queue drained. Each client records take latencies in its own
 // histogram (no shared state, no lock in the loop); they are merged after
-// the threads are joined. Every item must be taken and completed exactly
+// the row is over. Every item must be taken and completed exactly
 // once, checked on the driver side (per-item counts) and on the server side
 // (shardq's queue stats; Redis's pending and processing lists both empty).
 //
@@ -81,9 +84,13 @@
 namespace shardq {
 namespace {
 
+using throughput::ClientResult;
 using throughput::ClientSession;
 using throughput::ItemIndex;
 using throughput::ItemName;
+using throughput::LatencyHistogram;
+using throughput::RowClients;
+using throughput::RowClock;
 using throughput::System;
 using throughput::Taken;
 using SteadyClock = std::chrono::steady_clock;
@@ -92,77 +99,6 @@ int64_t NanosSince(SteadyClock::time_point start) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start)
       .count();
 }
-
-// ---------------------------------------------------------------------------
-// Latency histogram: log-linear buckets (32 per power of two above 64 ns,
-// exact below), so a quantile is within ~1.6% of the true value. One per
-// thread, merged at the end. Not thread-safe.
-class LatencyHistogram {
- public:
-  void Record(int64_t nanos) {
-    const uint64_t v = static_cast<uint64_t>(std::max<int64_t>(nanos, 0));
-    ++counts_[BucketOf(v)];
-    ++count_;
-    min_ = std::min(min_, v);
-    max_ = std::max(max_, v);
-  }
-
-  void Merge(const LatencyHistogram& other) {
-    for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += other.counts_[i];
-    count_ += other.count_;
-    min_ = std::min(min_, other.min_);
-    max_ = std::max(max_, other.max_);
-  }
-
-  // The value below which a fraction q of the samples lie, in microseconds.
-  double QuantileMicros(double q) const {
-    if (count_ == 0) return 0;
-    const uint64_t rank =
-        std::max<uint64_t>(1, static_cast<uint64_t>(q * static_cast<double>(count_) + 0.999999));
-    uint64_t seen = 0;
-    for (size_t i = 0; i < counts_.size(); ++i) {
-      seen += counts_[i];
-      if (seen >= rank) {
-        uint64_t lower = 0, width = 0;
-        BucketRange(i, &lower, &width);
-        const uint64_t mid = std::clamp(lower + width / 2, min_, max_);
-        return static_cast<double>(mid) / 1000.0;
-      }
-    }
-    return static_cast<double>(max_) / 1000.0;
-  }
-
- private:
-  static constexpr int kExact = 64;      // values below are their own bucket
-  static constexpr int kPerOctave = 32;  // sub-buckets per power of two above
-  static constexpr int kBuckets = kExact + 57 * kPerOctave;
-
-  static size_t BucketOf(uint64_t v) {
-    if (v < kExact) return static_cast<size_t>(v);
-    const int msb = 63 - __builtin_clzll(v);  // >= 6
-    const int shift = msb - 5;                // >= 1; v >> shift in [32, 64)
-    const uint64_t top = v >> shift;
-    return static_cast<size_t>(kExact + (shift - 1) * kPerOctave + (top - kPerOctave));
-  }
-
-  static void BucketRange(size_t index, uint64_t* lower, uint64_t* width) {
-    if (index < kExact) {
-      *lower = index;
-      *width = 1;
-      return;
-    }
-    const size_t j = index - kExact;
-    const int shift = static_cast<int>(j / kPerOctave) + 1;
-    const uint64_t top = j % kPerOctave + kPerOctave;
-    *lower = top << shift;
-    *width = uint64_t{1} << shift;
-  }
-
-  std::array<uint64_t, kBuckets> counts_{};
-  uint64_t count_ = 0;
-  uint64_t min_ = UINT64_MAX;
-  uint64_t max_ = 0;
-};
 
 // ---------------------------------------------------------------------------
 // shardq: the internal remote client (src/client/remote_backend.h).
@@ -546,16 +482,6 @@ class StartGate {
   bool open_ = false;
 };
 
-// What one client thread measured. Written by that thread only.
-struct ClientResult {
-  absl::Status status;
-  LatencyHistogram take_latency;
-  LatencyHistogram complete_latency;
-  std::vector<int64_t> taken;  // item indices, in order
-  int64_t completed = 0;
-  int64_t takes = 0;           // take calls that leased something
-};
-
 // Takes and completes items of `queue` until it is drained. With `result`,
 // records every take that leased something and every completion; without,
 // it is a warm-up.
@@ -587,26 +513,13 @@ absl::Status Drain(ClientSession& session, const std::string& queue, ClientResul
   }
 }
 
-struct RowResult {
-  int64_t items = 0;
-  double seconds = 0;
-  LatencyHistogram take_latency;
-  LatencyHistogram complete_latency;
-  int64_t takes = 0;
-  std::string verification;
-  double pairs_per_second() const { return static_cast<double>(items) / seconds; }
-};
-
-// Runs `clients` threads against `system`: each connects, drains its share
-// of `warmup_queue` (not measured), then all drain `queue` together on the
-// clock. Verifies that every item was taken and completed exactly once.
-absl::StatusOr<RowResult> RunRow(System& system, const std::string& label, int clients,
-                                 const std::string& warmup_queue, int64_t warmup_items,
-                                 const std::string& queue, int64_t num_items) {
-  if (absl::Status s = system.CreateQueue(warmup_queue, warmup_items); !s.ok()) return s;
-  if (absl::Status s = system.CreateQueue(queue, num_items); !s.ok()) return s;
-
-  std::vector<ClientResult> results(clients);
+// Runs one harness thread per client of `system` (Connect): each drains its
+// share of `warmup_queue` (not measured), then all drain `queue` together on
+// the clock into results[i]. Returns the seconds from the start gate until
+// the last thread saw `queue` drained.
+RowClock RunClientThreads(System& system, const std::string& label, int clients,
+                        const std::string& warmup_queue, const std::string& queue,
+                        std::vector<ClientResult>& results) {
   // Closed (a session stream half-closed and ended) after the clock stops.
   std::vector<std::unique_ptr<ClientSession>> sessions(clients);
   StartGate gate(clients);
@@ -626,22 +539,60 @@ absl::StatusOr<RowResult> RunRow(System& system, const std::string& label, int c
         result.status = connected.status();
       }
       gate.ArriveAndWait();
-      if (result.status.ok()) {
-        result.taken.reserve(2 * num_items / clients + 16);
-        result.status = Drain(*sessions[i], queue, &result);
-      }
+      if (result.status.ok()) result.status = Drain(*sessions[i], queue, &result);
     });
   }
   gate.WaitUntilAllArrived();
+  const double cpu_start = throughput::ProcessCpuSeconds();
   const SteadyClock::time_point start = SteadyClock::now();
   gate.Open();
   for (std::thread& t : threads) t.join();
-  const double seconds = static_cast<double>(NanosSince(start)) / 1e9;
+  RowClock clock;
+  clock.seconds = static_cast<double>(NanosSince(start)) / 1e9;
+  clock.client_cpu_seconds = throughput::ProcessCpuSeconds() - cpu_start;
   sessions.clear();
+  return clock;
+}
+
+struct RowResult {
+  int64_t items = 0;
+  double seconds = 0;
+  double client_cpu_seconds = 0;
+  LatencyHistogram take_latency;
+  LatencyHistogram complete_latency;
+  int64_t takes = 0;
+  std::string verification;
+  double pairs_per_second() const { return static_cast<double>(items) / seconds; }
+  double client_cpu_us_per_pair() const {
+    return client_cpu_seconds * 1e6 / static_cast<double>(items);
+  }
+};
+
+// Runs `clients` threads against `system`: each connects, drains its share
+// of `warmup_queue` (not measured), then all drain `queue` together on the
+// clock. Verifies that every item was taken and completed exactly once.
+absl::StatusOr<RowResult> RunRow(System& system, const std::string& label, int clients,
+                                 const std::string& warmup_queue, int64_t warmup_items,
+                                 const std::string& queue, int64_t num_items) {
+  if (absl::Status s = system.CreateQueue(warmup_queue, warmup_items); !s.ok()) return s;
+  if (absl::Status s = system.CreateQueue(queue, num_items); !s.ok()) return s;
+
+  std::vector<ClientResult> results(clients);
+  for (ClientResult& result : results) result.taken.reserve(2 * num_items / clients + 16);
+  RowClock clock;
+  if (system.RunsOwnClients()) {
+    absl::StatusOr<RowClock> ran =
+        system.RunClients(RowClients{label, clients, warmup_queue, queue}, &results);
+    if (!ran.ok()) return ran.status();
+    clock = *ran;
+  } else {
+    clock = RunClientThreads(system, label, clients, warmup_queue, queue, results);
+  }
 
   RowResult row;
   row.items = num_items;
-  row.seconds = seconds;
+  row.seconds = clock.seconds;
+  row.client_cpu_seconds = clock.client_cpu_seconds;
   std::vector<int> times_taken(num_items, 0);
   int64_t completed = 0;
   for (int i = 0; i < clients; ++i) {
@@ -740,6 +691,8 @@ struct Flags {
   int64_t batch = 8;
   bool diagnose_connections = false;
   int repeats = 3;
+  std::string session_driver = "callback";  // or "blocking"
+  int session_channels = 0;                 // callback driver; 0: one per client
 };
 
 std::string CpuModel() {
@@ -848,7 +801,11 @@ int Run(const Flags& flags) {
     absl::StatusOr<std::unique_ptr<ShardqSystem>> control = ShardqSystem::Create(address, 1);
     if (!control.ok()) return control.status();
     variants.push_back(
-        {std::move(label), "session", throughput::NewSessionSystem(address, *std::move(control))});
+        {std::move(label), "session",
+         flags.session_driver == "blocking"
+             ? throughput::NewBlockingSessionSystem(address, *std::move(control))
+             : throughput::NewCallbackSessionSystem(address, flags.session_channels,
+                                                    *std::move(control))});
     return absl::OkStatus();
   };
   const std::string batched_name =
@@ -915,9 +872,19 @@ int Run(const Flags& flags) {
               flags.durable_address.c_str(),
               flags.etcd_address.empty() ? "" : "; shardq serve --etcd (leader) at ",
               flags.etcd_address.c_str());
-  std::printf("each client: its own thread and connection; take, complete, repeat until "
-              "drained; %d warm-up items per client first (not measured)\n\n",
-              static_cast<int>(flags.warmup_items_per_client));
+  const std::string session_clients =
+      flags.session_driver == "blocking"
+          ? std::string("its own thread, a blocking stream and its own connection")
+      : flags.session_channels == 0
+          ? std::string("a stream on gRPC's callback threads (no thread of its own), its own "
+                        "connection")
+          : absl::StrCat("a stream on gRPC's callback threads (no thread of its own), ",
+                         flags.session_channels, " connections shared by all clients");
+  std::printf("each client: take, complete, repeat until drained; %d warm-up items per client "
+              "first (not measured). Redis and unary shardq clients: its own thread and "
+              "connection; session clients (--session-driver %s): %s\n\n",
+              static_cast<int>(flags.warmup_items_per_client), flags.session_driver.c_str(),
+              session_clients.c_str());
   std::fflush(stdout);
 
   // summaries[row][variant]
@@ -945,9 +912,11 @@ int Run(const Flags& flags) {
           return 1;
         }
         std::printf("%-15s %2d clients, %6d items: %6.2f s, %8.0f pairs/s, %7d takes, "
-                    "take p50/p99 %s us, complete p50/p99 %s us\n  verified: %s\n",
+                    "client CPU %.1f us/pair, take p50/p99 %s us, complete p50/p99 %s us\n"
+                    "  verified: %s\n",
                     variant.label.c_str(), clients, static_cast<int>(items), result->seconds,
                     result->pairs_per_second(), static_cast<int>(result->takes),
+                    result->client_cpu_us_per_pair(),
                     LatencyCell(result->take_latency).c_str(),
                     LatencyCell(result->complete_latency).c_str(),
                     result->verification.c_str());
@@ -1121,6 +1090,17 @@ int main(int argc, char** argv) {
                  "runs of every row and system, interleaved; the table shows the median")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
+  app.add_option("--session-driver", flags.session_driver,
+                 "the session row's client: 'callback' (each client a stream on gRPC's callback "
+                 "API, multiplexed on its threads) or 'blocking' (each client a thread with a "
+                 "synchronous stream, as before)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"callback", "blocking"}));
+  app.add_option("--session-channels", flags.session_channels,
+                 "callback session driver: channels (each its own TCP connection) per row, "
+                 "client i on channel i mod N; 0: one per client")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   app.add_flag("--diagnose-connections", flags.diagnose_connections,
                "also run shardq through a bare gRPC stub with its own TCP connection per "
                "client (ConnectRemote's channels share one connection per process)");

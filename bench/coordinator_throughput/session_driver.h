@@ -2,11 +2,18 @@
 // Session stream (coordinator.proto, rpc Session) spoken directly.
 //
 // Each client opens one Session stream per queue (outside the measured
-// time), over a channel with a TCP connection of its own (as each Redis
-// client has its own connection), and keeps one item in flight: the
-// completion of the previous item and the take of the next travel in one
-// SessionRequest, answered by one SessionResponse. A completion is checked
-// in that answer: anything but "completed, not a duplicate" fails the run.
+// time) and keeps one item in flight: the completion of the previous item
+// and the take of the next travel in one SessionRequest, answered by one
+// SessionResponse. A completion is checked in that answer: anything but
+// "completed, not a duplicate" fails the run. Two drivers speak it:
+//  * callback (the default): each client is one bench/common SessionStream
+//    (gRPC's callback API, a ClientBidiReactor); the clients' streams are
+//    multiplexed on gRPC's callback threads, with no thread per client,
+//    over `channels` channels, each with a TCP connection of its own
+//    (client i on channel i mod channels).
+//  * blocking: each client is a harness thread with a synchronous stream
+//    (each Write and Read waits) on a channel with a TCP connection of its
+//    own, as each Redis client has its own connection and thread.
 #ifndef SHARDQ_BENCH_COORDINATOR_THROUGHPUT_SESSION_DRIVER_H_
 #define SHARDQ_BENCH_COORDINATOR_THROUGHPUT_SESSION_DRIVER_H_
 
@@ -17,11 +24,19 @@
 
 namespace shardq::throughput {
 
-// Session clients of the `shardq serve` at `address` (host:port). Queues
-// are created and checked through `control`, a system against the same
-// server whose queues let a worker hold one item (num_clients 1). Thread-
-// safe as System requires; each ClientSession is used by one thread.
-std::unique_ptr<System> NewSessionSystem(std::string address, std::unique_ptr<System> control);
+// Session clients of the `shardq serve` at `address` (host:port), one
+// harness thread each. Queues are created and checked through `control`, a
+// system against the same server whose queues let a worker hold one item
+// (num_clients 1). Thread-safe as System requires; each ClientSession is
+// used by one thread.
+std::unique_ptr<System> NewBlockingSessionSystem(std::string address,
+                                                 std::unique_ptr<System> control);
+
+// Session clients on the callback API (RunsOwnClients), over `channels`
+// channels per row; 0: one per client. Queues are made and checked through
+// `control` as above. RunClients is called by one thread at a time.
+std::unique_ptr<System> NewCallbackSessionSystem(std::string address, int channels,
+                                                 std::unique_ptr<System> control);
 
 }  // namespace shardq::throughput
 

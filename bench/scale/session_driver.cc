@@ -1,14 +1,12 @@
 // bench/scale: SessionDriver, one Session stream per simulated worker
 // (coordinator.proto, rpc Session) with the callback API, over a few shared
-// channels. A stream (WorkerStream) keeps one read outstanding for its whole
-// life, writes one message at a time from a queue, and matches answers to
-// requests in order; the driver opens a worker's stream on its first call,
-// and opens another (naming the lease the worker holds) after one ended.
+// channels. A stream is bench/common's SessionStream (one read outstanding,
+// one write at a time, answers matched to requests in order); the driver
+// opens a worker's stream on its first call, and opens another (naming the
+// lease the worker holds) after one ended.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,210 +19,25 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "bench/common/session_stream.h"
 #include "bench/scale/worker_driver.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/support/client_callback.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
-#include "src/rpc/protocol_version.h"
 
 namespace shardq::scale {
 namespace {
 
 namespace v1 = ::shardq::v1;
-using SteadyClock = std::chrono::steady_clock;
+using bench::FromOp;
+using AnswerFn = bench::SessionAnswerFn;
+using WrittenFn = bench::SessionWrittenFn;
+using WorkerStream = bench::SessionStream;
 
-int64_t NanosSince(SteadyClock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t).count();
-}
-
-absl::Status FromOp(const v1::OpStatus& op, absl::string_view what) {
-  if (op.code() == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(op.code()),
-                      absl::StrCat(what, ": ", op.message()));
-}
-
-// The answer to one request (valid during the call only) and its round
-// trip, or why none came (the stream ended).
-using AnswerFn =
-    std::function<void(absl::StatusOr<const v1::SessionResponse*> answer, int64_t latency_ns)>;
-// Whether an unanswered message was written.
-using WrittenFn = std::function<void(bool written)>;
-
-class SessionDriver;
-
-// One stream of one worker. Created by the driver, which deletes it only
-// after its OnDone (in the driver's destructor). Thread-safe.
-class WorkerStream final
-    : public grpc::ClientBidiReactor<v1::SessionRequest, v1::SessionResponse> {
- public:
-  WorkerStream(SessionDriver& driver, int worker, bool reopen, v1::SessionRequest open)
-      : driver_(driver), worker_(worker), reopen_(reopen) {
-    outgoing_.push_back(Outgoing{std::move(open), nullptr});
-  }
-
-  // Starts the call (the `open` first); before it, Send only queues.
-  void Start(v1::Coordinator::Stub& stub) {
-    stub.async()->Session(&ctx_, this);
-    // Writes may be started from outside a reaction (the workers' timers)
-    // until the stream no longer takes them; the hold keeps OnDone back.
-    AddHold();
-    StartRead(&response_);
-    Pump();
-    StartCall();
-  }
-
-  // Queues `request`; with `on_answer`, it gets the next request id and is
-  // answered by exactly one call (its answer, or the stream's end). False
-  // when the stream takes no more messages: nothing was queued.
-  bool Send(v1::SessionRequest request, AnswerFn on_answer, WrittenFn written = nullptr) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!accepting_) return false;
-      if (on_answer != nullptr) {
-        request.set_request_id(++last_request_id_);
-        pending_.push_back(Pending{request.request_id(), std::move(on_answer),
-                                   SteadyClock::now()});
-      }
-      outgoing_.push_back(Outgoing{std::move(request), std::move(written)});
-    }
-    Pump();
-    return true;
-  }
-
-  // Half-closes after the queued messages: the coordinator then ends the
-  // stream OK once its answers are written.
-  void HalfClose() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!accepting_) return;
-      accepting_ = false;
-      half_close_ = true;
-    }
-    Pump();
-  }
-
-  // Ends the stream (CANCELLED); not counted as dropped.
-  void Cancel() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (done_) return;
-      cancelled_ = true;
-    }
-    ctx_.TryCancel();
-  }
-
-  // Ends the stream after a message that breaks the protocol (no read is
-  // started after it); counted as dropped.
-  void Abort() {
-    {
-      absl::MutexLock lock(&mu_);
-      read_ended_ = true;
-      accepting_ = false;
-    }
-    ctx_.TryCancel();
-    Pump();
-  }
-
-  bool done() const {
-    absl::MutexLock lock(&mu_);
-    return done_;
-  }
-
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnWritesDoneDone(bool ok) override { WriteFinished(ok); }
-  void OnDone(const grpc::Status& status) override;
-
- private:
-  struct Pending {
-    uint64_t request_id;
-    AnswerFn on_answer;
-    SteadyClock::time_point sent;
-  };
-  struct Outgoing {
-    v1::SessionRequest request;
-    WrittenFn written;
-  };
-
-  // Starts the next write or the half-close when none is in flight, and
-  // lets OnDone come once nothing more can be written. Called unlocked.
-  void Pump() {
-    const v1::SessionRequest* write = nullptr;
-    bool writes_done = false, release = false;
-    {
-      absl::MutexLock lock(&mu_);
-      if (writing_) return;
-      if (!outgoing_.empty() && !read_ended_) {
-        writing_ = true;
-        current_ = std::move(outgoing_.front());
-        outgoing_.pop_front();
-        write = &current_.request;
-      } else if (half_close_ && !half_closed_ && !read_ended_) {
-        writing_ = half_closed_ = writes_done = true;
-      } else if (held_ && (read_ended_ || half_closed_)) {
-        held_ = false;
-        release = true;
-      }
-    }
-    if (write != nullptr) StartWrite(write);
-    if (writes_done) StartWritesDone();
-    if (release) RemoveHold();
-  }
-
-  void WriteFinished(bool ok) {
-    WrittenFn written;
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      written = std::move(current_.written);
-      current_.written = nullptr;
-      if (!ok) {
-        // The stream is broken: no more writes; OnDone fails the rest.
-        read_ended_ = true;
-        accepting_ = false;
-      }
-    }
-    if (written != nullptr) written(ok);
-    Pump();
-  }
-
-  SessionDriver& driver_;
-  const int worker_;
-  const bool reopen_;
-  grpc::ClientContext ctx_;
-  v1::SessionResponse response_;  // the read in flight; read again after it is handled
-
-  mutable absl::Mutex mu_;
-  bool accepting_ ABSL_GUARDED_BY(mu_) = true;   // Send queues messages
-  bool opened_ ABSL_GUARDED_BY(mu_) = false;     // `opened` was read
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;    // a write or the half-close in flight
-  bool half_close_ ABSL_GUARDED_BY(mu_) = false;
-  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool read_ended_ ABSL_GUARDED_BY(mu_) = false;  // the read failed: the stream is over
-  bool held_ ABSL_GUARDED_BY(mu_) = true;          // AddHold not yet removed
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t last_request_id_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
-  std::deque<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
-  Outgoing current_ ABSL_GUARDED_BY(mu_);  // the write in flight
-};
-
-class SessionDriver final : public WorkerDriver {
+class SessionDriver final : public WorkerDriver, public bench::SessionStreamListener {
  public:
   explicit SessionDriver(const SessionDriverOptions& options)
-      : options_(options), workers_(1) {
-    for (int i = 0; i < options_.channels; ++i) {
-      grpc::ChannelArguments args;
-      // A distinct argument and a local subchannel pool: each channel gets a
-      // TCP connection of its own rather than sharing one.
-      args.SetInt("shardq.scale.channel", i);
-      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      stubs_.push_back(v1::Coordinator::NewStub(
-          grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args)));
-    }
-  }
+      : options_(options),
+        stubs_(bench::OwnConnectionStubs(options_.address, options_.channels)),
+        workers_(1) {}
 
   ~SessionDriver() override {
     CloseStreams(std::chrono::milliseconds(0));
@@ -314,7 +127,7 @@ class SessionDriver final : public WorkerDriver {
   }
 
   // Called by a stream: `opened` was read (its lost leases are counted).
-  void StreamOpened(int worker, bool reopen, const v1::SessionOpened& opened) {
+  void StreamOpened(int worker, bool reopen, const v1::SessionOpened& opened) override {
     absl::MutexLock lock(&mu_);
     if (reopen) {
       ++counts_.reopened;
@@ -325,7 +138,7 @@ class SessionDriver final : public WorkerDriver {
   }
 
   // Called by a stream for every message read after `opened`.
-  void Pushed(int worker, const v1::SessionResponse& response) {
+  void Pushed(int worker, const v1::SessionResponse& response) override {
     if (response.lost_lease_ids_size() > 0) {
       absl::MutexLock lock(&mu_);
       LostLocked(worker, response.lost_lease_ids());
@@ -343,7 +156,7 @@ class SessionDriver final : public WorkerDriver {
   }
 
   // Called by a stream's OnDone, last.
-  void StreamEnded(int worker, bool cancelled, const grpc::Status& status) {
+  void StreamEnded(int worker, bool cancelled, const grpc::Status& status) override {
     absl::MutexLock lock(&mu_);
     --live_;
     if (status.ok()) {
@@ -383,21 +196,13 @@ class SessionDriver final : public WorkerDriver {
 
   absl::StatusOr<bool> CompletionOf(int worker, const v1::SessionResponse& answer,
                                     const Lease& lease) {
-    if (answer.complete_results_size() != 1 ||
-        answer.complete_results(0).lease_id() != lease.lease_id) {
-      return absl::InternalError(absl::StrCat("session of ", WorkerName(worker), ": ",
-                                              answer.complete_results_size(),
-                                              " completion results for lease ", lease.lease_id));
-    }
-    const v1::CompleteResult& result = answer.complete_results(0);
-    if (absl::Status s = FromOp(result.status(), absl::StrCat("complete lease ", lease.lease_id));
-        !s.ok()) {
-      return s;
-    }
+    absl::StatusOr<bool> duplicate =
+        bench::CompletionOf(answer, lease.lease_id, WorkerName(worker));
+    if (!duplicate.ok()) return duplicate;
     absl::MutexLock lock(&mu_);
     WorkerSlot& slot = SlotLocked(worker);
     if (slot.held == lease.lease_id) slot.held = 0;
-    return result.duplicate();
+    return duplicate;
   }
 
   absl::StatusOr<TakeReply> TakeOf(int worker, const v1::SessionResponse& answer,
@@ -461,13 +266,9 @@ WorkerStream* SessionDriver::StreamOf(int worker) {
     // A stream that no longer takes messages but is not done yet stays:
     // Send says so, and the worker retries after its OnDone.
     if (slot.stream == nullptr || slot.stream->done()) {
-      v1::SessionRequest open;
-      v1::SessionOpen* o = open.mutable_open();
-      o->set_queue(options_.queue);
-      o->set_worker(WorkerName(worker));
-      o->mutable_version()->set_major(kProtocolMajor);
-      o->mutable_version()->set_minor(kProtocolMinor);
-      if (slot.held != 0) o->add_lease_ids(slot.held);
+      std::vector<uint64_t> held;
+      if (slot.held != 0) held.push_back(slot.held);
+      v1::SessionRequest open = bench::SessionOpenRequest(options_.queue, WorkerName(worker), held);
       const bool reopen = slot.stream != nullptr;
       streams_.push_back(std::make_unique<WorkerStream>(*this, worker, reopen, std::move(open)));
       slot.stream = started = streams_.back().get();
@@ -478,73 +279,6 @@ WorkerStream* SessionDriver::StreamOf(int worker) {
   }
   started->Start(*stubs_[static_cast<size_t>(worker) % stubs_.size()]);
   return started;
-}
-
-void WorkerStream::OnReadDone(bool ok) {
-  if (!ok) {
-    {
-      absl::MutexLock lock(&mu_);
-      read_ended_ = true;
-      accepting_ = false;
-    }
-    Pump();  // releases the hold once no write is in flight
-    return;
-  }
-  bool opened_now = false, out_of_order = false;
-  std::optional<Pending> answered;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!opened_) {
-      opened_ = opened_now = true;
-      // Requests queued behind the open are timed from here.
-      for (Pending& p : pending_) p.sent = SteadyClock::now();
-    } else if (response_.request_id() != 0) {
-      if (!pending_.empty() && pending_.front().request_id == response_.request_id()) {
-        answered = std::move(pending_.front());
-        pending_.pop_front();
-      } else {
-        out_of_order = true;
-      }
-    }
-  }
-  if ((opened_now && !response_.has_opened()) || out_of_order) {
-    Abort();  // not the protocol: OnDone fails what is pending
-    return;
-  }
-  if (opened_now) {
-    driver_.StreamOpened(worker_, reopen_, response_.opened());
-  } else {
-    driver_.Pushed(worker_, response_);
-    if (answered.has_value()) answered->on_answer(&response_, NanosSince(answered->sent));
-  }
-  StartRead(&response_);
-}
-
-void WorkerStream::OnWriteDone(bool ok) { WriteFinished(ok); }
-
-void WorkerStream::OnDone(const grpc::Status& status) {
-  std::deque<Pending> pending;
-  std::deque<Outgoing> outgoing;
-  bool cancelled;
-  {
-    absl::MutexLock lock(&mu_);
-    done_ = true;
-    accepting_ = false;
-    pending.swap(pending_);
-    outgoing.swap(outgoing_);
-    cancelled = cancelled_;
-  }
-  const absl::Status ended =
-      status.ok() ? absl::UnavailableError(
-                        absl::StrCat("session of ", WorkerName(worker_), " ended before answering"))
-                  : absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                                 absl::StrCat("session of ", WorkerName(worker_), ": ",
-                                              status.error_message()));
-  for (Outgoing& o : outgoing) {
-    if (o.written != nullptr) o.written(false);
-  }
-  for (Pending& p : pending) p.on_answer(ended, 0);
-  driver_.StreamEnded(worker_, cancelled, status);  // last: the driver may now delete this
 }
 
 }  // namespace
