@@ -692,7 +692,8 @@ struct Flags {
   bool diagnose_connections = false;
   int repeats = 3;
   std::string session_driver = "callback";  // or "blocking"
-  int session_channels = 0;                 // callback driver; 0: one per client
+  int session_channels = 4;                 // callback driver; 0: one per client
+  bool session_connection_row = true;       // also the callback driver with channels 0
 };
 
 std::string CpuModel() {
@@ -797,20 +798,21 @@ int Run(const Flags& flags) {
     return absl::OkStatus();
   };
   // Session clients; queues made and checked by a unary system (batch 1).
-  auto add_session = [&](std::string label, const std::string& address) -> absl::Status {
+  // `channels`: the callback driver's (0: one per client).
+  auto add_session = [&](std::string label, const std::string& address, int channels,
+                         std::string table_name = "session") -> absl::Status {
     absl::StatusOr<std::unique_ptr<ShardqSystem>> control = ShardqSystem::Create(address, 1);
     if (!control.ok()) return control.status();
     variants.push_back(
-        {std::move(label), "session",
+        {std::move(label), std::move(table_name),
          flags.session_driver == "blocking"
              ? throughput::NewBlockingSessionSystem(address, *std::move(control))
-             : throughput::NewCallbackSessionSystem(address, flags.session_channels,
-                                                    *std::move(control))});
+             : throughput::NewCallbackSessionSystem(address, channels, *std::move(control))});
     return absl::OkStatus();
   };
   const std::string batched_name =
       absl::StrCat("batched, ≤", flags.batch, " items per take (shardq feature)");
-  absl::Status added = add_session("session", flags.shardq_address);
+  absl::Status added = add_session("session", flags.shardq_address, flags.session_channels);
   const size_t redis_variant = variants.size();
   variants.push_back({"redis", "", *std::move(redis)});
   const size_t unary_variant = variants.size();
@@ -818,6 +820,12 @@ int Run(const Flags& flags) {
   const size_t batched_variant = variants.size();
   if (added.ok()) {
     added = add_shardq("shardq-batched", batched_name, flags.batch, false, flags.shardq_address);
+  }
+  // The same session clients with a TCP connection each, as Redis's have.
+  if (added.ok() && flags.session_driver == "callback" && flags.session_channels != 0 &&
+      flags.session_connection_row) {
+    added = add_session("session-conn", flags.shardq_address, 0,
+                        "session, a TCP connection per client");
   }
   if (added.ok() && flags.diagnose_connections) {
     added = add_shardq("shardq-own-conn",
@@ -836,7 +844,7 @@ int Run(const Flags& flags) {
     return variants.size() - 1;
   };
   if (added.ok() && !flags.durable_address.empty()) {
-    added = add_session("durable-session", flags.durable_address);
+    added = add_session("durable-session", flags.durable_address, flags.session_channels);
     if (added.ok()) sqlite_session = mark_durable(Store::kSqlite, 0, DurableRow::kNone);
   }
   if (added.ok() && !flags.durable_address.empty()) {
@@ -852,7 +860,7 @@ int Run(const Flags& flags) {
   }
   // The etcd store's: the session (like for like) and batched rows.
   if (added.ok() && !flags.etcd_address.empty()) {
-    added = add_session("etcd-session", flags.etcd_address);
+    added = add_session("etcd-session", flags.etcd_address, flags.session_channels);
     if (added.ok()) mark_durable(Store::kEtcd, 0, sqlite_session);
   }
   if (added.ok() && !flags.etcd_address.empty()) {
@@ -878,8 +886,12 @@ int Run(const Flags& flags) {
       : flags.session_channels == 0
           ? std::string("a stream on gRPC's callback threads (no thread of its own), its own "
                         "connection")
-          : absl::StrCat("a stream on gRPC's callback threads (no thread of its own), ",
-                         flags.session_channels, " connections shared by all clients");
+          : absl::StrCat("a stream on gRPC's callback threads (no thread of its own); the "
+                         "clients share ", flags.session_channels, " TCP connections (client i "
+                         "on connection i mod ", flags.session_channels, ")",
+                         flags.session_connection_row
+                             ? "; the \"a TCP connection per client\" line: one each"
+                             : "");
   std::printf("each client: take, complete, repeat until drained; %d warm-up items per client "
               "first (not measured). Redis and unary shardq clients: its own thread and "
               "connection; session clients (--session-driver %s): %s\n\n",
@@ -977,8 +989,8 @@ int Run(const Flags& flags) {
               "completion of the previous item and the next take in one request answered by one "
               "response (its take latency is that round trip). 1 item: unary Take, then "
               "Complete. Batched: up to %d items per take call (latency is per call), completed "
-              "one by one.\n",
-              flags.repeats, static_cast<int>(flags.batch));
+              "one by one. Session clients: %s.\n",
+              flags.repeats, static_cast<int>(flags.batch), session_clients.c_str());
   if (!durable_rows.empty()) {
     const bool probed = !flags.fsync_probe_dir.empty();
     const bool with_etcd = !flags.etcd_address.empty();
@@ -1101,6 +1113,10 @@ int main(int argc, char** argv) {
                  "client i on channel i mod N; 0: one per client")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
+  app.add_option("--session-connection-row", flags.session_connection_row,
+                 "with the callback driver and --session-channels N > 0, also run the session "
+                 "clients with a TCP connection per client (an in-memory row of its own)")
+      ->capture_default_str();
   app.add_flag("--diagnose-connections", flags.diagnose_connections,
                "also run shardq through a bare gRPC stub with its own TCP connection per "
                "client (ConnectRemote's channels share one connection per process)");
