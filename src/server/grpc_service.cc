@@ -439,6 +439,11 @@ CoordinatorServer::~CoordinatorServer() {
     return;
   }
   Shutdown();
+  // gRPC's order: the server shut down, then its completion queues shut
+  // down and drained, and only then the server destroyed (a request that
+  // failed at shutdown may still sit in a queue, and finishing it reads
+  // the server).
+  session_queues_.reset();
 }
 
 void CoordinatorServer::Wait() { server_->Wait(); }

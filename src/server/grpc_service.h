@@ -186,7 +186,8 @@ class CoordinatorServer {
   GrpcInUse serving_;
   std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;
-  // Before server_: destroyed after it (its queues outlive the server).
+  // Reset by the destructor once the server is shut down and before it is
+  // destroyed (see there).
   std::unique_ptr<SessionQueues> session_queues_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

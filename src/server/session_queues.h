@@ -128,7 +128,9 @@ class SessionQueues {
   SessionQueues(grpc::ServerBuilder& builder, int count, RequestFn request,
                 NewStreamFn new_stream);
   // Shuts the queues down, drains them and joins their threads. Only once
-  // the server is shut down (its Shutdown returned: no call is left).
+  // the server is shut down (its Shutdown returned: no call is left), and
+  // before the server is destroyed: draining finishes the requests that
+  // failed at its shutdown, which reads the server.
   ~SessionQueues();
 
   // After the server started: posts requests for calls on every queue and
