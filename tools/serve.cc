@@ -64,6 +64,10 @@ CLI::App* AddServe(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--max-request-mb", o->max_request_mb,
                   "largest request accepted, in MiB; larger ones get RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 2047))->capture_default_str();
+  cmd->add_option("--session-queues", o->session_queues,
+                  "completion queues (one thread each) the workers' Session streams are spread "
+                  "over; more: shorter per-message scans in gRPC, more idle threads")
+      ->check(CLI::Range(1, 64))->capture_default_str();
   return cmd;
 }
 
@@ -267,6 +271,7 @@ int RunServe(const ServeOptions& o) {
   ServerOptions options;
   options.listen = o.listen;
   options.max_request_bytes = o.max_request_mb << 20;
+  options.session_queues = o.session_queues;
   options.tls_cert_file = o.tls_cert;
   options.tls_key_file = o.tls_key;
   options.state_dir = o.state_dir;

@@ -46,6 +46,7 @@ struct ServeOptions {
   double summary_interval_seconds = 10;
   bool http_public = false;      // --http without the token
   int64_t max_request_mb = 64;   // largest gRPC request
+  int session_queues = 16;       // ServerOptions::session_queues
   // High availability (tools/serve_ha.cc): etcd members, the job, what
   // clients dial, the election lease.
   std::string etcd;

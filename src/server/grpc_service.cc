@@ -320,11 +320,6 @@ grpc::Status CoordinatorService::RestoreCheckpoint(grpc::ServerContext* ctx,
   return ToGrpcStatus(info.status());
 }
 
-grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorService::Session(
-    grpc::CallbackServerContext* ctx) {
-  return StartSession(coordinator_, Authorize(*ctx));
-}
-
 CoordinatorServer::CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator,
                                      const std::string& token,
                                      std::function<Leadership()> leadership,
@@ -370,6 +365,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "the largest request (", options.max_request_bytes, " bytes) must be in 1..",
         std::numeric_limits<int>::max()));
   }
+  if (options.session_queues < 1 || options.session_queues > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_queues (", options.session_queues, ") must be in 1..64"));
+  }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ServerCredentialsFor(options);
   if (!credentials.ok()) return credentials.status();
@@ -397,6 +396,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.RegisterService(&server->service_);
+  CoordinatorService* service = &server->service_;
+  server->session_queues_ = std::make_unique<SessionQueues>(
+      builder, options.session_queues,
+      [service](grpc::ServerContext* ctx, SessionStreamIo* io, grpc::ServerCompletionQueue* cq,
+                void* tag) { service->RequestSession(ctx, io, cq, cq, tag); },
+      [service, coordinator = server->coordinator_.get()] {
+        return NewSessionStream(coordinator, [service](const grpc::ServerContextBase& ctx) {
+          return service->Authorize(ctx);
+        });
+      });
   // gRPC sets SO_REUSEPORT by default, with which a second coordinator on
   // the same port binds too and the kernel splits the clients between them.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -417,17 +426,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", options.listen, " (--listen); gRPC's log above says why"));
   }
+  server->session_queues_->Start();
   return server;
 }
 
 CoordinatorServer::~CoordinatorServer() {
   if (!owner_.current()) {
     // Inherited through fork(): the server's threads live in the parent.
-    server_.release();        // NOLINT: intentional leak
-    coordinator_.release();   // NOLINT: intentional leak
+    server_.release();          // NOLINT: intentional leak
+    session_queues_.release();  // NOLINT: intentional leak (its threads too)
+    coordinator_.release();     // NOLINT: intentional leak
     return;
   }
   Shutdown();
+  // gRPC's order: the server shut down, then its completion queues shut
+  // down and drained, and only then the server destroyed (a request that
+  // failed at shutdown may still sit in a queue, and finishing it reads
+  // the server).
+  session_queues_.reset();
 }
 
 void CoordinatorServer::Wait() { server_->Wait(); }

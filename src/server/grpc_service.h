@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -17,6 +18,7 @@
 #include "src/rpc/grpc_fork.h"
 #include "src/core/process.h"
 #include "src/server/coordinator_impl.h"
+#include "src/server/session_queues.h"
 
 namespace shardq {
 
@@ -48,6 +50,13 @@ struct ServerOptions {
   // every Status answer carries its HOST:PORT (empty while none is up), so
   // that `shardq report` given this server's address finds the page.
   std::function<std::string()> status_page;
+  // Completion queues, each drained by a thread of its own, that the
+  // Session streams are spread over (src/server/session_queues.h): with
+  // Debian's gRPC each message on a stream costs a scan of the operations
+  // outstanding on its queue (~2 per open stream), so more queues mean
+  // shorter scans and less waiting for one lock; each queue costs an idle
+  // thread. 16 keeps 10,000 open streams to ~1,250 entries a queue. 1..64.
+  int session_queues = 16;
 };
 
 // OK when `token` is empty or the call carries "authorization: Bearer
@@ -65,12 +74,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 // run on gRPC's callback threads and never park one. A Take that must wait
 // for an item waits on a thread of its own (TakeWaiters); a durable
 // Complete is answered by the journal once its group commit is on disk.
-// Session (a worker's stream) is a callback bidi reactor of its own
-// (src/server/session_service.h). The other calls are synchronous
+// Session (a worker's stream) is an async method, served by
+// CoordinatorServer's SessionQueues (src/server/session_queues.h) with a
+// reactor per stream (src/server/session_service.h). The other calls are
+// synchronous
 // handlers. (A server mixing the two kinds for its hot calls pays a
 // hand-off between gRPC's two thread pools on every call.)
 class CoordinatorService final
-    : public v1::Coordinator::WithCallbackMethod_Session<v1::Coordinator::WithCallbackMethod_Take<
+    : public v1::Coordinator::WithAsyncMethod_Session<v1::Coordinator::WithCallbackMethod_Take<
           v1::Coordinator::WithCallbackMethod_Complete<v1::Coordinator::Service>>> {
  public:
   // `coordinator` must outlive the service. `leadership` and
@@ -112,14 +123,10 @@ class CoordinatorService final
   grpc::Status RestoreCheckpoint(grpc::ServerContext* ctx,
                                  const v1::RestoreCheckpointRequest* req,
                                  v1::QueueInfo* resp) override;
-  // A worker's session stream (src/server/session_service.h).
-  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
-      grpc::CallbackServerContext* ctx) override;
-
- private:
   // UNAUTHENTICATED unless the call carries the token (when one is set).
   absl::Status Authorize(const grpc::ServerContextBase& ctx) const;
 
+ private:
   // Takes waiting for items, each on a thread of its own, counted so that
   // the destructor can wait for them. Shared with those threads, which may
   // outlive the service by the last instructions after their count.
@@ -152,7 +159,8 @@ class CoordinatorServer {
   // UNAVAILABLE "address H:P already in use" when another process holds
   // the port (checked before the state dir is opened, and again by the
   // bind itself), UNAVAILABLE naming the errno for other bind failures;
-  // the state dir's error when it cannot be recovered.
+  // the state dir's error when it cannot be recovered; INVALID_ARGUMENT
+  // for session_queues outside 1..64.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const ServerOptions& options);
   ~CoordinatorServer();
@@ -163,6 +171,10 @@ class CoordinatorServer {
   void Wait();
   // Stops accepting calls; in-flight calls get up to `grace` to finish.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
+  // Session streams that arrived so far on each session queue (tests).
+  std::vector<int64_t> sessions_per_queue() const {
+    return session_queues_->sessions_per_queue();
+  }
 
  private:
   CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token,
@@ -174,6 +186,9 @@ class CoordinatorServer {
   GrpcInUse serving_;
   std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;
+  // Reset by the destructor once the server is shut down and before it is
+  // destroyed (see there).
+  std::unique_ptr<SessionQueues> session_queues_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   OwnerProcess owner_;  // see src/core/process.h

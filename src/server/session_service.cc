@@ -73,26 +73,29 @@ void ToResponse(SessionResult& result, v1::SessionResponse* out) {
   for (const SplitProposal& p : result.proposals) ToProto(p, out->add_splits());
 }
 
-class SessionReactor final
-    : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>,
-      public SessionSink {
+class SessionReactor final : public SessionStream, public SessionSink {
  public:
-  static SessionReactor* Create(CoordinatorImpl* coordinator, const absl::Status& authorized) {
-    auto reactor = std::make_shared<SessionReactor>(coordinator);
+  // Owned by itself from here until its OnDone.
+  static SessionStream* Create(CoordinatorImpl* coordinator, SessionAuthorizer authorize) {
+    auto reactor = std::make_shared<SessionReactor>(coordinator, std::move(authorize));
     reactor->self_ = reactor;
-    if (!authorized.ok()) {
-      reactor->Finish(ToGrpcStatus(authorized));
-    } else {
-      {
-        absl::MutexLock lock(&reactor->mu_);
-        reactor->read_in_flight_ = true;
-      }
-      reactor->StartRead(&reactor->request_);
-    }
     return reactor.get();
   }
 
-  explicit SessionReactor(CoordinatorImpl* coordinator) : coordinator_(coordinator) {}
+  SessionReactor(CoordinatorImpl* coordinator, SessionAuthorizer authorize)
+      : coordinator_(coordinator), authorize_(std::move(authorize)) {}
+
+  void OnStarted() override {
+    if (absl::Status authorized = authorize_(context()); !authorized.ok()) {
+      Finish(ToGrpcStatus(authorized));
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      read_in_flight_ = true;
+    }
+    StartRead(&request_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client half-closed, or the stream broke
@@ -331,6 +334,7 @@ class SessionReactor final
   }
 
   CoordinatorImpl* const coordinator_;
+  const SessionAuthorizer authorize_;
   // This reactor's own reference, dropped in OnDone; waiting takes and
   // journal callbacks hold others (as the SessionSink) while they run.
   std::shared_ptr<SessionReactor> self_;
@@ -359,9 +363,8 @@ class SessionReactor final
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* StartSession(
-    CoordinatorImpl* coordinator, const absl::Status& authorized) {
-  return SessionReactor::Create(coordinator, authorized);
+SessionStream* NewSessionStream(CoordinatorImpl* coordinator, SessionAuthorizer authorize) {
+  return SessionReactor::Create(coordinator, std::move(authorize));
 }
 
 }  // namespace shardq

@@ -1,5 +1,6 @@
 // The gRPC side of worker sessions (coordinator.proto, rpc Session): one
-// callback reactor per stream, a thin adapter over CoordinatorImpl's
+// reactor per stream (a SessionStream, served on the session completion
+// queues of src/server/session_queues.h), a thin adapter over CoordinatorImpl's
 // session calls (OpenSession, SessionStep, CloseSession).
 //
 // Per stream: the first message must carry `open` (else INVALID_ARGUMENT);
@@ -20,22 +21,27 @@
 #ifndef SHARDQ_SERVER_SESSION_SERVICE_H_
 #define SHARDQ_SERVER_SESSION_SERVICE_H_
 
+#include <functional>
+
 #include "absl/status/status.h"
-#include "grpcpp/support/server_callback.h"
+#include "grpcpp/server_context.h"
 #include "proto/shardq/coordinator.pb.h"
 #include "src/server/coordinator_impl.h"
+#include "src/server/session_queues.h"
 
 namespace shardq {
 
 // Requests a session reads ahead of their answers.
 inline constexpr size_t kMaxUnanswered = 64;
 
-// The reactor of one Session stream. `authorized` is the outcome of the
-// service's token check: an error ends the stream with it at once.
-// `coordinator` must outlive the stream. gRPC owns the result until its
-// OnDone.
-grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* StartSession(
-    CoordinatorImpl* coordinator, const absl::Status& authorized);
+// The service's token check of a call: an error ends the stream with it
+// at once.
+using SessionAuthorizer = std::function<absl::Status(const grpc::ServerContextBase&)>;
+
+// The reactor of the next Session stream, for SessionQueues' factory;
+// `authorize` runs when its call arrives. `coordinator` must outlive the
+// stream. The stream owns itself until its OnDone.
+SessionStream* NewSessionStream(CoordinatorImpl* coordinator, SessionAuthorizer authorize);
 
 }  // namespace shardq
 
