@@ -1,5 +1,7 @@
 #include "shardq/pipeline/internal/item_ledger.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -136,19 +138,21 @@ ItemLedger::Poll ItemLedger::TryTakeItem(std::shared_ptr<ItemTicket>* ticket,
   return Poll::kPending;  // the fetcher is about to start
 }
 
-int64_t ItemLedger::Emit(ItemTicket& ticket,
-                         const std::vector<int64_t>& resume_offsets) {
-  const int64_t n = static_cast<int64_t>(resume_offsets.size());
+void ItemLedger::Emit(const std::vector<EmitRun>& runs,
+                      const std::vector<int64_t>& offsets) {
   absl::MutexLock lock(&mu_);
-  const int64_t first = ticket.emitted_;
-  ticket.emitted_ += n;
-  in_flight_ += n;
-  stats_.records_read += n;
-  ticket.consumed_flags_.insert(ticket.consumed_flags_.end(),
-                                static_cast<size_t>(n), false);
-  ticket.resume_offsets_.insert(ticket.resume_offsets_.end(),
-                                resume_offsets.begin(), resume_offsets.end());
-  return first;
+  for (const EmitRun& run : runs) {
+    ItemTicket& ticket = *run.ticket;
+    const int64_t n = static_cast<int64_t>(run.count);
+    ticket.emitted_ += n;
+    in_flight_ += n;
+    stats_.records_read += n;
+    ticket.consumed_flags_.insert(ticket.consumed_flags_.end(), run.count,
+                                  false);
+    const auto first = offsets.begin() + static_cast<std::ptrdiff_t>(run.begin);
+    ticket.resume_offsets_.insert(ticket.resume_offsets_.end(), first,
+                                  first + static_cast<std::ptrdiff_t>(run.count));
+  }
 }
 
 std::shared_ptr<ItemTicket> ItemLedger::RetireIfSettledLocked(
@@ -257,8 +261,11 @@ absl::Status ItemLedger::Consume(const RecordTags& tags) {
       if (now_done) done.push_back(settled);
       if (settled != nullptr) retired.push_back(std::move(settled));
       if (!now_done && offset >= 0) {
-        if (!progress.empty() && progress.back().first == tag.ticket) {
-          progress.back().second = offset;
+        // Few items are in flight at once: a linear search.
+        auto it = std::find_if(progress.begin(), progress.end(),
+                               [&](const auto& p) { return p.first == tag.ticket; });
+        if (it != progress.end()) {
+          it->second = offset;
         } else {
           progress.emplace_back(tag.ticket, offset);
         }

@@ -68,7 +68,7 @@ class ShuffleStage final : public Stage<T> {
     while (produced() < max) {
       if (draining_) {
         if (!buffer_.empty()) {
-          out->push_back(Pop());
+          PopTo(out);
           continue;
         }
         draining_ = false;
@@ -109,7 +109,7 @@ class ShuffleStage final : public Stage<T> {
         if (produced() > 0) break;
         return EndOfData();
       }
-      out->push_back(Pop());
+      PopTo(out);
     }
     return absl::OkStatus();
   }
@@ -133,14 +133,15 @@ class ShuffleStage final : public Stage<T> {
     return s;
   }
 
-  Tracked<T> Pop() {
+  // Moves a random element of the buffer to the end of *out; the last
+  // element takes its place.
+  void PopTo(std::vector<Tracked<T>>* out) {
     const size_t index = static_cast<size_t>(
         rng_.UniformBelow(static_cast<uint64_t>(buffer_.size())));
-    Tracked<T> out = std::move(buffer_[index]);
+    out->push_back(std::move(buffer_[index]));
     if (index + 1 != buffer_.size()) buffer_[index] = std::move(buffer_.back());
     buffer_.pop_back();
-    held_records_ -= NumRecords(out.tags);
-    return out;
+    held_records_ -= NumRecords(out->back().tags);
   }
 
   PipelineContext* const context_;

@@ -151,7 +151,8 @@ template <typename Fn>
 Dataset<internal::MapResult<Fn, T>> Dataset<T>::Map(Fn fn,
                                                     MapOptions options) const {
   using Out = internal::MapResult<Fn, T>;
-  internal::MapFunction<T, Out> function(std::move(fn));
+  internal::MapFunction<T, Out> function =
+      internal::MakeMapFunction<T, Out>(std::move(fn));
   auto input = node_;
   return Dataset<Out>(internal::MakeNode<Out>(
       [input, function, options](internal::PipelineContext* context)

@@ -195,10 +195,19 @@ class ItemLedger {
   // Never blocks.
   Poll TryTakeItem(std::shared_ptr<ItemTicket>* ticket, absl::Status* error);
 
-  // Counts `resume_offsets.size()` more records of `ticket` handed on, in
-  // order, and returns the sequence number of the first. Call before the
-  // records can reach a consumer.
-  int64_t Emit(ItemTicket& ticket, const std::vector<int64_t>& resume_offsets);
+  // `count` records of `ticket` handed on, in order, right after those of
+  // the ticket handed on before: their sequence numbers follow on (the
+  // first record of an item is 0), so the reading stage numbers them
+  // itself. Their resume offsets are offsets[begin, begin + count).
+  struct EmitRun {
+    ItemTicket* ticket = nullptr;
+    size_t begin = 0;
+    size_t count = 0;
+  };
+  // Counts the records of `runs` handed on, under one lock. Call before the
+  // records can reach a consumer, and before FinishReading of their item.
+  void Emit(const std::vector<EmitRun>& runs,
+            const std::vector<int64_t>& offsets);
 
   // Every record of `ticket` has been handed on. Completes the item now if
   // they were all consumed already (an empty item). Errors are ItemDone's.

@@ -33,14 +33,25 @@
 #include "shardq/pipeline/record_reader.h"
 #include "shardq/pipeline/stage_options.h"
 #include "shardq/pipeline/internal/item_ledger.h"
+#include "shardq/pipeline/internal/stage.h"
 
 namespace shardq::pipeline::internal {
 
 // Up to block_length records of one slot's item, their resume offsets, and
-// whether the item ends (or fails) right after them.
+// whether the item ends (or fails) right after them. Used between the
+// reading threads and the slots' buffers (parallel mode).
 template <typename R>
 struct SlotBlock {
   std::vector<R> records;
+  std::vector<int64_t> offsets;
+  bool finished = false;
+  absl::Status error;
+};
+
+// What TakeBlock says about the records it appended: their resume offsets,
+// and whether the item ends (or fails) right after them. Reused from block
+// to block (TakeBlock clears it).
+struct TakenBlock {
   std::vector<int64_t> offsets;
   bool finished = false;
   absl::Status error;
@@ -124,16 +135,21 @@ class ItemSlots {
            slot.finished || !slot.error.ok();
   }
 
-  // The next block of slot `i` (which has an item). Serial: read here.
-  // Parallel: waits for the slot's reader (see Ready). False once stopping.
-  bool TakeBlock(size_t i, SlotBlock<R>* block) {
+  // The next block of slot `i` (which has an item), appended to *out as
+  // elements without tags (their offsets and the item's end in *block).
+  // Serial: read here, straight into *out. Parallel: waits for the slot's
+  // reader (see Ready). False once stopping.
+  bool TakeBlock(size_t i, std::vector<Tracked<R>>* out, TakenBlock* block) {
     Slot& slot = slots_[i];
+    block->offsets.clear();
+    block->finished = false;
+    block->error = absl::OkStatus();
     if (!parallel_) {
       {
         absl::MutexLock lock(&mu_);
         if (stopping_) return false;
       }
-      TakeSerially(slot, block);
+      TakeSerially(slot, out, block);
       return true;
     }
     absl::MutexLock lock(&mu_);
@@ -144,10 +160,9 @@ class ItemSlots {
     if (stopping_) return false;
     const int64_t n = std::min<int64_t>(
         options_.block_length, static_cast<int64_t>(slot.records.size()));
-    block->records.reserve(static_cast<size_t>(n));
-    block->offsets.reserve(static_cast<size_t>(n));
+    out->reserve(out->size() + static_cast<size_t>(n));
     for (int64_t k = 0; k < n; ++k) {
-      block->records.push_back(std::move(slot.records.front()));
+      out->emplace_back().value = std::move(slot.records.front());
       block->offsets.push_back(slot.offsets.front());
       slot.records.pop_front();
       slot.offsets.pop_front();
@@ -272,34 +287,38 @@ class ItemSlots {
     return nullptr;
   }
 
-  // Serial mode: the next block of `slot`, read here straight into the
-  // block. The slot's buffer keeps only the one record read past the block
-  // (see TakeBlock).
-  void TakeSerially(Slot& slot, SlotBlock<R>* block) {
+  // Serial mode: the next block of `slot`, read here straight into *out.
+  // The slot's buffer keeps only the one record read past the block (see
+  // TakeBlock).
+  void TakeSerially(Slot& slot, std::vector<Tracked<R>>* out,
+                    TakenBlock* block) {
     const size_t n = static_cast<size_t>(options_.block_length);
-    block->records.reserve(n);
-    block->offsets.reserve(n);
+    out->reserve(out->size() + n);
+    size_t taken = 0;
     if (!slot.records.empty()) {
-      block->records.push_back(std::move(slot.records.front()));
+      out->emplace_back().value = std::move(slot.records.front());
       block->offsets.push_back(slot.offsets.front());
       slot.records.pop_front();
       slot.offsets.pop_front();
+      ++taken;
     }
     int64_t offset = 0;
-    while (block->records.size() < n && !slot.finished && slot.error.ok()) {
-      if (!ReadOne(slot, slot.ticket->item(), &block->records.emplace_back(),
+    while (taken < n && !slot.finished && slot.error.ok()) {
+      if (!ReadOne(slot, slot.ticket->item(), &out->emplace_back().value,
                    &offset, &slot.finished, &slot.error)) {
-        block->records.pop_back();
+        out->pop_back();
         break;
       }
       block->offsets.push_back(offset);
+      ++taken;
     }
-    if (block->records.size() == n && !slot.finished && slot.error.ok()) {
-      R ahead;
+    if (taken == n && !slot.finished && slot.error.ok()) {
+      R& ahead = slot.records.emplace_back();
       if (ReadOne(slot, slot.ticket->item(), &ahead, &offset, &slot.finished,
                   &slot.error)) {
-        slot.records.push_back(std::move(ahead));
         slot.offsets.push_back(offset);
+      } else {
+        slot.records.pop_back();
       }
     }
     if (slot.records.empty()) {

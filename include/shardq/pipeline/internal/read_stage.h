@@ -58,6 +58,7 @@ class ReadStage final : public Stage<R> {
         options_(options),
         flush_at_(std::max<int64_t>(1, options.buffer_size / 4)),
         slots_(std::move(factory), options) {
+    slot_emitted_.assign(slots_.size(), 0);
     QueueOptions queue_options;
     queue_options.name = options.name;
     // Blocks of about flush_at_ results: buffer_size results in all.
@@ -71,15 +72,14 @@ class ReadStage final : public Stage<R> {
   Envelope<R> Next() override {
     if (!inline_) return drain_->Next();
     if (absl::Status s = InlineFill(); !s.ok()) return s;
+    ApplyEmits();
     return std::move(pending_[inline_next_++]);
   }
   absl::Status NextRun(int64_t max, std::vector<Tracked<R>>* out) override {
     if (!inline_) return drain_->NextRun(max, out);
     if (absl::Status s = InlineFill(); !s.ok()) return s;
-    for (int64_t n = 0; n < max && inline_next_ < pending_.size(); ++n) {
-      out->push_back(std::move(pending_[inline_next_++]));
-      if (out->back().marker) break;
-    }
+    ApplyEmits();
+    MoveRun(pending_, &inline_next_, max, out);
     return absl::OkStatus();
   }
   bool ReadInPullingThread() override {
@@ -111,6 +111,7 @@ class ReadStage final : public Stage<R> {
   // Hands the pending results on to the next stage. False once the output
   // is closed (the pipeline is stopping).
   bool Flush() {
+    ApplyEmits();
     if (inline_ || (pending_.empty() && pending_end_.ok())) return true;
     TrackedBlock<R> out;
     out.elements.swap(pending_);
@@ -120,36 +121,46 @@ class ReadStage final : public Stage<R> {
   }
 
   // The next block of slot `i` (which has an item): up to block_length
-  // records, and whether the item ends (or fails) right after them
+  // records appended to pending_ from *first on (without tags), and
+  // whether the item ends (or fails) right after them in block_
   // (ItemSlots::TakeBlock). False when stopping.
-  bool TakeBlock(size_t i, SlotBlock<R>* block) {
+  bool TakeBlock(size_t i, size_t* first) {
     if (!slots_.Ready(i) && !Flush()) {
       return false;  // about to wait: hand on what is pending first
     }
-    return slots_.TakeBlock(i, block);
+    *first = pending_.size();
+    return slots_.TakeBlock(i, &pending_, &block_);
   }
 
-  // Hands on `block` of slot `i`.
-  Turn EmitBlock(size_t i, SlotBlock<R>& block) {
-    const std::shared_ptr<ItemTicket> ticket = slots_.ticket(i);
-    if (!block.records.empty()) {
-      const int64_t first = ledger_->Emit(*ticket, block.offsets);
-      pending_.reserve(pending_.size() + block.records.size());
-      for (size_t k = 0; k < block.records.size(); ++k) {
-        Tracked<R>& tracked = pending_.emplace_back();
-        tracked.value = std::move(block.records[k]);
-        tracked.tags.push_back(
-            RecordTag{ticket.get(), first + static_cast<int64_t>(k)});
+  // Hands on the block of slot `i` that TakeBlock appended to pending_
+  // from index `first`: tags its records.
+  Turn EmitBlock(size_t i, size_t first) {
+    TakenBlock& block = block_;
+    const std::shared_ptr<ItemTicket>& ticket = slots_.ticket(i);
+    if (!block.offsets.empty()) {
+      int64_t& seq = slot_emitted_[i];
+      for (size_t k = first; k < pending_.size(); ++k) {
+        pending_[k].tags.push_back(RecordTag{ticket.get(), seq++});
       }
+      if (emit_runs_.empty() || emit_runs_.back().ticket != ticket.get()) {
+        emit_runs_.push_back(
+            ItemLedger::EmitRun{ticket.get(), emit_offsets_.size(), 0});
+      }
+      emit_runs_.back().count += block.offsets.size();
+      emit_offsets_.insert(emit_offsets_.end(), block.offsets.begin(),
+                           block.offsets.end());
     }
     absl::Status error = std::move(block.error);
     if (block.finished) {
+      // Kept alive here: Vacate drops the slot's hold.
+      const std::shared_ptr<ItemTicket> finished = ticket;
+      ApplyEmits();  // FinishReading counts on every record emitted
       // Destroyed below, unlocked.
       std::unique_ptr<ItemReader<R>> reader = slots_.Vacate(i);
       // Before the last records can be consumed, so that consuming the
       // last one completes the item (inside Iterator::Next). Completes
       // right away only an item without records.
-      error = ledger_->FinishReading(ticket);
+      error = ledger_->FinishReading(finished);
     }
     if (!error.ok()) {
       // A failed item stays held, not done: nothing is skipped silently.
@@ -177,6 +188,7 @@ class ReadStage final : public Stage<R> {
       switch (poll) {
         case ItemLedger::Poll::kItem:
           slots_.Assign(i, std::move(ticket));
+          slot_emitted_[i] = 0;
           return poll;
         case ItemLedger::Poll::kStopped:
           *error = StoppingError(options_.name);
@@ -226,7 +238,18 @@ class ReadStage final : public Stage<R> {
   bool YieldInsteadOfWaiting() {
     if (!inline_ || pending_.empty()) return false;
     yielded_ = true;
+    turn_yielded_ = true;
     return true;
+  }
+
+  // Counts the records tagged since the last call with the ledger (one
+  // lock for many blocks): before they leave this stage, and before an item
+  // whose records they are finishes.
+  void ApplyEmits() {
+    if (emit_runs_.empty()) return;
+    ledger_->Emit(emit_runs_, emit_offsets_);
+    emit_runs_.clear();
+    emit_offsets_.clear();
   }
 
   // One turn of the merge: gives slot next_slot_ an item or hands on its
@@ -265,9 +288,9 @@ class ReadStage final : public Stage<R> {
       }
     }
     if (slots_.ticket(i) != nullptr) {
-      SlotBlock<R> block;
-      if (!TakeBlock(i, &block)) return Turn::kStopped;
-      if (const Turn turn = EmitBlock(i, block); turn != Turn::kGoOn) {
+      size_t first = 0;
+      if (!TakeBlock(i, &first)) return Turn::kStopped;
+      if (const Turn turn = EmitBlock(i, first); turn != Turn::kGoOn) {
         return turn;
       }
     } else if (!busy && source_ended_) {
@@ -296,39 +319,56 @@ class ReadStage final : public Stage<R> {
     return absl::OkStatus();
   }
 
-  // Inline mode: merges in the calling thread until a result is pending
+  // Inline mode: merges in the calling thread until results are pending
   // (OK: pending_[inline_next_] is the next element), or returns the
   // status that comes next: the error that ended the stream after the
   // pending elements, then OUT_OF_RANGE, or CANCELLED once the pipeline is
-  // stopping.
+  // stopping. Goes on with more turns, as the merger would, until about
+  // flush_at_ results are pending or a turn would wait (it yields instead)
+  // or ends the stream: fewer, larger hand-offs downstream.
   absl::Status InlineFill() {
-    while (inline_next_ == pending_.size()) {
-      pending_.clear();
-      inline_next_ = 0;
+    if (inline_next_ < pending_.size()) return absl::OkStatus();
+    pending_.clear();
+    inline_next_ = 0;
+    while (true) {
+      if (!pending_.empty()) return absl::OkStatus();
       if (!pending_end_.ok()) return std::exchange(pending_end_, absl::OkStatus());
       if (!inline_end_.ok()) return inline_end_;
-      Turn turn = Turn::kStopped;
-      if (!context_->coordinator.ShouldStop()) turn = MergeStep();
-      switch (turn) {
-        case Turn::kGoOn:
-          break;
-        case Turn::kEnd:
-          inline_end_ = absl::IsCancelled(end_status_)
-                            ? StoppingError(options_.name)
-                            : absl::OutOfRangeError(absl::StrCat(
-                                  options_.name, ": end of data"));
-          PushEndStatus();
-          break;
-        case Turn::kFailed:
-          inline_end_ = absl::OutOfRangeError(
-              absl::StrCat(options_.name, ": ended by an error"));
-          break;
-        case Turn::kStopped:
-          inline_end_ = StoppingError(options_.name);
-          break;
+      turn_yielded_ = false;
+      Turn turn = InlineTurn();
+      while (turn == Turn::kGoOn && !turn_yielded_ &&
+             static_cast<int64_t>(pending_.size()) < flush_at_ &&
+             pending_end_.ok() && inline_end_.ok() &&
+             (pending_.empty() || !pending_.back().marker)) {
+        turn = InlineTurn();
       }
     }
-    return absl::OkStatus();
+  }
+
+  // One turn of the merge in inline mode; sets inline_end_ once the
+  // stream ends.
+  Turn InlineTurn() {
+    Turn turn = Turn::kStopped;
+    if (!context_->coordinator.ShouldStop()) turn = MergeStep();
+    switch (turn) {
+      case Turn::kGoOn:
+        break;
+      case Turn::kEnd:
+        inline_end_ = absl::IsCancelled(end_status_)
+                          ? StoppingError(options_.name)
+                          : absl::OutOfRangeError(absl::StrCat(
+                                options_.name, ": end of data"));
+        PushEndStatus();
+        break;
+      case Turn::kFailed:
+        inline_end_ = absl::OutOfRangeError(
+            absl::StrCat(options_.name, ": ended by an error"));
+        break;
+      case Turn::kStopped:
+        inline_end_ = StoppingError(options_.name);
+        break;
+    }
+    return turn;
   }
 
   PipelineContext* const context_;
@@ -344,11 +384,20 @@ class ReadStage final : public Stage<R> {
   std::vector<Tracked<R>> pending_;
   absl::Status pending_end_;  // an error that follows pending_, ending it
   const int64_t flush_at_;
+  TakenBlock block_;  // the merge's, reused (see TakeBlock)
+  // Records tagged and not yet counted by the ledger (see ApplyEmits): runs
+  // of one item each, and their resume offsets.
+  std::vector<ItemLedger::EmitRun> emit_runs_;
+  std::vector<int64_t> emit_offsets_;
+  // Per slot: the records of its item tagged so far (the next one's
+  // sequence number).
+  std::vector<int64_t> slot_emitted_;
   // The merge's state between turns (merger or, inline, the puller only).
   bool inline_ = false;  // set before the pipeline starts
   size_t inline_next_ = 0;
   absl::Status inline_end_;  // inline: what Next() returns after the end
   bool yielded_ = false;     // the turn ended early, for pending results
+  bool turn_yielded_ = false;  // inline: a turn yielded since InlineFill asked
   size_t next_slot_ = 0;
   bool source_ended_ = false;
   absl::Status end_status_ = absl::OutOfRangeError("end of data");

@@ -109,6 +109,31 @@ class Stage {
   virtual bool ReadInPullingThread() { return false; }
 };
 
+// Moves up to `max` elements of `from`, starting at *next, to the end of
+// *out, ending the run after a stall marker (see Stage::NextRun). When *out
+// is empty and all of `from` goes, the two vectors swap their storage
+// instead: no element moves, and `from` gets *out's buffer to refill.
+template <typename T>
+void MoveRun(std::vector<Tracked<T>>& from, size_t* next, int64_t max,
+             std::vector<Tracked<T>>* out) {
+  if (out->empty() && *next == 0 &&
+      static_cast<int64_t>(from.size()) <= max) {
+    bool marker_inside = false;
+    for (size_t k = 0; k + 1 < from.size() && !marker_inside; ++k) {
+      marker_inside = from[k].marker;
+    }
+    if (!marker_inside) {
+      out->swap(from);
+      from.clear();
+      return;
+    }
+  }
+  for (int64_t n = 0; n < max && *next < from.size(); ++n) {
+    out->push_back(std::move(from[(*next)++]));
+    if (out->back().marker) break;
+  }
+}
+
 // Results handed between threads a block at a time: one queue operation
 // (and at most one wake-up) per block rather than per result. `end`, when
 // not OK, is the error that follows the elements and ends the stream.
@@ -141,10 +166,7 @@ class BlockDrain {
       if (!block_.end.ok()) return TakeEnd();
       Fill();
     }
-    for (int64_t n = 0; n < max && next_ < block_.elements.size(); ++n) {
-      out->push_back(std::move(block_.elements[next_++]));
-      if (out->back().marker) break;
-    }
+    MoveRun(block_.elements, &next_, max, out);
     return absl::OkStatus();
   }
 
