@@ -5,11 +5,13 @@
 // Hand-off. The consumer takes everything ready in one go. When it finds
 // nothing ready it sleeps until the buffer is full, the input has ended, or
 // kLinger after the first result arrived, whichever comes first (waiting
-// for the first as long as the caller asked). The fill thread wakes it only
-// then (absl::Condition: a producer's unlock wakes a waiter only once its
-// condition holds), so a consumer faster than its input is woken once per
-// buffer rather than once per result: each wake-up costs the fill thread a
-// system call, and on a machine with few cores often its core for a while.
+// for the first as long as the caller asked). The fill thread signals it
+// only then (it knows what the consumer waits for: waiting_for_), so a
+// consumer faster than its input is woken once per buffer rather than once
+// per result: each wake-up costs the fill thread a system call, and on a
+// machine with few cores often its core for a while. Both sides wait on
+// CondVars, not absl::Condition, so ThreadSanitizer sees every hand-off
+// (src/pipeline/tsan_absl_mutex_shim.cc).
 // Throughput is unchanged: the fill thread never waits for the consumer
 // while there is room; a result waits at most kLinger longer.
 #ifndef SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
@@ -80,6 +82,8 @@ class PrefetchStage final : public Stage<T> {
     context_->coordinator.AddStopCallback([this] {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
+      room_.SignalAll();
+      ready_cv_.SignalAll();
     });
     context_->coordinator.Launch("prefetch", [this] { return FillLoop(); });
   }
@@ -94,16 +98,28 @@ class PrefetchStage final : public Stage<T> {
     }
     absl::MutexLock lock(&mu_);
     ended_ = true;
+    WakeConsumer();
     return absl::OkStatus();
   }
 
   // Waits for room (false once stopping), then adds `result`.
   bool Put(Envelope<T> result) {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &PrefetchStage::RoomOrStopping));
+    while (!RoomOrStopping()) room_.Wait(&mu_);
     if (stopping_) return false;
     ready_.push_back(std::move(result));
+    if (waiting_for_ == Awaiting::kAny ||
+        (waiting_for_ == Awaiting::kFull && FullOrEnded())) {
+      WakeConsumer();
+    }
     return true;
+  }
+
+  // Signals the consumer if it waits (once: it re-arms waiting_for_).
+  void WakeConsumer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (waiting_for_ == Awaiting::kNothing) return;
+    waiting_for_ = Awaiting::kNothing;
+    ready_cv_.Signal();
   }
 
   bool RoomOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -124,14 +140,20 @@ class PrefetchStage final : public Stage<T> {
   bool Take(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     if (ready_.empty()) {
-      if (!mu_.AwaitWithTimeout(
-              absl::Condition(this, &PrefetchStage::AnyOrEnded), timeout)) {
-        return false;
+      const absl::Time give_up = absl::Now() + timeout;
+      while (!AnyOrEnded()) {
+        waiting_for_ = Awaiting::kAny;
+        if (ready_cv_.WaitWithDeadline(&mu_, give_up) && !AnyOrEnded()) {
+          waiting_for_ = Awaiting::kNothing;
+          return false;
+        }
       }
-      if (!ready_.empty() && !FullOrEnded()) {
-        mu_.AwaitWithTimeout(
-            absl::Condition(this, &PrefetchStage::FullOrEnded), kLinger);
+      const absl::Time linger_end = absl::Now() + kLinger;
+      while (!FullOrEnded()) {
+        waiting_for_ = Awaiting::kFull;
+        if (ready_cv_.WaitWithDeadline(&mu_, linger_end)) break;
       }
+      waiting_for_ = Awaiting::kNothing;
     }
     if (stopping_) {
       taken_.push_back(StoppingError("prefetch"));
@@ -144,6 +166,7 @@ class PrefetchStage final : public Stage<T> {
     }
     for (Envelope<T>& result : ready_) taken_.push_back(std::move(result));
     ready_.clear();
+    room_.Signal();  // the fill thread may wait for room
     return true;
   }
 
@@ -152,7 +175,13 @@ class PrefetchStage final : public Stage<T> {
   const int64_t capacity_;
   std::deque<Envelope<T>> taken_;  // the consumer's only
 
+  // What a waiting consumer waits for (kNothing: it is not waiting).
+  enum class Awaiting { kNothing, kAny, kFull };
+
   absl::Mutex mu_;
+  absl::CondVar room_;      // the fill thread waits for room
+  absl::CondVar ready_cv_;  // the consumer waits for waiting_for_
+  Awaiting waiting_for_ ABSL_GUARDED_BY(mu_) = Awaiting::kNothing;
   std::deque<Envelope<T>> ready_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the fill thread is done
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
