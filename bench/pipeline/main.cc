@@ -20,7 +20,9 @@
 //       threads (pipeline only): 1 = every stage in one reading thread
 //       plus the prefetch thread; T > 1 = T parallel reads and T map
 //       threads. --step-us U: the consumer busy-works U us per batch (a
-//       training step), after the batch, in both modes.
+//       training step), after the batch, in both modes. --recycle 0:
+//       the pipeline's consumer drops each batch instead of handing it
+//       back with Iterator::Recycle.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -114,6 +116,7 @@ struct Options {
   int64_t expected_bytes = 0;  // for the RSS checkpoints
   int map_threads = -1;        // -1: as threads
   int64_t step_us = 0;         // simulated training step per batch
+  bool recycle = true;         // pipeline: hand spent batches back
 };
 
 // Busy-waits `us` microseconds: a training step that keeps its core busy
@@ -235,6 +238,7 @@ absl::Status ReadPipeline(WorkQueue& queue, const Options& o,
     *records += next->size();
     probe.Update(*bytes);
     Step(o.step_us);
+    if (o.recycle) (*it)->Recycle(*std::move(next));
   }
   return absl::OkStatus();
 }
@@ -297,6 +301,9 @@ int main(int argc, char** argv) {
   read->add_option("--batch", o.batch);
   read->add_option("--step-us", o.step_us,
                    "busy work of the consumer per batch (a training step)");
+  read->add_option("--recycle", o.recycle,
+                   "pipeline: hand each spent batch back with Iterator::Recycle "
+                   "(default 1; 0: drop it in the consumer)");
   read->add_option("--map-threads", o.map_threads,
                    "map threads (default: 0 with --threads 1, else threads)");
   read->add_option("--expected-bytes", o.expected_bytes,

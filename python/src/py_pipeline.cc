@@ -137,16 +137,16 @@ py::list MaskList(const std::vector<uint8_t>& padded) {
   return mask;
 }
 
-py::object ToPython(Record record, bool) { return RowObject(record); }
-py::object ToPython(Row row, bool) { return RowObject(row); }
+py::object ToPython(const Record& record, bool) { return RowObject(record); }
+py::object ToPython(const Row& row, bool) { return RowObject(row); }
 
 template <typename R>
-py::object ToPython(Batch<R> batch, bool) {
+py::object ToPython(const Batch<R>& batch, bool) {
   return RowsToList(batch.rows);
 }
 
 template <typename R>
-py::object ToPython(PerReplicaBatches<R> step, bool with_mask) {
+py::object ToPython(const PerReplicaBatches<R>& step, bool with_mask) {
   py::list out;
   for (const Batch<R>& b : step.replicas) {
     py::list rows = RowsToList(b.rows);
@@ -172,9 +172,9 @@ py::array MaskArray(const ParsedBatch& batch, int64_t rows) {
   return std::move(mask);
 }
 
-py::object ToPython(ParsedBatch batch, bool) { return FeaturesToDict(batch); }
+py::object ToPython(const ParsedBatch& batch, bool) { return FeaturesToDict(batch); }
 
-py::object ToPython(ParsedReplicas step, bool with_mask) {
+py::object ToPython(const ParsedReplicas& step, bool with_mask) {
   py::list out;
   for (const ParsedBatch& b : step.replicas) {
     py::dict features = FeaturesToDict(b);
@@ -267,7 +267,13 @@ class PyPipelineIterator {
         if (absl::IsOutOfRange(next.status())) throw py::stop_iteration();
         ThrowStatus(next.status());
       }
-      if (next->has_value()) return ToPython(**std::move(next), with_mask_);
+      if (next->has_value()) {
+        py::object out = ToPython(**next, with_mask_);
+        // Converted: the C++ element goes back to the thread that made it
+        // (Iterator::Recycle), so its strings are freed where allocated.
+        it.Recycle(**std::move(next));
+        return out;
+      }
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
       MaybeEndPass(it.stats());
     }

@@ -2,13 +2,16 @@
 // batching, per-replica split and option checks.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -178,6 +181,81 @@ TEST(Prefetch, TryNextGivesUpAfterItsTimeoutAndLosesNothing) {
     if (next->has_value()) got.push_back(**next);
   }
   EXPECT_EQ(got, Range(3));
+}
+
+// An element that records, once, the thread that destroys it.
+struct Traced {
+  struct Probe {
+    int value;
+    std::vector<std::thread::id>* destroyed_in;  // guarded by *mu
+    absl::Mutex* mu;
+    ~Probe() {
+      absl::MutexLock lock(mu);
+      destroyed_in->push_back(std::this_thread::get_id());
+    }
+  };
+  std::unique_ptr<Probe> probe;  // null once moved from
+};
+
+TEST(Prefetch, RecycledElementsDieInTheFillThreadUntilTheEnd) {
+  absl::Mutex mu;
+  std::vector<std::thread::id> destroyed_in;
+  std::thread::id fill_thread;
+  MapOptions inline_map;
+  inline_map.num_threads = 0;  // runs in the thread that pulls: Prefetch's
+  constexpr int kN = 200;
+  auto dataset = FromVector(Range(kN))
+                     .Map(
+                         [&](int x) {
+                           {
+                             absl::MutexLock lock(&mu);
+                             fill_thread = std::this_thread::get_id();
+                           }
+                           // No temporary Probe: each one made is counted.
+                           return Traced{std::unique_ptr<Traced::Probe>(
+                               new Traced::Probe{x, &destroyed_in, &mu})};
+                         },
+                         inline_map)
+                     .Prefetch(2);
+  auto it = ValueOrDie(dataset.MakeIterator());
+  std::vector<int> got;
+  std::optional<Traced> last;
+  while (true) {
+    absl::StatusOr<std::optional<Traced>> next = it->Next();
+    if (absl::IsOutOfRange(next.status())) break;
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_TRUE(next->has_value());
+    got.push_back((*next)->probe->value);
+    if (last.has_value()) it->Recycle(*std::move(last));
+    last = *std::move(*next);
+  }
+  EXPECT_EQ(got, Range(kN));
+  const auto in_caller = [&] {
+    absl::MutexLock lock(&mu);
+    return std::count(destroyed_in.begin(), destroyed_in.end(),
+                      std::this_thread::get_id());
+  };
+  // After the end, a recycled element is destroyed at once, in the caller
+  // (the fill thread may still be freeing what it was handed before).
+  const auto before = in_caller();
+  it->Recycle(*std::move(last));
+  EXPECT_EQ(in_caller(), before + 1);
+  it.reset();  // joins the fill thread
+  absl::MutexLock lock(&mu);
+  // Every element is destroyed once: by the fill thread while it ran (a
+  // buffer of 2 keeps it running until the consumer is near the end), the
+  // rest by the consumer.
+  EXPECT_EQ(destroyed_in.size(), static_cast<size_t>(kN));
+  EXPECT_GT(std::count(destroyed_in.begin(), destroyed_in.end(), fill_thread),
+            kN / 2);
+}
+
+TEST(Recycle, WithoutPrefetchDestroysInTheCaller) {
+  auto it = ValueOrDie(FromVector(Range(3)).MakeIterator());
+  absl::StatusOr<std::optional<int>> next = it->Next();
+  ASSERT_TRUE(next.ok() && next->has_value());
+  it->Recycle(**next);  // the default: nothing held, nothing changed
+  EXPECT_EQ(Drain(*it), (std::vector<int>{1, 2}));
 }
 
 // Checks the per-replica invariant: every step has R batches of

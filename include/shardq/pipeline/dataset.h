@@ -150,6 +150,19 @@ class Iterator {
   // Ctrl-C) wait in slices.
   absl::StatusOr<std::optional<T>> TryNext(absl::Duration timeout);
 
+  // Optional: hands back an element that Next() returned and the caller is
+  // done with. When the last stage is a Prefetch, the element is destroyed
+  // in the prefetch thread, the thread that made it, at its next hand-off;
+  // otherwise here. Never required (an element simply dropped is freed as
+  // usual) and it changes nothing the pipeline yields. Why: with glibc's
+  // malloc, freeing many small blocks (a batch's strings) in another thread
+  // than the one that allocated them makes the two threads contend for the
+  // allocating thread's arena; a consumer that recycles its batches keeps
+  // every allocation and free on the prefetch thread
+  // (bench/results/pipeline.md). Bounded: what is handed back waits for at
+  // most one hand-off, and once the pipeline has ended it is destroyed here.
+  void Recycle(T spent);
+
   PipelineStats stats() const;
 
  private:

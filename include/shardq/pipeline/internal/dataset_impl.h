@@ -127,6 +127,11 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
 }
 
 template <typename T>
+void Iterator<T>::Recycle(T spent) {
+  stage_->Recycle(std::move(spent));
+}
+
+template <typename T>
 PipelineStats Iterator<T>::stats() const {
   PipelineStats stats;
   if (context_->ledger != nullptr) {

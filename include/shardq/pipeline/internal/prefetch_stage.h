@@ -3,22 +3,32 @@
 // keeps up to buffer_size results ready; Next() takes from them.
 //
 // Hand-off. The consumer takes everything ready in one go. When it finds
-// nothing ready it sleeps until the buffer is full, the input has ended, or
-// kLinger after the first result arrived, whichever comes first (waiting
-// for the first as long as the caller asked). The fill thread signals it
-// only then (it knows what the consumer waits for: waiting_for_), so a
-// consumer faster than its input is woken once per buffer rather than once
-// per result: each wake-up costs the fill thread a system call, and on a
-// machine with few cores often its core for a while. Both sides wait on
+// nothing ready it sleeps until the buffer is full or the input has ended,
+// at most kLinger; if nothing came by then (a stall), until the first
+// result arrives (as long as the caller asked) and then kLinger more for
+// the buffer to fill. The fill thread signals it only then (it knows what
+// the consumer waits for: waiting_for_), so a consumer faster than its
+// input is woken once per buffer rather than once per result: each wake-up
+// costs the fill thread a system call, and on a machine with few cores
+// (or a virtual machine, where waking an idle core costs tens of
+// microseconds) often its core for a while. Both sides wait on
 // CondVars, not absl::Condition, so ThreadSanitizer sees every hand-off
 // (src/pipeline/tsan_absl_mutex_shim.cc).
 // Throughput is unchanged: the fill thread never waits for the consumer
-// while there is room; a result waits at most kLinger longer.
+// while there is room; a result waits at most about 2 * kLinger longer.
+//
+// Recycling (Iterator::Recycle). Elements the consumer hands back wait in
+// spent_ (the consumer's) and travel with its next Take, or once more than
+// a buffer's worth wait, under the same lock; the fill thread destroys them
+// at its next Put, outside the lock, so what it allocated is freed in the
+// thread that allocated it. Once the fill thread is done they are destroyed
+// by the consumer. At most about two buffers' worth are ever held.
 #ifndef SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
 #define SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
 
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -54,6 +64,7 @@ class PrefetchStage final : public Stage<T> {
     if (taken_.empty()) Take(absl::InfiniteDuration());
     Envelope<T> next = std::move(taken_.front());
     taken_.pop_front();
+    if (!next.ok()) SawTheEnd();
     return next;
   }
 
@@ -62,6 +73,7 @@ class PrefetchStage final : public Stage<T> {
     if (!taken_.front().ok()) {
       absl::Status end = taken_.front().status();
       taken_.pop_front();
+      SawTheEnd();
       return end;
     }
     for (int64_t n = 0; n < max && !taken_.empty() && taken_.front().ok();
@@ -75,6 +87,16 @@ class PrefetchStage final : public Stage<T> {
 
   bool WaitReady(absl::Duration timeout) override {
     return !taken_.empty() || Take(timeout);
+  }
+
+  void Recycle(T spent) override {
+    if (fill_done_) return;  // destroyed here
+    spent_.push_back(std::move(spent));
+    if (static_cast<int64_t>(spent_.size()) > capacity_) {
+      std::vector<T> drop;  // destroyed after the lock is released
+      absl::MutexLock lock(&mu_);
+      HandBackLocked(&drop);
+    }
   }
 
  private:
@@ -96,17 +118,50 @@ class PrefetchStage final : public Stage<T> {
       if (!end_of_data && !Put(std::move(next))) break;
       if (last) break;
     }
+    std::vector<T> spent;  // destroyed after the lock is released
     absl::MutexLock lock(&mu_);
     ended_ = true;
+    spent.swap(returned_);
     WakeConsumer();
     return absl::OkStatus();
   }
 
+  // The consumer was handed the end (or an error): what it hands back from
+  // now on is destroyed in its own thread, at once.
+  void SawTheEnd() {
+    fill_done_ = true;
+    spent_.clear();
+  }
+
+  // Passes spent_ to the fill thread, or to *drop (the caller destroys it
+  // after unlocking) once the fill thread is done.
+  void HandBackLocked(std::vector<T>* drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ended_ || stopping_) {
+      fill_done_ = true;
+      drop->insert(drop->end(), std::make_move_iterator(spent_.begin()),
+                   std::make_move_iterator(spent_.end()));
+      spent_.clear();
+      drop->insert(drop->end(), std::make_move_iterator(returned_.begin()),
+                   std::make_move_iterator(returned_.end()));
+      returned_.clear();
+      return;
+    }
+    if (returned_.empty()) {
+      returned_.swap(spent_);
+      return;
+    }
+    returned_.insert(returned_.end(), std::make_move_iterator(spent_.begin()),
+                     std::make_move_iterator(spent_.end()));
+    spent_.clear();
+  }
+
   // Waits for room (false once stopping), then adds `result`.
   bool Put(Envelope<T> result) {
+    std::vector<T> spent;  // destroyed after the lock is released
     absl::MutexLock lock(&mu_);
     while (!RoomOrStopping()) room_.Wait(&mu_);
     if (stopping_) return false;
+    spent.swap(returned_);
     ready_.push_back(std::move(result));
     if (waiting_for_ == Awaiting::kAny ||
         (waiting_for_ == Awaiting::kFull && FullOrEnded())) {
@@ -133,33 +188,48 @@ class PrefetchStage final : public Stage<T> {
            static_cast<int64_t>(ready_.size()) >= capacity_;
   }
 
+  // Waits until the buffer is full, the input ended or `until`.
+  void LingerUntilFull(absl::Time until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (!FullOrEnded()) {
+      waiting_for_ = Awaiting::kFull;
+      if (ready_cv_.WaitWithDeadline(&mu_, until)) break;
+    }
+  }
+
   // Moves what is ready into taken_, waiting up to `timeout` for the first
   // result (see the hand-off at the top). Once the input has ended and
   // everything was taken: OUT_OF_RANGE; once stopping: CANCELLED. False if
   // nothing came within `timeout`.
   bool Take(absl::Duration timeout) {
+    std::vector<T> drop;  // destroyed after the lock is released
     absl::MutexLock lock(&mu_);
+    if (!spent_.empty()) HandBackLocked(&drop);
     if (ready_.empty()) {
-      const absl::Time give_up = absl::Now() + timeout;
-      while (!AnyOrEnded()) {
-        waiting_for_ = Awaiting::kAny;
-        if (ready_cv_.WaitWithDeadline(&mu_, give_up) && !AnyOrEnded()) {
-          waiting_for_ = Awaiting::kNothing;
-          return false;
+      const absl::Time now = absl::Now();
+      const absl::Time give_up = now + timeout;
+      // An input that keeps up fills the buffer within kLinger: one
+      // wake-up, when it is full.
+      LingerUntilFull(std::min(give_up, now + kLinger));
+      if (!AnyOrEnded()) {
+        // A stall: woken by the first result, then kLinger for more.
+        while (!AnyOrEnded()) {
+          waiting_for_ = Awaiting::kAny;
+          if (ready_cv_.WaitWithDeadline(&mu_, give_up) && !AnyOrEnded()) {
+            waiting_for_ = Awaiting::kNothing;
+            return false;
+          }
         }
-      }
-      const absl::Time linger_end = absl::Now() + kLinger;
-      while (!FullOrEnded()) {
-        waiting_for_ = Awaiting::kFull;
-        if (ready_cv_.WaitWithDeadline(&mu_, linger_end)) break;
+        LingerUntilFull(absl::Now() + kLinger);
       }
       waiting_for_ = Awaiting::kNothing;
     }
     if (stopping_) {
+      HandBackLocked(&drop);  // from now on Recycle destroys here
       taken_.push_back(StoppingError("prefetch"));
       return true;
     }
     if (ready_.empty()) {  // ended
+      HandBackLocked(&drop);
       taken_.push_back(absl::OutOfRangeError(
           "prefetch: the input has ended and every result was taken"));
       return true;
@@ -174,6 +244,8 @@ class PrefetchStage final : public Stage<T> {
   const std::unique_ptr<Stage<T>> input_;  // the fill thread's only
   const int64_t capacity_;
   std::deque<Envelope<T>> taken_;  // the consumer's only
+  std::vector<T> spent_;           // the consumer's only: handed back
+  bool fill_done_ = false;         // the consumer's only: saw the end
 
   // What a waiting consumer waits for (kNothing: it is not waiting).
   enum class Awaiting { kNothing, kAny, kFull };
@@ -183,6 +255,8 @@ class PrefetchStage final : public Stage<T> {
   absl::CondVar ready_cv_;  // the consumer waits for waiting_for_
   Awaiting waiting_for_ ABSL_GUARDED_BY(mu_) = Awaiting::kNothing;
   std::deque<Envelope<T>> ready_ ABSL_GUARDED_BY(mu_);
+  // Handed back by the consumer, for the fill thread to destroy.
+  std::vector<T> returned_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the fill thread is done
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -107,6 +107,11 @@ class Stage {
   // thread pass the call on; true when the reading stage took it. The
   // default (a stage with threads of its own) declines.
   virtual bool ReadInPullingThread() { return false; }
+
+  // Takes back an element the consumer is done with (Iterator::Recycle).
+  // The default destroys it here, in the calling thread; a stage whose
+  // elements were made in a thread of its own (Prefetch) destroys it there.
+  virtual void Recycle(T spent) { (void)spent; }
 };
 
 // Moves up to `max` elements of `from`, starting at *next, to the end of
