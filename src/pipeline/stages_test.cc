@@ -250,6 +250,56 @@ TEST(Prefetch, RecycledElementsDieInTheFillThreadUntilTheEnd) {
             kN / 2);
 }
 
+TEST(StringPool, KeepsClearedStringsWithinItsBounds) {
+  internal::StringPool pool;
+  std::vector<std::string> give;
+  give.push_back(std::string(100, 'a'));
+  give.push_back(std::string(internal::StringPool::kMaxStringBytes + 1, 'b'));
+  give.push_back(std::string(200, 'c'));
+  pool.Give(&give);
+  EXPECT_TRUE(give.empty());  // two kept, the huge one freed
+  EXPECT_EQ(pool.size(), 2u);
+  std::vector<std::string> got;
+  pool.Take(5, &got);
+  ASSERT_EQ(got.size(), 2u);
+  for (const std::string& s : got) {
+    EXPECT_TRUE(s.empty());
+    EXPECT_GE(s.capacity(), 100u);
+  }
+  EXPECT_EQ(pool.size(), 0u);
+
+  // Full by count: what does not fit stays with the caller.
+  std::vector<std::string> many(internal::StringPool::kMaxStrings + 3,
+                                std::string(32, 'x'));
+  pool.Give(&many);
+  EXPECT_EQ(pool.size(), internal::StringPool::kMaxStrings);
+  EXPECT_EQ(many.size(), 3u);
+  got.clear();
+  pool.Take(internal::StringPool::kMaxStrings, &got);
+
+  // Full by bytes: kMaxBytes of capacity at most.
+  std::vector<std::string> big(
+      internal::StringPool::kMaxBytes / internal::StringPool::kMaxStringBytes + 4,
+      std::string(internal::StringPool::kMaxStringBytes, 'y'));
+  pool.Give(&big);
+  EXPECT_LE(pool.size() * internal::StringPool::kMaxStringBytes,
+            internal::StringPool::kMaxBytes);
+  EXPECT_GE(big.size(), 4u);
+}
+
+TEST(StringPool, HarvestTakesTheStringsOfKnownElements) {
+  std::vector<std::string> out;
+  Batch<Record> batch;
+  batch.rows.push_back(Record{std::string(40, 'k'), std::string(50, 'v')});
+  batch.rows.push_back(Record{"", "short"});  // held inline: nothing to take
+  internal::Harvest(batch, &out);
+  ASSERT_EQ(out.size(), 1u);  // the long value; keys are not taken
+  EXPECT_EQ(out[0], std::string(50, 'v'));
+  int plain = 7;
+  internal::Harvest(plain, &out);  // unknown type: nothing
+  EXPECT_EQ(out.size(), 1u);
+}
+
 TEST(Recycle, WithoutPrefetchDestroysInTheCaller) {
   auto it = ValueOrDie(FromVector(Range(3)).MakeIterator());
   absl::StatusOr<std::optional<int>> next = it->Next();

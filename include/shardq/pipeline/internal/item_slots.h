@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "shardq/pipeline/stage_options.h"
 #include "shardq/pipeline/internal/item_ledger.h"
 #include "shardq/pipeline/internal/stage.h"
+#include "shardq/pipeline/internal/string_pool.h"
 
 namespace shardq::pipeline::internal {
 
@@ -61,10 +63,13 @@ template <typename R>
 class ItemSlots {
  public:
   // cycle_length empty slots; `options` are validated and resolved (see
-  // PrepareRead).
-  ItemSlots(ItemReaderFactory<R> factory, const InterleaveOptions& options)
+  // PrepareRead). Records are read into strings of `pool` when it has some
+  // (it must outlive the slots).
+  ItemSlots(ItemReaderFactory<R> factory, const InterleaveOptions& options,
+            StringPool* pool)
       : factory_(std::move(factory)),
         options_(options),
+        pool_(pool),
         parallel_(options.num_parallel_reads > 1),
         slots_(static_cast<size_t>(options.cycle_length)) {
     for (int64_t t = 0; t < std::max<int64_t>(1, options.num_parallel_reads);
@@ -223,15 +228,31 @@ class ItemSlots {
     return true;
   }
 
+  // Gives *record a pooled string to read its value into, from *fresh
+  // (refilled from pool_ with up to `want` strings when empty).
+  void Reuse(R* record, size_t want, std::vector<std::string>* fresh) {
+    if constexpr (std::is_same_v<R, Record>) {
+      if (fresh->empty()) pool_->Take(want, fresh);
+      if (fresh->empty()) return;
+      record->value = std::move(fresh->back());
+      fresh->pop_back();
+    } else {
+      (void)record, (void)want, (void)fresh;
+    }
+  }
+
   // Reads up to `n` records of `slot` (parallel mode).
   SlotBlock<R> ReadBlock(Slot& slot, const WorkItem& item, int64_t n) {
     SlotBlock<R> block;
     block.records.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
     block.offsets.reserve(static_cast<size_t>(std::min<int64_t>(n, 256)));
     int64_t offset = 0;
+    std::vector<std::string> fresh;
     while (static_cast<int64_t>(block.records.size()) < n) {
-      if (!ReadOne(slot, item, &block.records.emplace_back(), &offset,
-                   &block.finished, &block.error)) {
+      R& record = block.records.emplace_back();
+      Reuse(&record, static_cast<size_t>(n) - block.records.size() + 1, &fresh);
+      if (!ReadOne(slot, item, &record, &offset, &block.finished,
+                   &block.error)) {
         block.records.pop_back();
         break;
       }
@@ -304,8 +325,10 @@ class ItemSlots {
     }
     int64_t offset = 0;
     while (taken < n && !slot.finished && slot.error.ok()) {
-      if (!ReadOne(slot, slot.ticket->item(), &out->emplace_back().value,
-                   &offset, &slot.finished, &slot.error)) {
+      R& record = out->emplace_back().value;
+      Reuse(&record, n + 1 - taken, &fresh_);
+      if (!ReadOne(slot, slot.ticket->item(), &record, &offset, &slot.finished,
+                   &slot.error)) {
         out->pop_back();
         break;
       }
@@ -314,6 +337,7 @@ class ItemSlots {
     }
     if (taken == n && !slot.finished && slot.error.ok()) {
       R& ahead = slot.records.emplace_back();
+      Reuse(&ahead, 1, &fresh_);
       if (ReadOne(slot, slot.ticket->item(), &ahead, &offset, &slot.finished,
                   &slot.error)) {
         slot.offsets.push_back(offset);
@@ -355,7 +379,11 @@ class ItemSlots {
 
   const ItemReaderFactory<R> factory_;
   const InterleaveOptions options_;
+  StringPool* const pool_;
   const bool parallel_;
+  // Serial mode (the one reading thread's): pooled strings taken, not yet
+  // read into.
+  std::vector<std::string> fresh_;
   absl::Mutex mu_;
   absl::CondVar slot_cv_;  // the merger waits for a slot's records
   // Reading thread t waits on reader_cvs_[t] for one of its slots to need

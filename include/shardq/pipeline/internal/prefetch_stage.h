@@ -21,8 +21,10 @@
 // spent_ (the consumer's) and travel with its next Take, or once more than
 // a buffer's worth wait, under the same lock; the fill thread destroys them
 // at its next Put, outside the lock, so what it allocated is freed in the
-// thread that allocated it. Once the fill thread is done they are destroyed
-// by the consumer. At most about two buffers' worth are ever held.
+// thread that allocated it; their strings first go to the context's
+// StringPool, for the reading stage to read the next records into. Once the
+// fill thread is done they are destroyed by the consumer. At most about two
+// buffers' worth are ever held.
 #ifndef SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
 #define SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
 
@@ -30,6 +32,7 @@
 #include <deque>
 #include <iterator>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -155,13 +158,30 @@ class PrefetchStage final : public Stage<T> {
     spent_.clear();
   }
 
+  // Elements handed back: when it goes, their strings go to the reading
+  // stage's pool (what the pool cannot keep is freed), here in the fill
+  // thread.
+  struct Spent {
+    explicit Spent(StringPool* pool) : pool(pool) {}
+    Spent(const Spent&) = delete;
+    Spent& operator=(const Spent&) = delete;
+    ~Spent() {
+      if (elements.empty()) return;
+      std::vector<std::string> strings;
+      for (T& element : elements) Harvest(element, &strings);
+      pool->Give(&strings);
+    }
+    StringPool* const pool;
+    std::vector<T> elements;
+  };
+
   // Waits for room (false once stopping), then adds `result`.
   bool Put(Envelope<T> result) {
-    std::vector<T> spent;  // destroyed after the lock is released
+    Spent spent(&context_->strings);  // reused after the lock is released
     absl::MutexLock lock(&mu_);
     while (!RoomOrStopping()) room_.Wait(&mu_);
     if (stopping_) return false;
-    spent.swap(returned_);
+    spent.elements.swap(returned_);
     ready_.push_back(std::move(result));
     if (waiting_for_ == Awaiting::kAny ||
         (waiting_for_ == Awaiting::kFull && FullOrEnded())) {

@@ -57,7 +57,7 @@ class ReadStage final : public Stage<R> {
         ledger_(context->ledger.get()),
         options_(options),
         flush_at_(std::max<int64_t>(1, options.buffer_size / 4)),
-        slots_(std::move(factory), options) {
+        slots_(std::move(factory), options, &context->strings) {
     slot_emitted_.assign(slots_.size(), 0);
     QueueOptions queue_options;
     queue_options.name = options.name;

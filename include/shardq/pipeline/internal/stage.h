@@ -28,6 +28,7 @@
 #include "shardq/pipeline/coordinator.h"
 #include "shardq/pipeline/queues.h"
 #include "shardq/pipeline/internal/item_ledger.h"
+#include "shardq/pipeline/internal/string_pool.h"
 
 namespace shardq::pipeline::internal {
 
@@ -216,6 +217,8 @@ struct PipelineContext {
   std::atomic<int64_t> short_batches{0};
   std::atomic<int64_t> records_dropped{0};
   std::atomic<int64_t> shuffle_drains{0};
+  // Strings of recycled elements, for the reading stage to reuse.
+  StringPool strings;
   ThreadCoordinator coordinator;
 
   // See ItemLedger::Stalled.

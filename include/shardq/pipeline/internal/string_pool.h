@@ -1,0 +1,101 @@
+// StringPool: strings of spent pipeline elements, kept for the reading stage
+// to read its next records into, so that a record's bytes usually land in
+// memory that is already allocated instead of a fresh malloc (and the free
+// of the spent one). Fed by PrefetchStage with what the consumer hands back
+// (Iterator::Recycle), drained by ItemSlots a block of records at a time.
+//
+// Bounded: at most kMaxBytes of string capacity and kMaxStrings strings are
+// kept; a string with more capacity than kMaxStringBytes (a huge record) is
+// never kept. What does not fit is destroyed by the caller of Give, as if
+// there were no pool. Thread-safe; one lock per call, and calls move whole
+// blocks of strings.
+//
+// Harvest(element, &strings) moves the strings out of an element the pool
+// knows (std::string, a Record's value, Batch and PerReplicaBatches of
+// them); for any other type it takes nothing.
+#ifndef SHARDQ_SRC_PIPELINE_STRING_POOL_H_
+#define SHARDQ_SRC_PIPELINE_STRING_POOL_H_
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "shardq/pipeline/element.h"
+#include "shardq/text_line_reader.h"  // Record
+
+namespace shardq::pipeline::internal {
+
+class StringPool {
+ public:
+  static constexpr size_t kMaxStrings = 8192;
+  static constexpr size_t kMaxBytes = size_t{4} << 20;
+  static constexpr size_t kMaxStringBytes = 64 << 10;
+
+  // Keeps what fits of *strings (cleared, capacity kept); what is left in
+  // *strings is for the caller to destroy.
+  void Give(std::vector<std::string>* strings) {
+    if (strings->empty()) return;
+    absl::MutexLock lock(&mu_);
+    while (!strings->empty()) {
+      std::string& s = strings->back();
+      const size_t cap = s.capacity();
+      if (cap <= kMaxStringBytes && kept_.size() < kMaxStrings &&
+          bytes_ + cap <= kMaxBytes) {
+        s.clear();
+        kept_.push_back(std::move(s));
+        bytes_ += cap;
+      } else if (cap <= kMaxStringBytes) {
+        return;  // full: the rest is the caller's
+      }
+      strings->pop_back();  // kept, or too large to keep (freed here)
+    }
+  }
+
+  // Moves up to `n` kept (empty) strings to the end of *out.
+  void Take(size_t n, std::vector<std::string>* out) {
+    absl::MutexLock lock(&mu_);
+    while (n-- > 0 && !kept_.empty()) {
+      bytes_ -= kept_.back().capacity();
+      out->push_back(std::move(kept_.back()));
+      kept_.pop_back();
+    }
+  }
+
+  size_t size() const {
+    absl::MutexLock lock(&mu_);
+    return kept_.size();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> kept_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // capacity of kept_
+};
+
+// Moves the strings of `element` to the end of *out (see the top).
+template <typename T>
+void Harvest(T&, std::vector<std::string>*) {}
+inline void Harvest(std::string& s, std::vector<std::string>* out) {
+  // Only strings with memory of their own (not held inline).
+  if (s.capacity() > std::string().capacity()) out->push_back(std::move(s));
+}
+// The value only: that is what the reading stage reads into (a key is
+// short, and a pool full of keys would make values grow again).
+inline void Harvest(Record& r, std::vector<std::string>* out) {
+  Harvest(r.value, out);
+}
+template <typename R>
+void Harvest(Batch<R>& batch, std::vector<std::string>* out) {
+  for (R& row : batch.rows) Harvest(row, out);
+}
+template <typename R>
+void Harvest(PerReplicaBatches<R>& step, std::vector<std::string>* out) {
+  for (Batch<R>& batch : step.replicas) Harvest(batch, out);
+}
+
+}  // namespace shardq::pipeline::internal
+
+#endif  // SHARDQ_SRC_PIPELINE_STRING_POOL_H_
