@@ -147,11 +147,9 @@ void ItemLedger::Emit(const std::vector<EmitRun>& runs,
     ticket.emitted_ += n;
     in_flight_ += n;
     stats_.records_read += n;
-    ticket.consumed_flags_.insert(ticket.consumed_flags_.end(), run.count,
-                                  false);
-    const auto first = offsets.begin() + static_cast<std::ptrdiff_t>(run.begin);
-    ticket.resume_offsets_.insert(ticket.resume_offsets_.end(), first,
-                                  first + static_cast<std::ptrdiff_t>(run.count));
+    for (size_t k = 0; k < run.count; ++k) {
+      ticket.progress_.push_back({offsets[run.begin + k], false});
+    }
   }
 }
 
@@ -224,13 +222,12 @@ bool ItemLedger::ConsumeLocked(ItemTicket& ticket, int64_t seq,
   --in_flight_;
   ++stats_.records_consumed;
   const int64_t index = seq - ticket.in_order_;
-  if (index >= 0 && index < static_cast<int64_t>(ticket.consumed_flags_.size())) {
-    ticket.consumed_flags_[static_cast<size_t>(index)] = true;
+  if (index >= 0 && index < static_cast<int64_t>(ticket.progress_.size())) {
+    ticket.progress_[static_cast<size_t>(index)].consumed = true;
   }
-  while (!ticket.consumed_flags_.empty() && ticket.consumed_flags_.front()) {
-    *progress = ticket.resume_offsets_.front();
-    ticket.consumed_flags_.pop_front();
-    ticket.resume_offsets_.pop_front();
+  while (!ticket.progress_.empty() && ticket.progress_.front().consumed) {
+    *progress = ticket.progress_.front().resume_offset;
+    ticket.progress_.pop_front();
     ++ticket.in_order_;
   }
   if (ticket.done_ || !ticket.read_all_ ||

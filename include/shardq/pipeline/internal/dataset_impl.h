@@ -122,6 +122,7 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
         context_->coordinator.RequestStop();
       }
     }
+    stage_->RecycleTags(std::move(next->tags));
     return std::optional<T>(std::move(next->value));
   }
 }

@@ -60,6 +60,43 @@ namespace shardq::pipeline::internal {
 
 class ItemLedger;
 
+// A FIFO of the records of an item not yet consumed in order: whether each
+// was consumed and the resume offset after it. A ring over one buffer that
+// only grows (doubling), so that popping never frees: records are pushed
+// by the reading thread and popped by the consumer, and a block freed by
+// another thread than its allocator costs glibc's arena lock.
+class RecordProgress {
+ public:
+  struct Entry {
+    int64_t resume_offset = -1;
+    bool consumed = false;
+  };
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  Entry& operator[](size_t i) { return buf_[(head_ + i) & (buf_.size() - 1)]; }
+  Entry& front() { return (*this)[0]; }
+  void push_back(Entry e) {
+    if (size_ == buf_.size()) Grow();
+    ++size_;
+    (*this)[size_ - 1] = e;
+  }
+  void pop_front() {
+    head_ = (head_ + 1) & (buf_.size() - 1);
+    --size_;
+  }
+
+ private:
+  void Grow() {
+    std::vector<Entry> bigger(std::max<size_t>(16, buf_.size() * 2));
+    for (size_t i = 0; i < size_; ++i) bigger[i] = (*this)[i];
+    buf_.swap(bigger);
+    head_ = 0;
+  }
+  std::vector<Entry> buf_;  // a power of two long
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
 // One item taken from the source. The ledger keeps it alive while any of
 // its records may still be in flight (until it is done and all its records
 // were consumed, or the ledger is destroyed), so that records name it with
@@ -82,8 +119,7 @@ class ItemTicket {
   // in_order_ on: whether each was consumed, and the resume offset after
   // it (-1: unknown).
   int64_t in_order_ = 0;
-  std::deque<bool> consumed_flags_;
-  std::deque<int64_t> resume_offsets_;
+  RecordProgress progress_;
 };
 
 // Which record of which item an element carries. A plain value: the

@@ -28,6 +28,8 @@
 #ifndef SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
 #define SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <iterator>
@@ -52,11 +54,14 @@ class PrefetchStage final : public Stage<T> {
  public:
   // The longest a result that is ready waits for more to come with it.
   static constexpr absl::Duration kLinger = absl::Milliseconds(1);
+  // The longest the consumer spins on an empty buffer before it sleeps.
+  static constexpr absl::Duration kSpin = absl::Microseconds(300);
 
   // buffer_size >= 1 (validated).
   PrefetchStage(PipelineContext* context, std::unique_ptr<Stage<T>> input,
                 int64_t buffer_size)
       : context_(context), input_(std::move(input)), capacity_(buffer_size) {
+    ready_.reserve(static_cast<size_t>(capacity_));
     // The fill thread is the input's only puller: a serial reading stage
     // upstream may read in it (one thread and one hand-off fewer).
     input_->ReadInPullingThread();
@@ -94,19 +99,46 @@ class PrefetchStage final : public Stage<T> {
 
   void Recycle(T spent) override {
     if (fill_done_) return;  // destroyed here
-    spent_.push_back(std::move(spent));
-    if (static_cast<int64_t>(spent_.size()) > capacity_) {
-      std::vector<T> drop;  // destroyed after the lock is released
-      absl::MutexLock lock(&mu_);
-      HandBackLocked(&drop);
-    }
+    spent_.elements.push_back(std::move(spent));
+    MaybeHandBack();
+  }
+
+  void RecycleTags(RecordTags spent) override {
+    if (fill_done_) return;  // destroyed here
+    spent_.tags.push_back(std::move(spent));
+    MaybeHandBack();
   }
 
  private:
+  // What the consumer hands back: spent elements (Recycle) and the tags of
+  // the records it consumed (RecycleTags), all made in the fill thread.
+  // Moved between the vectors below, never swapped: each vector's buffer
+  // stays with the thread that allocated it.
+  struct Returns {
+    std::vector<T> elements;
+    std::vector<RecordTags> tags;
+    bool empty() const { return elements.empty() && tags.empty(); }
+    size_t size() const { return elements.size() + tags.size(); }
+    void clear() {
+      elements.clear();
+      tags.clear();
+    }
+    // Appends everything to *to and clears this (capacity kept).
+    void MoveTo(Returns* to) {
+      to->elements.insert(to->elements.end(),
+                          std::make_move_iterator(elements.begin()),
+                          std::make_move_iterator(elements.end()));
+      to->tags.insert(to->tags.end(), std::make_move_iterator(tags.begin()),
+                      std::make_move_iterator(tags.end()));
+      clear();
+    }
+  };
+
   void Start() {
     context_->coordinator.AddStopCallback([this] {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
+      PublishLocked();
       room_.SignalAll();
       ready_cv_.SignalAll();
     });
@@ -121,10 +153,11 @@ class PrefetchStage final : public Stage<T> {
       if (!end_of_data && !Put(std::move(next))) break;
       if (last) break;
     }
-    std::vector<T> spent;  // destroyed after the lock is released
+    Returns spent;  // destroyed after the lock is released
     absl::MutexLock lock(&mu_);
     ended_ = true;
-    spent.swap(returned_);
+    PublishLocked();
+    returned_.MoveTo(&spent);
     WakeConsumer();
     return absl::OkStatus();
   }
@@ -136,57 +169,56 @@ class PrefetchStage final : public Stage<T> {
     spent_.clear();
   }
 
-  // Passes spent_ to the fill thread, or to *drop (the caller destroys it
-  // after unlocking) once the fill thread is done.
-  void HandBackLocked(std::vector<T>* drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (ended_ || stopping_) {
-      fill_done_ = true;
-      drop->insert(drop->end(), std::make_move_iterator(spent_.begin()),
-                   std::make_move_iterator(spent_.end()));
-      spent_.clear();
-      drop->insert(drop->end(), std::make_move_iterator(returned_.begin()),
-                   std::make_move_iterator(returned_.end()));
-      returned_.clear();
-      return;
-    }
-    if (returned_.empty()) {
-      returned_.swap(spent_);
-      return;
-    }
-    returned_.insert(returned_.end(), std::make_move_iterator(spent_.begin()),
-                     std::make_move_iterator(spent_.end()));
-    spent_.clear();
+  // Hands spent_ back under the lock once more than two buffers' worth
+  // waits (Take hands it back too).
+  void MaybeHandBack() {
+    if (static_cast<int64_t>(spent_.size()) <= 2 * capacity_) return;
+    Returns drop;  // destroyed after the lock is released
+    absl::MutexLock lock(&mu_);
+    HandBackLocked(&drop);
   }
 
-  // Elements handed back: when it goes, their strings go to the reading
-  // stage's pool (what the pool cannot keep is freed), here in the fill
-  // thread.
-  struct Spent {
-    explicit Spent(StringPool* pool) : pool(pool) {}
-    Spent(const Spent&) = delete;
-    Spent& operator=(const Spent&) = delete;
-    ~Spent() {
-      if (elements.empty()) return;
-      std::vector<std::string> strings;
-      for (T& element : elements) Harvest(element, &strings);
-      pool->Give(&strings);
+  // Passes spent_ to the fill thread, or to *drop (the caller destroys it
+  // after unlocking) once the fill thread is done.
+  void HandBackLocked(Returns* drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ended_ || stopping_) {
+      fill_done_ = true;
+      spent_.MoveTo(drop);
+      returned_.MoveTo(drop);
+      return;
     }
-    StringPool* const pool;
-    std::vector<T> elements;
-  };
+    spent_.MoveTo(&returned_);
+  }
+
+  // The fill thread's: the elements it was handed back, harvested into
+  // the reading stage's StringPool (what the pool cannot keep is freed) and
+  // destroyed once Put has released the lock.
+  void ReuseSpent() {
+    if (spent_here_.empty()) return;
+    for (T& element : spent_here_.elements) Harvest(element, &strings_here_);
+    context_->strings.Give(&strings_here_);
+    strings_here_.clear();
+    spent_here_.clear();
+  }
 
   // Waits for room (false once stopping), then adds `result`.
   bool Put(Envelope<T> result) {
-    Spent spent(&context_->strings);  // reused after the lock is released
-    absl::MutexLock lock(&mu_);
-    while (!RoomOrStopping()) room_.Wait(&mu_);
-    if (stopping_) return false;
-    spent.elements.swap(returned_);
-    ready_.push_back(std::move(result));
-    if (waiting_for_ == Awaiting::kAny ||
-        (waiting_for_ == Awaiting::kFull && FullOrEnded())) {
-      WakeConsumer();
+    {
+      absl::MutexLock lock(&mu_);
+      while (!RoomOrStopping()) room_.Wait(&mu_);
+      if (stopping_) return false;
+      // Moved, not swapped: every buffer stays with the thread that
+      // allocated it (a block freed by another thread than its allocator
+      // makes the two contend for glibc's arena lock).
+      returned_.MoveTo(&spent_here_);
+      ready_.push_back(std::move(result));
+      PublishLocked();
+      if (waiting_for_ == Awaiting::kAny ||
+          (waiting_for_ == Awaiting::kFull && FullOrEnded())) {
+        WakeConsumer();
+      }
     }
+    ReuseSpent();
     return true;
   }
 
@@ -195,6 +227,32 @@ class PrefetchStage final : public Stage<T> {
     if (waiting_for_ == Awaiting::kNothing) return;
     waiting_for_ = Awaiting::kNothing;
     ready_cv_.Signal();
+  }
+
+  // What the consumer may spin on without the lock: ready_.size(), or
+  // capacity_ once the input ended or the pipeline stops.
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    published_.store(stopping_ || ended_ ? capacity_
+                                         : static_cast<int64_t>(ready_.size()),
+                     std::memory_order_release);
+  }
+
+  // Before sleeping on an empty buffer, the consumer spins (without the
+  // lock, for at most kSpin) while the fill thread is filling it: waking a
+  // sleeping thread costs the fill thread a system call and, on a virtual
+  // machine, tens of microseconds before the consumer runs, about what a
+  // buffer of small records takes to fill. Returns at once when something
+  // is ready; never when nothing has arrived for a while (a stall sleeps).
+  void SpinWhileFilling(absl::Duration timeout) {
+    if (published_.load(std::memory_order_acquire) != 0) return;
+    const absl::Time until = absl::Now() + std::min(timeout, kSpin);
+    for (int n = 1;; ++n) {
+      if (published_.load(std::memory_order_acquire) >= capacity_) return;
+      if (n % 64 == 0 && absl::Now() >= until) return;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
   }
 
   bool RoomOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -221,7 +279,8 @@ class PrefetchStage final : public Stage<T> {
   // everything was taken: OUT_OF_RANGE; once stopping: CANCELLED. False if
   // nothing came within `timeout`.
   bool Take(absl::Duration timeout) {
-    std::vector<T> drop;  // destroyed after the lock is released
+    SpinWhileFilling(timeout);
+    Returns drop;  // destroyed after the lock is released
     absl::MutexLock lock(&mu_);
     if (!spent_.empty()) HandBackLocked(&drop);
     if (ready_.empty()) {
@@ -256,6 +315,7 @@ class PrefetchStage final : public Stage<T> {
     }
     for (Envelope<T>& result : ready_) taken_.push_back(std::move(result));
     ready_.clear();
+    PublishLocked();
     room_.Signal();  // the fill thread may wait for room
     return true;
   }
@@ -264,7 +324,7 @@ class PrefetchStage final : public Stage<T> {
   const std::unique_ptr<Stage<T>> input_;  // the fill thread's only
   const int64_t capacity_;
   std::deque<Envelope<T>> taken_;  // the consumer's only
-  std::vector<T> spent_;           // the consumer's only: handed back
+  Returns spent_;                  // the consumer's only: handed back
   bool fill_done_ = false;         // the consumer's only: saw the end
 
   // What a waiting consumer waits for (kNothing: it is not waiting).
@@ -274,11 +334,18 @@ class PrefetchStage final : public Stage<T> {
   absl::CondVar room_;      // the fill thread waits for room
   absl::CondVar ready_cv_;  // the consumer waits for waiting_for_
   Awaiting waiting_for_ ABSL_GUARDED_BY(mu_) = Awaiting::kNothing;
-  std::deque<Envelope<T>> ready_ ABSL_GUARDED_BY(mu_);
+  // Reserved for capacity_ results up front, so that no buffer of it is
+  // allocated by one thread and freed by the other.
+  std::vector<Envelope<T>> ready_ ABSL_GUARDED_BY(mu_);
   // Handed back by the consumer, for the fill thread to destroy.
-  std::vector<T> returned_ ABSL_GUARDED_BY(mu_);
+  // Its buffers are the consumer's (grown in HandBackLocked).
+  Returns returned_ ABSL_GUARDED_BY(mu_);
+  Returns spent_here_;                   // the fill thread's: see ReuseSpent
+  std::vector<std::string> strings_here_;  // the fill thread's
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the fill thread is done
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Written under mu_ (PublishLocked), read by the spinning consumer.
+  std::atomic<int64_t> published_{0};
 };
 
 }  // namespace shardq::pipeline::internal

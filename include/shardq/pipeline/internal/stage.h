@@ -113,6 +113,9 @@ class Stage {
   // The default destroys it here, in the calling thread; a stage whose
   // elements were made in a thread of its own (Prefetch) destroys it there.
   virtual void Recycle(T spent) { (void)spent; }
+  // Takes back the tags of an element the consumer received (Iterator
+  // calls it once the ledger counted them); like Recycle.
+  virtual void RecycleTags(RecordTags spent) { (void)spent; }
 };
 
 // Moves up to `max` elements of `from`, starting at *next, to the end of
