@@ -35,6 +35,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -64,7 +65,12 @@ class PrefetchStage final : public Stage<T> {
     ready_.reserve(static_cast<size_t>(capacity_));
     // The fill thread is the input's only puller: a serial reading stage
     // upstream may read in it (one thread and one hand-off fewer).
-    input_->ReadInPullingThread();
+    // Then the fill thread is the only thread filling the buffer, and the
+    // consumer may spin while it does (SpinWhileFilling) when there is a
+    // core for each; with more threads a spinning consumer would take a
+    // core they need.
+    spin_ = input_->ReadInPullingThread() &&
+            std::thread::hardware_concurrency() >= 2;
     context->starters.push_back([this] { Start(); });
   }
 
@@ -244,7 +250,7 @@ class PrefetchStage final : public Stage<T> {
   // buffer of small records takes to fill. Returns at once when something
   // is ready; never when nothing has arrived for a while (a stall sleeps).
   void SpinWhileFilling(absl::Duration timeout) {
-    if (published_.load(std::memory_order_acquire) != 0) return;
+    if (!spin_ || published_.load(std::memory_order_acquire) != 0) return;
     const absl::Time until = absl::Now() + std::min(timeout, kSpin);
     for (int n = 1;; ++n) {
       if (published_.load(std::memory_order_acquire) >= capacity_) return;
@@ -323,6 +329,7 @@ class PrefetchStage final : public Stage<T> {
   PipelineContext* const context_;
   const std::unique_ptr<Stage<T>> input_;  // the fill thread's only
   const int64_t capacity_;
+  bool spin_ = false;  // set once, in the constructor
   std::deque<Envelope<T>> taken_;  // the consumer's only
   Returns spent_;                  // the consumer's only: handed back
   bool fill_done_ = false;         // the consumer's only: saw the end
