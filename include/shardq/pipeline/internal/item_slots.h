@@ -165,7 +165,7 @@ class ItemSlots {
     if (stopping_) return false;
     const int64_t n = std::min<int64_t>(
         options_.block_length, static_cast<int64_t>(slot.records.size()));
-    out->reserve(out->size() + static_cast<size_t>(n));
+    ReserveMore(out, static_cast<size_t>(n));
     for (int64_t k = 0; k < n; ++k) {
       out->emplace_back().value = std::move(slot.records.front());
       block->offsets.push_back(slot.offsets.front());
@@ -200,6 +200,13 @@ class ItemSlots {
   // What a slot's buffer holds before its next block is taken: one record
   // more than a block.
   int64_t Want() const { return options_.block_length + 1; }
+
+  // Room for `more` elements in *out, growing it geometrically: a reserve
+  // of exactly size() + more per block would reallocate it every block.
+  static void ReserveMore(std::vector<Tracked<R>>* out, size_t more) {
+    const size_t need = out->size() + more;
+    if (need > out->capacity()) out->reserve(std::max(need, 2 * out->capacity()));
+  }
 
   // Reads the next record of the slot's item into *record, opening its
   // reader first if needed. Called with no lock held, by the one thread
@@ -314,7 +321,7 @@ class ItemSlots {
   void TakeSerially(Slot& slot, std::vector<Tracked<R>>* out,
                     TakenBlock* block) {
     const size_t n = static_cast<size_t>(options_.block_length);
-    out->reserve(out->size() + n);
+    ReserveMore(out, n);
     size_t taken = 0;
     if (!slot.records.empty()) {
       out->emplace_back().value = std::move(slot.records.front());
