@@ -2,6 +2,8 @@
 #include "src/io/item_readers.h"
 
 #include <cerrno>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -47,6 +49,21 @@ void WriteRecords(const std::string& path, FileCompression compression, int n) {
 
 // Auto-detected compression is judged from the same open file that is
 // then read: one open per item, plain or compressed.
+TEST(SetRecordKey, WritesPrefixAndOffsetOverWhatTheKeyHeld) {
+  const std::string prefix = "/data/some/rather/long/path/part-00001.tfrecord:";
+  std::string key = std::string(200, 'x');  // a longer stale key
+  for (int64_t offset :
+       {int64_t{0}, int64_t{7}, int64_t{10}, int64_t{1234567890123}, int64_t{-5},
+        std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min(),
+        int64_t{42}}) {
+    SetRecordKey(prefix, offset, &key);
+    EXPECT_EQ(key, absl::StrCat(prefix, offset));
+  }
+  std::string fresh;  // and an empty one
+  SetRecordKey("t:", 99, &fresh);
+  EXPECT_EQ(fresh, "t:99");
+}
+
 TEST(TFRecordItemReader, OpensTheFileOncePerItem) {
   for (FileCompression compression : {FileCompression::kNone, FileCompression::kGzip}) {
     TempPath path(".tfrecord");
