@@ -16,15 +16,20 @@
 // (src/pipeline/tsan_absl_mutex_shim.cc).
 // Throughput is unchanged: the fill thread never waits for the consumer
 // while there is room; a result waits at most about 2 * kLinger longer.
+// When the fill thread is the only thread filling the buffer (a serial
+// reading stage upstream), the consumer first spins up to kSpin on an
+// empty buffer (SpinWhileFilling), so that neither side makes a system
+// call while the input keeps up.
 //
-// Recycling (Iterator::Recycle). Elements the consumer hands back wait in
-// spent_ (the consumer's) and travel with its next Take, or once more than
-// a buffer's worth wait, under the same lock; the fill thread destroys them
-// at its next Put, outside the lock, so what it allocated is freed in the
-// thread that allocated it; their strings first go to the context's
-// StringPool, for the reading stage to read the next records into. Once the
-// fill thread is done they are destroyed by the consumer. At most about two
-// buffers' worth are ever held.
+// Recycling (Iterator::Recycle, and the record tags of every element
+// consumed). What the consumer hands back waits in spent_ (the consumer's)
+// and travels with its next Take, or once more than two buffers' worth
+// wait, under the same lock; the fill thread destroys it at its next Put,
+// outside the lock, so what it allocated is freed in the thread that
+// allocated it; strings first go to the context's StringPool, for the
+// reading stage to read the next records into. Once the consumer has seen
+// the end it destroys what it hands back itself. A few buffers' worth are
+// held at most: between two Puts the consumer takes at most a buffer.
 #ifndef SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
 #define SHARDQ_SRC_PIPELINE_PREFETCH_STAGE_H_
 
