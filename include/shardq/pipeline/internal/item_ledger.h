@@ -34,9 +34,9 @@
 #ifndef SHARDQ_SRC_PIPELINE_ITEM_LEDGER_H_
 #define SHARDQ_SRC_PIPELINE_ITEM_LEDGER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
