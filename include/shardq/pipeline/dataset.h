@@ -152,15 +152,18 @@ class Iterator {
 
   // Optional: hands back an element that Next() returned and the caller is
   // done with. When the last stage is a Prefetch, the element is destroyed
-  // in the prefetch thread, the thread that made it, at its next hand-off;
-  // otherwise here. Never required (an element simply dropped is freed as
-  // usual) and it changes nothing the pipeline yields. Why: with glibc's
-  // malloc, freeing many small blocks (a batch's strings) in another thread
-  // than the one that allocated them makes the two threads contend for the
-  // allocating thread's arena; a consumer that recycles its batches keeps
-  // every allocation and free on the prefetch thread
-  // (bench/results/pipeline.md). Bounded: what is handed back waits for at
-  // most one hand-off, and once the pipeline has ended it is destroyed here.
+  // in the prefetch thread, the thread that made it, at its next hand-off,
+  // and its strings (of std::string rows, a Record's value) are first
+  // offered to the reading stage to read new records into (a bounded
+  // pool); otherwise it is destroyed here. Never required (an element
+  // simply dropped is freed as usual) and it changes nothing the pipeline
+  // yields. Why: with glibc's malloc, freeing many small blocks (a batch's
+  // strings) in another thread than the one that allocated them makes the
+  // two threads contend for the allocating thread's arena; a consumer that
+  // recycles its batches keeps every allocation and free on the prefetch
+  // thread (bench/results/pipeline.md). Bounded: what is handed back waits
+  // for the fill thread's next hand-off, and once the consumer has seen the
+  // end it is destroyed here. Call it from the thread that calls Next.
   void Recycle(T spent);
 
   PipelineStats stats() const;
