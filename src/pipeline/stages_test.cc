@@ -2,6 +2,7 @@
 // batching, per-replica split and option checks.
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -298,6 +299,37 @@ TEST(StringPool, HarvestTakesTheStringsOfKnownElements) {
   int plain = 7;
   internal::Harvest(plain, &out);  // unknown type: nothing
   EXPECT_EQ(out.size(), 1u);
+}
+
+// The ledger's per-item progress FIFO: order kept across wrap-around and
+// growth (which happens with the ring's head anywhere), entries writable
+// in place.
+TEST(RecordProgress, KeepsOrderAcrossWrapAndGrowth) {
+  internal::RecordProgress ring;
+  std::deque<int64_t> expected;
+  int64_t next = 0;
+  // Push a few, pop fewer, so that the head walks round the buffer while
+  // it grows from 16 to 128 entries.
+  for (int round = 0; round < 40; ++round) {
+    for (int k = 0; k < 5; ++k) {
+      ring.push_back({next, false});
+      expected.push_back(next++);
+    }
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_FALSE(ring.empty());
+      EXPECT_EQ(ring.front().resume_offset, expected.front());
+      ring.pop_front();
+      expected.pop_front();
+    }
+    ASSERT_EQ(ring.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_EQ(ring[i].resume_offset, expected[i]) << "round " << round;
+    }
+  }
+  ring[1].consumed = true;
+  EXPECT_FALSE(ring.front().consumed);
+  ring.pop_front();
+  EXPECT_TRUE(ring.front().consumed);
 }
 
 TEST(Recycle, WithoutPrefetchDestroysInTheCaller) {
