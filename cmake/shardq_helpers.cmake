@@ -64,7 +64,8 @@ function(shardq_cc_binary)
 endfunction()
 
 # shardq_cc_test(NAME name SRCS ... [DEPS ...] [LABELS ...] [TIMEOUT s])
-# Builds a GoogleTest binary and registers it with ctest.
+# Builds a GoogleTest binary (main: src/testing/test_main.cc, which gives the
+# tests a temporary directory of their own) and registers it with ctest.
 function(shardq_cc_test)
   if(NOT SHARDQ_BUILD_TESTS)
     return()
@@ -73,7 +74,7 @@ function(shardq_cc_test)
   add_executable(${ARG_NAME} ${ARG_SRCS})
   shardq_private_includes(${ARG_NAME})
   target_compile_options(${ARG_NAME} PRIVATE ${SHARDQ_WARNINGS})
-  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} shardq_test_main GTest::gtest GTest::gmock)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
   if(NOT ARG_TIMEOUT)

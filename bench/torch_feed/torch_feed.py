@@ -44,11 +44,15 @@ BATCH = 256
 
 
 def example_pb2():
-    out = tempfile.mkdtemp(prefix="shardq-bench-pb-")
-    assert protoc.main(["protoc", f"-I{REPO}", f"--python_out={out}",
-                        os.path.join(REPO, "proto", "shardq", "example.proto")]) == 0
-    sys.path.insert(0, out)
-    return importlib.import_module("proto.shardq.example_pb2")
+    # The module stays loaded once imported: its directory can go.
+    with tempfile.TemporaryDirectory(prefix="shardq-bench-pb-") as out:
+        assert protoc.main(["protoc", f"-I{REPO}", f"--python_out={out}",
+                            os.path.join(REPO, "proto", "shardq", "example.proto")]) == 0
+        sys.path.insert(0, out)
+        try:
+            return importlib.import_module("proto.shardq.example_pb2")
+        finally:
+            sys.path.remove(out)
 
 
 def make_data(workdir, records, files=8):

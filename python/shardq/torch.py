@@ -66,6 +66,7 @@ finished, such as a second process sharing it, reads nothing and ends.)
 """
 import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -93,6 +94,7 @@ class _CoordinatorProcess:
     from this process, and a forked copy of a running gRPC server hangs."""
 
     def __init__(self, listen=None, state_dir=None):
+        self._dir = None  # made here for the socket; removed by stop()
         if listen is None:  # this process's own queue, on a unix socket
             self._dir = tempfile.mkdtemp(prefix="shardq-")
             listen = "unix:" + os.path.join(self._dir, "coordinator.sock")
@@ -125,6 +127,10 @@ class _CoordinatorProcess:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
+                self._proc.wait()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
 
 _served = {}  # address -> the _CoordinatorProcess this process started for its job

@@ -16,14 +16,15 @@ _pb2 = None
 def example_pb2():
     global _pb2
     if _pb2 is None:
-        out = tempfile.mkdtemp(prefix="shardq-example-pb-")
-        assert protoc.main(["protoc", f"-I{REPO}", f"--python_out={out}",
-                            str(REPO / "proto" / "shardq" / "example.proto")]) == 0
-        sys.path.insert(0, out)
-        try:
-            _pb2 = importlib.import_module("proto.shardq.example_pb2")
-        finally:
-            sys.path.remove(out)
+        # The module stays loaded once imported: its directory can go.
+        with tempfile.TemporaryDirectory(prefix="shardq-example-pb-") as out:
+            assert protoc.main(["protoc", f"-I{REPO}", f"--python_out={out}",
+                                str(REPO / "proto" / "shardq" / "example.proto")]) == 0
+            sys.path.insert(0, out)
+            try:
+                _pb2 = importlib.import_module("proto.shardq.example_pb2")
+            finally:
+                sys.path.remove(out)
     return _pb2
 
 

@@ -53,3 +53,30 @@ def test_the_child_coordinator_exits_when_its_parent_is_killed(tmp_path):
             parent.kill()
         if coordinator is not None and alive(coordinator):
             os.kill(coordinator, signal.SIGKILL)
+
+
+EXITS = textwrap.dedent("""
+    import sys
+    import shardq.torch
+    dataset = shardq.torch.WorkQueueDataset([sys.argv[1]], reader="text")
+    print(dataset._local.address, flush=True)
+    print(sorted(row for batch in dataset for row in batch), flush=True)
+""")
+
+
+def test_the_child_coordinators_socket_directory_goes_when_its_parent_exits(tmp_path):
+    data = tmp_path / "lines.txt"
+    data.write_text("a\nb\n")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SHARDQ_ADDRESS", "SHARDQ_PORT", "TF_CONFIG", "MASTER_ADDR", "WORLD_SIZE")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    env["TMPDIR"] = str(temp)  # where tempfile makes the socket's directory
+    done = subprocess.run([sys.executable, "-c", EXITS, str(data)], env=env,
+                          capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 0, done.stderr
+    address, rows = done.stdout.splitlines()
+    assert address.startswith("unix:" + str(temp) + os.sep), address
+    assert rows == "[b'a', b'b']"
+    assert list(temp.iterdir()) == [], "the socket's directory was left behind"
