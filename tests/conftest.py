@@ -2,11 +2,13 @@
 SHARDQ_TEST_TIMEOUT seconds (default 300) names itself, dumps every
 thread's stack and ends the run with exit status 1, so a hang shows where
 it is instead of running into CI's limit with no output. (pytest-timeout
-is not among the Debian packages this project installs.)"""
+is not among the Debian packages this project installs.) And a temporary
+directory for the whole run, under pytest's own (see _run_temp_dir)."""
 import faulthandler
 import os
 import signal
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -46,3 +48,22 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         faulthandler.cancel_dump_traceback_later()
         timer.cancel()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_temp_dir(tmp_path_factory):
+    """TMPDIR for the run: what the code under test and the processes the
+    tests start put in temporary files (shardq.torch's coordinator socket,
+    multiprocessing's pymp-* directories) lands under pytest's directory of
+    this run, which pytest rotates, not in the shared /tmp; even what a
+    process killed on purpose by a test could not remove."""
+    temp = tmp_path_factory.mktemp("tmp", numbered=False)
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(temp)
+    tempfile.tempdir = None  # tempfile reads TMPDIR again
+    yield temp
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
