@@ -2,8 +2,10 @@
 // determinism, errors from readers and map functions, and the rule that an
 // item is completed only after its records were consumed.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -330,6 +332,85 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Config>& info) {
       return info.param.label;
     });
+
+// Counts the records its readers return (every item's, all threads).
+class CountingReader final : public RecordReader {
+ public:
+  CountingReader(std::unique_ptr<RecordReader> inner, std::atomic<int64_t>* count)
+      : inner_(std::move(inner)), count_(count) {}
+  absl::StatusOr<bool> Next(Record* record) override {
+    absl::StatusOr<bool> more = inner_->Next(record);
+    if (more.ok() && *more) count_->fetch_add(1);
+    return more;
+  }
+  int64_t resume_offset() const override { return inner_->resume_offset(); }
+
+ private:
+  std::unique_ptr<RecordReader> inner_;
+  std::atomic<int64_t>* const count_;
+};
+
+// How far parallel reading threads read an item ahead of a consumer that
+// took one record and stopped: what Next() has read by then, once the
+// reading thread stood still for a moment (it never goes past its
+// read-ahead, so the bound holds whenever it is checked).
+int64_t ReadAheadOf(const std::string& path, int64_t read_ahead, int64_t settle_at_least) {
+  std::atomic<int64_t> count{0};
+  RecordReaderFactory text = TextReaderFactory();
+  RecordReaderFactory counting =
+      [&](const WorkItem& item) -> absl::StatusOr<std::unique_ptr<RecordReader>> {
+    absl::StatusOr<std::unique_ptr<RecordReader>> inner = text(item);
+    if (!inner.ok()) return inner.status();
+    return std::make_unique<CountingReader>(*std::move(inner), &count);
+  };
+  ListItemSource source({path});
+  InterleaveOptions read;
+  read.cycle_length = 2;
+  read.block_length = 16;
+  read.num_parallel_reads = 2;
+  read.read_ahead = read_ahead;
+  read.buffer_size = 16;  // what the merge keeps ready beyond the read-ahead
+  auto it = ValueOrDie(ReadItems(&source, counting, read).MakeIterator());
+  EXPECT_TRUE(it->Next().ok());
+  EXPECT_TRUE(Eventually([&] { return count.load() >= settle_at_least; }))
+      << "read " << count.load() << " records ahead, expected at least " << settle_at_least;
+  absl::SleepFor(absl::Milliseconds(100));
+  return count.load();
+}
+
+TEST(ReadItems, ParallelReadsOfSmallRecordsReadAheadByBytes) {
+  // ~100-byte lines: about 256 KiB of records is ~1000 of them, far more
+  // than the 64-record floor, so a reading thread is woken once per
+  // hundreds of records.
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", UniqueName("ahead-small"), ".txt");
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    for (int l = 0; l < 20000; ++l) out << std::string(90, 'a') << " " << l << "\n";
+  }
+  const int64_t read = ReadAheadOf(path, /*read_ahead=*/0, /*settle_at_least=*/600);
+  EXPECT_LE(read, 2000) << "read far past ~256 KiB of records";
+  std::remove(path.c_str());
+}
+
+TEST(ReadItems, ParallelReadsOfLargeRecordsReadAheadTheFloorAndAnExplicitCountIsKept) {
+  // 64 KiB lines: 256 KiB would be 4 records; the floor of 64 (4 blocks)
+  // holds, and reading stops there (of 400 in the file). Beyond the
+  // read-ahead (and the one refill a taken block may start), the merge
+  // holds up to about 6 blocks of 16: its output queue (buffer_size 16, in
+  // blocks), the block it is merging and the one the consumer took.
+  constexpr int64_t kMergeHolds = 6 * 16;
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", UniqueName("ahead-large"), ".txt");
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    for (int l = 0; l < 400; ++l) out << std::string(64 << 10, 'b') << "\n";
+  }
+  int64_t read = ReadAheadOf(path, /*read_ahead=*/0, /*settle_at_least=*/64);
+  EXPECT_LE(read, 64 + 17 + kMergeHolds);
+  // An explicit read_ahead is a count of records, whatever their size.
+  read = ReadAheadOf(path, /*read_ahead=*/200, /*settle_at_least=*/200);
+  EXPECT_LE(read, 200 + 17 + kMergeHolds);
+  std::remove(path.c_str());
+}
 
 TEST(ReadItems, OrderDoesNotDependOnTheNumberOfThreads) {
   const std::string tag = UniqueName("threads");

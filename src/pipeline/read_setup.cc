@@ -106,13 +106,13 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
   }
   resolved.num_parallel_reads =
       std::min(resolved.num_parallel_reads, resolved.cycle_length);
-  if (resolved.read_ahead == 0) {
-    resolved.read_ahead = std::max<int64_t>(64, 4 * resolved.block_length);
-  }
-  // A slot holds one record more than a block before the merge takes it
+  // 0 stays 0: ItemSlots sizes the read-ahead by the records' bytes. A
+  // slot holds one record more than a block before the merge takes it
   // (see ReadStage::TakeBlock).
-  resolved.read_ahead =
-      std::max(resolved.read_ahead, resolved.block_length + 1);
+  if (resolved.read_ahead != 0) {
+    resolved.read_ahead =
+        std::max(resolved.read_ahead, resolved.block_length + 1);
+  }
 
   LedgerOptions ledger_options;
   ledger_options.name = resolved.name;

@@ -34,8 +34,11 @@ struct InterleaveOptions {
 
   // With num_parallel_reads > 1: records each item's reader keeps ready
   // ahead of the merge (at least block_length + 1; refilled in bursts when
-  // half are gone). Memory: cycle_length * read_ahead records. 0: the
-  // larger of 64 and 4 * block_length.
+  // half are gone). Memory: cycle_length * read_ahead records. 0: sized by
+  // the records' bytes, about 256 KiB of records per item (so that small
+  // records are read, and their threads woken, in bursts of hundreds), at
+  // least the larger of 64 and 4 * block_length records and at most 4096.
+  // Records read ahead are claimed: a split of an item falls after them.
   int64_t read_ahead = 0;
 
   // Records held between this stage and the next.

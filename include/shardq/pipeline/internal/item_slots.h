@@ -4,7 +4,8 @@
 // Serial (num_parallel_reads 1): the merging thread reads a slot's next
 // block itself when it takes it (TakeBlock). Parallel: reading threads fill
 // every slot's buffer ahead of the merge, slot i served by thread
-// i % num_parallel_reads, in bursts up to read_ahead records; TakeBlock
+// i % num_parallel_reads, in bursts up to the read-ahead (read_ahead
+// records, or with read_ahead 0 about kAheadBytes of records); TakeBlock
 // waits for the slot's records. Either way a block is handed over only
 // once the slot holds one record more than it (or the item's end), so an
 // item ends in the visit that takes its last record however far the
@@ -46,6 +47,7 @@ template <typename R>
 struct SlotBlock {
   std::vector<R> records;
   std::vector<int64_t> offsets;
+  int64_t bytes = 0;  // HeldBytes of the records
   bool finished = false;
   absl::Status error;
 };
@@ -59,9 +61,30 @@ struct TakenBlock {
   absl::Status error;
 };
 
+// The memory a record holds, for sizing the read-ahead by bytes; 0 for a
+// record type whose size is not known here (read_ahead 0 then means the
+// fewest records, see ItemSlots::AheadLocked).
+inline int64_t HeldBytes(const Record& r) {
+  return static_cast<int64_t>(sizeof(Record) + r.key.capacity() +
+                              r.value.capacity());
+}
+template <typename R>
+int64_t HeldBytes(const R&) {
+  return 0;
+}
+
 template <typename R>
 class ItemSlots {
  public:
+  // With read_ahead 0, a slot is read ahead up to about this many bytes of
+  // records, and no fewer records than MinAhead(block_length) nor more
+  // than kMaxAheadRecords.
+  static constexpr int64_t kAheadBytes = 256 << 10;
+  static constexpr int64_t kMaxAheadRecords = 4096;
+  static int64_t MinAhead(int64_t block_length) {
+    return std::max<int64_t>({64, 4 * block_length, block_length + 1});
+  }
+
   // cycle_length empty slots; `options` are validated and resolved (see
   // PrepareRead). Records are read into strings of `pool` when it has some
   // (it must outlive the slots).
@@ -71,6 +94,8 @@ class ItemSlots {
         options_(options),
         pool_(pool),
         parallel_(options.num_parallel_reads > 1),
+        min_ahead_(options.read_ahead > 0 ? options.read_ahead
+                                          : MinAhead(options.block_length)),
         slots_(static_cast<size_t>(options.cycle_length)) {
     for (int64_t t = 0; t < std::max<int64_t>(1, options.num_parallel_reads);
          ++t) {
@@ -264,6 +289,7 @@ class ItemSlots {
         break;
       }
       block.offsets.push_back(offset);
+      block.bytes += HeldBytes(record);
     }
     return block;
   }
@@ -288,11 +314,15 @@ class ItemSlots {
         if (stopping_) return absl::OkStatus();
         slot->reading = true;
         ticket = slot->ticket;
-        room = options_.read_ahead - static_cast<int64_t>(slot->records.size());
+        room = AheadLocked() - static_cast<int64_t>(slot->records.size());
       }
       SlotBlock<R> block = ReadBlock(*slot, ticket->item(), room);
       absl::MutexLock lock(&mu_);
       slot->reading = false;
+      if (options_.read_ahead == 0 && block.bytes > 0) {
+        bytes_read_ += block.bytes;
+        records_read_ += static_cast<int64_t>(block.records.size());
+      }
       AppendLocked(*slot, block);
       slot_cv_.Signal();  // the merger
     }
@@ -369,15 +399,25 @@ class ItemSlots {
   }
 
   // Whether a reading thread should refill `slot`: it has an item with
-  // more to read and its buffer fell below half of read_ahead (or below
+  // more to read and its buffer fell below half of the read-ahead (or below
   // what the merger waits for). Refilling in bursts rather than record by
   // record keeps the wake-ups few.
   bool NeedsReadLocked(const Slot& slot) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const int64_t low = std::max(options_.block_length + 1,
-                                 options_.read_ahead / 2);
+    const int64_t low = std::max(options_.block_length + 1, AheadLocked() / 2);
     return slot.ticket != nullptr && !slot.reading && !slot.finished &&
            slot.error.ok() && static_cast<int64_t>(slot.records.size()) < low;
+  }
+
+  // Records a slot is read ahead to: read_ahead when set; else about
+  // kAheadBytes of records at the mean size read so far, within
+  // [min_ahead_, kMaxAheadRecords] (min_ahead_ before any was read, and for
+  // records of unknown size).
+  int64_t AheadLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (options_.read_ahead > 0 || records_read_ == 0) return min_ahead_;
+    const int64_t mean = std::max<int64_t>(1, bytes_read_ / records_read_);
+    return std::clamp(kAheadBytes / mean, min_ahead_,
+                      std::max(min_ahead_, kMaxAheadRecords));
   }
 
   void WakeReaderLocked(size_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -388,6 +428,7 @@ class ItemSlots {
   const InterleaveOptions options_;
   StringPool* const pool_;
   const bool parallel_;
+  const int64_t min_ahead_;  // read_ahead, or MinAhead(block_length) for 0
   // Serial mode (the one reading thread's): pooled strings taken, not yet
   // read into.
   std::vector<std::string> fresh_;
@@ -397,6 +438,10 @@ class ItemSlots {
   // a read.
   std::vector<std::unique_ptr<absl::CondVar>> reader_cvs_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Read-ahead by bytes (read_ahead 0): what the reading threads have read
+  // so far, for the mean record size.
+  int64_t bytes_read_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t records_read_ ABSL_GUARDED_BY(mu_) = 0;
   // The vector never changes size; the fields of a Slot are guarded as
   // described in Slot. A slot's ticket changes only in the merge's calls,
   // under mu_, so the merge reads it without the lock.

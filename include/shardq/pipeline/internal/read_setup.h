@@ -10,9 +10,10 @@
 namespace shardq::pipeline::internal {
 
 // Checks `options` against `source` and returns them with every default
-// resolved (cycle_length, max_items_held, read_ahead, num_parallel_reads
-// capped at cycle_length). Creates the pipeline's ledger in `context` and
-// queues its start. INVALID_ARGUMENT names the stage and the field (or
+// resolved (cycle_length, max_items_held, num_parallel_reads capped at
+// cycle_length; a read_ahead of 0 stays 0, for ItemSlots to size by the
+// records' bytes). Creates the pipeline's ledger in `context` and queues
+// its start. INVALID_ARGUMENT names the stage and the field (or
 // the reason the source is refused); FAILED_PRECONDITION if `context`
 // already has a reading stage.
 absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
