@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "shardq/slice.h"
+#include "src/core/queue_state.h"
 
 namespace shardq {
 namespace {
@@ -119,6 +120,15 @@ absl::StatusOr<std::vector<std::string>> PlanSlices(
         absl::StrCat("num_slices must be >= 1, got ", *num_slices));
   }
   std::vector<int64_t> count = AllocateSlices(works, *num_slices);
+  // Refused before the item strings are made: a plan a coordinator would
+  // refuse may be billions of them.
+  const int64_t planned = std::accumulate(count.begin(), count.end(), int64_t{0});
+  if (planned > kMaxItemsPerQueue) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_slices ", *num_slices, " cuts the works into ", planned,
+        " items, more than the limit of ", kMaxItemsPerQueue,
+        " items per queue: give fewer slices"));
+  }
   for (size_t i = 0; i < works.size(); ++i) {
     const int64_t size = works[i].size;
     if (count[i] == 0) continue;

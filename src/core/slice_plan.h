@@ -29,7 +29,9 @@ struct SizedWork {
 // A non-empty work that is not splittable is one item, its name with no
 // range (read whole), and counts as one of the N: the splittable works
 // share the other N - U slices (U: the unsplittable works) by size.
-// INVALID_ARGUMENT when works is empty, num_slices < 1, or a size < 0.
+// INVALID_ARGUMENT when works is empty, num_slices < 1, a size < 0, or the
+// plan would have more than kMaxItemsPerQueue items (src/core/queue_state.h;
+// refused before any item string is made).
 absl::StatusOr<std::vector<std::string>> PlanSlices(
     const std::vector<SizedWork>& works, std::optional<int64_t> num_slices);
 

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "shardq/slice.h"
+#include "src/core/queue_state.h"
 #include "src/core/rng.h"
 
 namespace shardq {
@@ -89,6 +90,24 @@ TEST(PlanSlices, BadInputNamesTheCulprit) {
   EXPECT_NE(s.message().find("num_slices"), std::string::npos);
   s = PlanSlices({{"a", -1}}, 2).status();
   EXPECT_NE(s.message().find("'a'"), std::string::npos);
+}
+
+TEST(PlanSlices, RefusesAPlanOverTheItemLimitWithoutMakingIt) {
+  // 10^12 bytes cut into 10^9 slices: refused at once (making the strings
+  // would take tens of gigabytes); the limit itself is allowed.
+  absl::Status s = PlanSlices({{"big", int64_t{1} << 40}}, 1'000'000'000).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("1000000000 items, more than the limit of 1000000"),
+            std::string::npos) << s;
+  absl::StatusOr<std::vector<std::string>> at_limit =
+      PlanSlices({{"big", int64_t{1} << 40}}, kMaxItemsPerQueue);
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status();
+  EXPECT_EQ(static_cast<int64_t>(at_limit->size()), kMaxItemsPerQueue);
+  // A slice per byte is the most a work gets: 6 bytes, 6 items, however
+  // many slices were asked for.
+  absl::StatusOr<std::vector<std::string>> tiny = PlanSlices({{"tiny", 6}}, 1'000'000'000'000);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->size(), 6u);
 }
 
 TEST(PlanSlices, TableWorksKeepTheirParameters) {
