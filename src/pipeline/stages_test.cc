@@ -126,6 +126,15 @@ TEST(Shuffle, BufferOfOneKeepsTheOrder) {
   EXPECT_EQ(DrainDataset(FromVector(Range(100)).Shuffle(options)), Range(100));
 }
 
+TEST(Shuffle, ABufferFarBeyondTheDataAndTheMemoryCostsNothingUpFront) {
+  // 2^40 elements of room would be terabytes if reserved at once.
+  ShuffleOptions options;
+  options.buffer_size = int64_t{1} << 40;
+  std::vector<int> out = DrainDataset(FromVector(Range(5000)).Shuffle(options));
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, Range(5000));
+}
+
 std::vector<int64_t> BatchSizes(const std::vector<Batch<int>>& batches) {
   std::vector<int64_t> sizes;
   for (const Batch<int>& b : batches) {
@@ -157,6 +166,10 @@ TEST(Prefetch, HandsOnEverythingInOrder) {
   EXPECT_EQ(DrainDataset(FromVector(Range(200)).Prefetch(1).Map(SlowSquare, map)
                              .Prefetch(2)),
             Squares(200));
+}
+
+TEST(Prefetch, ABufferFarBeyondTheMemoryCostsNothingUpFront) {
+  EXPECT_EQ(DrainDataset(FromVector(Range(5000)).Prefetch(int64_t{1} << 40)), Range(5000));
 }
 
 TEST(Prefetch, TryNextGivesUpAfterItsTimeoutAndLosesNothing) {

@@ -48,7 +48,8 @@ class ShuffleStage final : public Stage<T> {
         input_(std::move(input)),
         options_(options),
         rng_(options.seed) {
-    buffer_.reserve(static_cast<size_t>(options.buffer_size));
+    buffer_.reserve(static_cast<size_t>(
+        std::min<int64_t>(options.buffer_size, kReserveAtMost)));
   }
 
   Envelope<T> Next() override {

@@ -67,7 +67,8 @@ class PrefetchStage final : public Stage<T> {
   PrefetchStage(PipelineContext* context, std::unique_ptr<Stage<T>> input,
                 int64_t buffer_size)
       : context_(context), input_(std::move(input)), capacity_(buffer_size) {
-    ready_.reserve(static_cast<size_t>(capacity_));
+    ready_.reserve(
+        static_cast<size_t>(std::min<int64_t>(capacity_, kReserveAtMost)));
     // The fill thread is the input's only puller: a serial reading stage
     // upstream may read in it (one thread and one hand-off fewer).
     // Then the fill thread is the only thread filling the buffer, and the

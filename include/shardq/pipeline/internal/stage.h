@@ -32,6 +32,11 @@
 
 namespace shardq::pipeline::internal {
 
+// Elements a buffering stage (Shuffle, Prefetch) reserves room for up
+// front, at most: its buffer grows past this only as it fills, so that a
+// buffer_size far beyond the data (or the memory) costs nothing at once.
+inline constexpr int64_t kReserveAtMost = 4096;
+
 // What a stage returns once its pipeline is stopping.
 inline absl::Status StoppingError(absl::string_view stage) {
   return absl::CancelledError(absl::StrCat(stage, ": pipeline is stopping"));
