@@ -1,6 +1,8 @@
 #include "src/parse/example_parser.h"
 
+#include <algorithm>
 #include <cstring>
+#include <new>
 #include <set>
 
 #include "absl/status/status.h"
@@ -234,10 +236,21 @@ absl::StatusOr<ExampleParser> ExampleParser::Create(std::vector<FixedLenFeature>
       return absl::InvalidArgumentError(absl::StrCat("feature '", f.name, "' is given twice"));
     }
     int64_t values = 1;
+    // A record's feature of more bytes than a tf.Example can carry (a
+    // protobuf message is under 2 GiB; a bytes value takes a byte at least)
+    // could never be filled; refused before any batch is allocated.
+    const int64_t width = std::max<int64_t>(1, DTypeSize(f.dtype));
+    constexpr int64_t kMaxRecordBytes = int64_t{2} << 30;
     for (int64_t d : f.shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("feature '", f.name, "' has a negative dimension ", d));
+      }
+      if (d > 0 && values > kMaxRecordBytes / width / d) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "feature '", f.name, "': shape [", absl::StrJoin(f.shape, ", "),
+            "] holds more than ", kMaxRecordBytes, " bytes per record, more than a "
+            "tf.Example can carry"));
       }
       values *= d;
     }
@@ -265,6 +278,16 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
   const int64_t batch = static_cast<int64_t>(records.size());
   std::vector<ParsedFeature> out(features_.size());
   for (size_t i = 0; i < features_.size(); ++i) {
+    const int64_t width = std::max<int64_t>(1, DTypeSize(features_[i].dtype));
+    if (!features_[i].var_len && batch > 0 &&
+        values_per_record_[i] > kMaxBatchFeatureBytes / width / batch) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "feature '", features_[i].name, "': a batch of ", batch, " records of shape [",
+          absl::StrJoin(features_[i].shape, ", "), "] would take more than ",
+          kMaxBatchFeatureBytes, " bytes: parse smaller batches"));
+    }
+  }
+  for (size_t i = 0; i < features_.size(); ++i) {
     ParsedFeature& p = out[i];
     p.name = features_[i].name;
     p.dtype = features_[i].dtype;
@@ -277,8 +300,14 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
     } else if (p.dtype == DType::kBytes) {
       p.strings.reserve(static_cast<size_t>(batch * values_per_record_[i]));
     } else {
-      p.data = std::make_shared<std::vector<char>>(
-          static_cast<size_t>(batch * values_per_record_[i] * DTypeSize(p.dtype)));
+      const int64_t bytes = batch * values_per_record_[i] * DTypeSize(p.dtype);
+      try {
+        p.data = std::make_shared<std::vector<char>>(static_cast<size_t>(bytes));
+      } catch (const std::bad_alloc&) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "feature '", p.name, "': cannot allocate ", bytes, " bytes for a batch of ",
+            batch, " records: parse smaller batches"));
+      }
     }
   }
   std::vector<Sink> sinks(features_.size());

@@ -61,6 +61,7 @@ struct ParsedFeature {
 class ExampleParser {
  public:
   // INVALID_ARGUMENT for no features, duplicate names, negative dims, a
+  // shape of more than 2 GiB per record (more than a tf.Example carries), a
   // default of the wrong size (naming the feature and both counts), or a
   // var_len feature with a shape or a default.
   static absl::StatusOr<ExampleParser> Create(std::vector<FixedLenFeature> features);
@@ -68,7 +69,11 @@ class ExampleParser {
   // Parses every record. INVALID_ARGUMENT naming the record index and the
   // feature when a feature is missing (and has no default), has the wrong type or the wrong
   // number of values (for kUInt8: of bytes, with the expected and the
-  // actual count); DATA_LOSS when a record is not a valid Example.
+  // actual count); DATA_LOSS when a record is not a valid Example;
+  // RESOURCE_EXHAUSTED, naming the feature, when one fixed-length feature
+  // of the batch would take more than kMaxBatchFeatureBytes (checked before
+  // allocating) or its buffer cannot be allocated.
+  static constexpr int64_t kMaxBatchFeatureBytes = int64_t{64} << 30;
   absl::StatusOr<std::vector<ParsedFeature>> Parse(
       const std::vector<absl::string_view>& records) const;
 

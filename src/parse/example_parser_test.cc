@@ -178,6 +178,28 @@ TEST(ExampleParser, BadSpecsAreRejected) {
   EXPECT_FALSE(ExampleParser::Create({{"a", {-1}, DType::kInt64}}).ok());
 }
 
+TEST(ExampleParser, HugeShapesAreRefusedNotAllocated) {
+  // More per record than a tf.Example can carry (and 10^10 x 10^10 would
+  // overflow the count): refused at Create, naming the feature.
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{int64_t{1} << 40}, std::vector<int64_t>{10'000'000'000, 10'000'000'000},
+        std::vector<int64_t>{int64_t{1} << 30}}) {
+    absl::StatusOr<ExampleParser> p = ExampleParser::Create({{"x", shape, DType::kFloat32}});
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+    EXPECT_NE(p.status().message().find("feature 'x'"), absl::string_view::npos) << p.status();
+  }
+  // 1 GiB a record is allowed; a batch of 100 of them is 100 GiB: refused
+  // before anything is allocated.
+  absl::StatusOr<ExampleParser> p =
+      ExampleParser::Create({{"x", {int64_t{1} << 28}, DType::kFloat32}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<std::string> records(100);
+  std::vector<absl::string_view> views(records.begin(), records.end());
+  absl::StatusOr<std::vector<ParsedFeature>> parsed = p->Parse(views);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kResourceExhausted) << parsed.status();
+  EXPECT_NE(parsed.status().message().find("feature 'x'"), absl::string_view::npos);
+}
+
 }  // namespace
 }  // namespace shardq
 
