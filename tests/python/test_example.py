@@ -33,6 +33,12 @@ def test_parse_example_errors_name_record_and_feature():
         shardq.parse_example([b"\x0a\xff\xff\xff\xff\x0f"], {"y": shardq.FixedLen((), "int64")})
 
 
+def test_a_shape_no_example_can_fill_is_refused_before_anything_is_allocated():
+    # 4 TB per record: an InvalidArgumentError naming the feature, not a MemoryError.
+    with pytest.raises(shardq.InvalidArgumentError, match="feature 'x'.*tf.Example can carry"):
+        shardq.parse_example([make_example(1)], {"x": shardq.FixedLen((10**12,), "float32")})
+
+
 def test_tfrecord_reader_over_a_queue_reads_every_record_once(tmp_path):
     files = write_files(tmp_path, 3, 20, width=4)
     queue = shardq.WorkQueue(files, num_slices=7, name=f"tfr-{uuid.uuid4().hex[:8]}")
