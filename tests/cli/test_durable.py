@@ -243,3 +243,12 @@ def test_snapshot_and_restore_resume_the_queue(coordinator, tmp_path):
     bad.write_text("hello")
     proc = run("restore", "--address", coordinator.address, "--in", str(bad), check=False)
     assert proc.returncode != 0 and "not a shardq checkpoint" in proc.stderr
+    # A checkpoint cut short (a full disk, a copy interrupted) is refused,
+    # never restored as a queue with fewer completions.
+    whole = ck.read_bytes()
+    for keep in (len(whole) // 2, len(whole) - 1):
+        bad.write_bytes(whole[:keep])
+        proc = run("restore", "--address", coordinator.address, "--name", f"cut{keep}",
+                   "--in", str(bad), check=False)
+        assert proc.returncode != 0 and "DATA_LOSS" in proc.stderr, proc.stderr
+        assert "truncated" in proc.stderr, proc.stderr
