@@ -33,6 +33,7 @@ from shardq.errors import (  # noqa: F401  (re-exported)
     NotFoundError,
     OutOfRangeError,
     PermissionDeniedError,
+    ResourceExhaustedError,
     UnauthenticatedError,
     UnavailableError,
 )
@@ -54,7 +55,7 @@ __all__ = [
     "parse_example", "parse_example_fn", "serve", "Error", "OutOfRangeError", "InvalidArgumentError",
     "NotFoundError", "DeadlineExceededError", "UnavailableError", "DataLossError",
     "FailedPreconditionError", "PermissionDeniedError", "UnauthenticatedError",
-    "CancelledError",
+    "CancelledError", "ResourceExhaustedError",
 ]
 __all__ += ["FIFOQueue", "RandomShuffleQueue", "PriorityQueue", "QueueRunner", "Coordinator",
             "add_queue_runner", "start_queue_runners", "batch", "batch_join", "shuffle_batch",

@@ -96,6 +96,12 @@ class CancelledError(Error):
     code = CANCELLED
 
 
+class ResourceExhaustedError(Error):
+    """Out of a resource: memory for a batch, disk space (ENOSPC), a limit."""
+
+    code = RESOURCE_EXHAUSTED
+
+
 _BY_CODE = {
     INVALID_ARGUMENT: InvalidArgumentError,
     NOT_FOUND: NotFoundError,
@@ -107,6 +113,7 @@ _BY_CODE = {
     FAILED_PRECONDITION: FailedPreconditionError,
     DATA_LOSS: DataLossError,
     CANCELLED: CancelledError,
+    RESOURCE_EXHAUSTED: ResourceExhaustedError,
 }
 
 

@@ -278,7 +278,10 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
   const int64_t batch = static_cast<int64_t>(records.size());
   std::vector<ParsedFeature> out(features_.size());
   for (size_t i = 0; i < features_.size(); ++i) {
-    const int64_t width = std::max<int64_t>(1, DTypeSize(features_[i].dtype));
+    // A bytes value is a std::string of its own.
+    const int64_t width = features_[i].dtype == DType::kBytes
+                              ? static_cast<int64_t>(sizeof(std::string))
+                              : std::max<int64_t>(1, DTypeSize(features_[i].dtype));
     if (!features_[i].var_len && batch > 0 &&
         values_per_record_[i] > kMaxBatchFeatureBytes / width / batch) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -297,15 +300,19 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
     if (p.var_len) {
       p.row_lengths.reserve(static_cast<size_t>(batch));
       if (p.dtype != DType::kBytes) p.data = std::make_shared<std::vector<char>>();
-    } else if (p.dtype == DType::kBytes) {
-      p.strings.reserve(static_cast<size_t>(batch * values_per_record_[i]));
     } else {
-      const int64_t bytes = batch * values_per_record_[i] * DTypeSize(p.dtype);
+      const bool strings = p.dtype == DType::kBytes;
+      const int64_t values = batch * values_per_record_[i];
       try {
-        p.data = std::make_shared<std::vector<char>>(static_cast<size_t>(bytes));
+        if (strings) {
+          p.strings.reserve(static_cast<size_t>(values));
+        } else {
+          p.data = std::make_shared<std::vector<char>>(
+              static_cast<size_t>(values * DTypeSize(p.dtype)));
+        }
       } catch (const std::bad_alloc&) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "feature '", p.name, "': cannot allocate ", bytes, " bytes for a batch of ",
+            "feature '", p.name, "': cannot allocate ", values, " values for a batch of ",
             batch, " records: parse smaller batches"));
       }
     }

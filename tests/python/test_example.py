@@ -39,6 +39,14 @@ def test_a_shape_no_example_can_fill_is_refused_before_anything_is_allocated():
         shardq.parse_example([make_example(1)], {"x": shardq.FixedLen((10**12,), "float32")})
 
 
+def test_a_batch_too_large_to_hold_is_resource_exhausted_naming_the_feature():
+    # 1 GiB a record is a possible tf.Example; 100 of them in one batch are not parsed.
+    with pytest.raises(shardq.ResourceExhaustedError, match="feature 'x'.*smaller batches") as e:
+        shardq.parse_example([make_example(1)] * 100,
+                             {"x": shardq.FixedLen((2**28,), "float32")})
+    assert e.value.code_name == "RESOURCE_EXHAUSTED"
+
+
 def test_tfrecord_reader_over_a_queue_reads_every_record_once(tmp_path):
     files = write_files(tmp_path, 3, 20, width=4)
     queue = shardq.WorkQueue(files, num_slices=7, name=f"tfr-{uuid.uuid4().hex[:8]}")
