@@ -1,6 +1,7 @@
 // `shardq count`, `shardq cat`, `shardq tfrecord-write`.
 #include "tools/record_verbs.h"
 
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <functional>
@@ -236,7 +237,10 @@ CLI::App* AddTFRecordWrite(CLI::App& app, TFRecordWriteOptions* o) {
       ->capture_default_str();
   cmd->add_option("input", o->input, "text file (lines end at \\n; a \\r before it is dropped)")
       ->required();
-  cmd->add_option("output", o->output, "TFRecord file to create (or truncate)")->required();
+  cmd->add_option("output", o->output,
+                  "TFRecord file to create, or to replace once every record is written "
+                  "(written as OUTPUT.part first; nothing is left of a failed run)")
+      ->required();
   return cmd;
 }
 
@@ -250,20 +254,28 @@ int RunTFRecordWrite(const TFRecordWriteOptions& o) {
                                           absl::EndsWith(o.output, ".zlib")))) {
     compression = FileCompression::kZlib;
   }
-  // Check the input before creating (truncating) the output.
+  // Check the input before creating anything.
   if (absl::StatusOr<int64_t> size = FileSize(o.input); !size.ok()) {
     return ReportError("tfrecord-write", size.status());
   }
+  // A run that fails (a full disk, a bad input) must not leave a shorter
+  // TFRecord file behind: cut at a record boundary it would read as valid.
+  // So the records go to OUTPUT.part, renamed to OUTPUT once all are in.
+  const std::string part = o.output + ".part";
+  auto fail = [&](const absl::Status& s) {
+    std::remove(part.c_str());
+    return ReportError("tfrecord-write", s);
+  };
   std::unique_ptr<TFRecordWriter> plain;
   std::unique_ptr<CompressedTFRecordWriter> compressed;
   if (compression == FileCompression::kNone) {
-    absl::StatusOr<std::unique_ptr<TFRecordWriter>> w = TFRecordWriter::Create(o.output);
-    if (!w.ok()) return ReportError("tfrecord-write", w.status());
+    absl::StatusOr<std::unique_ptr<TFRecordWriter>> w = TFRecordWriter::Create(part);
+    if (!w.ok()) return fail(w.status());
     plain = *std::move(w);
   } else {
     absl::StatusOr<std::unique_ptr<CompressedTFRecordWriter>> w =
-        CompressedTFRecordWriter::Create(o.output, compression);
-    if (!w.ok()) return ReportError("tfrecord-write", w.status());
+        CompressedTFRecordWriter::Create(part, compression);
+    if (!w.ok()) return fail(w.status());
     compressed = *std::move(w);
   }
   int64_t records = 0;
@@ -279,7 +291,10 @@ int RunTFRecordWrite(const TFRecordWriteOptions& o) {
   if (status.ok()) status = write_status;
   absl::Status closed = plain != nullptr ? plain->Close() : compressed->Close();
   if (status.ok()) status = closed;
-  if (!status.ok()) return ReportError("tfrecord-write", status);
+  if (!status.ok()) return fail(status);
+  if (std::rename(part.c_str(), o.output.c_str()) != 0) {
+    return fail(ErrnoToStatus(errno, "rename to", o.output));
+  }
   std::printf("wrote %lld records to %s (%s)\n", static_cast<long long>(records),
               o.output.c_str(), std::string(CompressionName(compression)).c_str());
   return 0;

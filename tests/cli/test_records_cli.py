@@ -329,3 +329,30 @@ def test_reading_a_tfrecord_file_as_text_is_refused(tmp_path):
     assert proc.returncode == 2  # INVALID_ARGUMENT
     assert f"'{tf}' looks like a TFRecord file" in proc.stderr
     assert "use TFRecordReader" in proc.stderr
+
+
+def test_a_failed_tfrecord_write_leaves_nothing_and_keeps_the_old_output(tmp_path):
+    """A write that fails part-way (here the file size limit, as a full disk
+    would) must not leave a shorter TFRecord file: cut at a record boundary
+    it reads as valid. The records go to OUTPUT.part, renamed once all are in."""
+    import resource
+    import signal
+    import subprocess
+    text = write_text(tmp_path / "big.txt", [f"line {i} " + "y" * 100 for i in range(2000)])
+    out = tmp_path / "out.tfrecord"
+    out.write_bytes(b"the previous output")
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+
+    proc = subprocess.run([shardq_bin(), "tfrecord-write", text, str(out)],
+                          capture_output=True, text=True, timeout=60, preexec_fn=limited)
+    assert proc.returncode != 0, proc.stdout
+    assert "out.tfrecord.part" in proc.stderr, proc.stderr
+    assert out.read_bytes() == b"the previous output"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt", "out.tfrecord"]
+    # Unlimited, the same run replaces it whole.
+    assert "wrote 2000 records" in run("tfrecord-write", text, str(out)).stdout
+    assert count_of(str(out))[str(out)] == 2000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt", "out.tfrecord"]
