@@ -1,6 +1,7 @@
 // `shardq serve`: runs the coordinator until SIGINT or SIGTERM.
 #include <signal.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -120,11 +121,42 @@ CoordinatorView ViewOf(HaCoordinator* ha) {
 
 // Writes the bound port to `path` (then renames it: a reader never sees a
 // half-written file).
-void WritePortFile(const std::string& path, int port) {
-  if (path.empty()) return;
+// Writes "PORT\n" to `path` (through path.tmp and a rename, so a reader
+// never sees half of it). A script waits for this file: failing to write it
+// must stop the server rather than leave the script waiting.
+absl::Status WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return absl::OkStatus();
   const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::rename(tmp.c_str(), path.c_str());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (out) out << port << "\n" << std::flush;
+    if (!out) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot write --port-file '", path, "' (as '", tmp, "'): ", std::strerror(errno)));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(tmp.c_str());
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot write --port-file '", path, "': rename: ", std::strerror(error)));
+  }
+  return absl::OkStatus();
+}
+
+// Before anything starts: a --port-file that cannot be written is refused
+// at once (its directory is missing, say), not after the server is up.
+absl::Status CheckPortFile(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  if (!out) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot write --port-file '", path, "' (as '", tmp, "'): ", std::strerror(errno)));
+  }
+  out.close();
+  std::remove(tmp.c_str());
+  return absl::OkStatus();
 }
 
 // Where the status page listens, told to clients in every Status answer
@@ -230,9 +262,11 @@ int RunServeHa(const ServeOptions& o, const ServerOptions& server, PageAddress* 
               server.token.empty() ? "" : " (token required)",
               server.tls_cert_file.empty() ? "" : " (TLS)");
   std::fflush(stdout);
-  WritePortFile(o.port_file, (*ha)->port());
   int exit_code = 0;
-  while (!StopSignalled(stop_signals, absl::Seconds(1))) {
+  if (absl::Status s = WritePortFile(o.port_file, (*ha)->port()); !s.ok()) {
+    exit_code = Fail(s);
+  }
+  while (exit_code == 0 && !StopSignalled(stop_signals, absl::Seconds(1))) {
     if (absl::Status s = (*ha)->fatal(); !s.ok()) {
       SHARDQ_LOG_ERROR("job '{}': {}; stopping", o.job, s.ToString());
       exit_code = 1;
@@ -259,6 +293,7 @@ int RunServe(const ServeOptions& o) {
         "--job and --advertise belong to a highly available coordinator: add --etcd "
         "HOST:PORT[,HOST:PORT...]"));
   }
+  if (absl::Status s = CheckPortFile(o.port_file); !s.ok()) return Fail(s);
   // Both addresses are checked before anything starts: a bad --http or a
   // port someone holds stops serve before it opens the state dir.
   if (!o.http.empty()) {
@@ -329,13 +364,13 @@ int RunServe(const ServeOptions& o) {
               options.tls_cert_file.empty() ? "" : " (TLS)",
               options.state_dir.empty() ? "" : ", state in ", options.state_dir.c_str());
   std::fflush(stdout);
-  WritePortFile(o.port_file, (*server)->port());
+  absl::Status port_file = WritePortFile(o.port_file, (*server)->port());
   // Until a stop signal, or until the journal fails: a coordinator that
   // cannot store state stops (fail-stop, as after a failed fsync nothing
   // written since can be trusted); restarted, it recovers every change it
   // acknowledged, and clients retry through the gap.
-  int exit_code = 0;
-  while (!StopSignalled(stop_signals, absl::Seconds(1))) {
+  int exit_code = port_file.ok() ? 0 : Fail(port_file);
+  while (exit_code == 0 && !StopSignalled(stop_signals, absl::Seconds(1))) {
     if (absl::Status s = (*server)->coordinator()->Writable(); !s.ok()) {
       SHARDQ_LOG_ERROR("{}; stopping (a restart recovers every acknowledged change)",
                        std::string(s.message()));

@@ -1,7 +1,8 @@
 """`shardq serve` owns its ports or refuses to start: a second coordinator on
 a port in use (gRPC or --http) exits non-zero naming the address instead of
 sharing the clients; ports outside 0..65535 are refused, not wrapped; TLS
-files that are not a key and its certificate are named as such; and a
+files that are not a key and its certificate are named as such; a
+--port-file that cannot be written stops it before it starts; and a
 request larger than --max-request-mb is refused while the server goes on."""
 import re
 import subprocess
@@ -138,3 +139,13 @@ def test_a_second_serve_on_a_unix_socket_in_use_exits_instead_of_taking_it(tmp_p
     finally:
         first.kill()
         first.wait()
+
+
+def test_a_port_file_that_cannot_be_written_stops_serve_before_it_starts(tmp_path):
+    # A script waits for this file: serve must not run without it.
+    target = tmp_path / "missing-dir" / "serve.port"
+    rc, out, err = serve("--listen", "127.0.0.1:0", "--port-file", str(target))
+    assert rc == 2, err
+    assert "INVALID_ARGUMENT" in err and f"--port-file '{target}'" in err, err
+    assert "No such file or directory" in err, err
+    assert "listening" not in out
