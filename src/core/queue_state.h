@@ -90,6 +90,11 @@ inline constexpr int64_t kMaxPlanBytes = int64_t{128} << 20;
 inline constexpr int64_t kMaxHandOutSlots = int64_t{1} << 43;
 // config.max_attempts.
 inline constexpr int64_t kMaxAttemptsLimit = 1000;
+// config.lease_timeout of a queue created now (CoordinatorImpl::CreateQueue;
+// a queue recovered or restored keeps what it had): an item whose worker
+// died must go to another within a day, and an infinite (or NaN) timeout
+// would hold it forever.
+inline constexpr absl::Duration kMaxLeaseTimeout = absl::Hours(24);
 // Bytes of a failure reason kept (longer ones are cut).
 inline constexpr size_t kMaxFailureReasonBytes = 1024;
 // Bytes of a worker name.

@@ -144,6 +144,12 @@ absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::AddQueu
 
 absl::StatusOr<QueueInfo> CoordinatorImpl::CreateQueue(QueueConfig config) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  if (config.lease_timeout > kMaxLeaseTimeout) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", config.name, "': lease_timeout ", absl::FormatDuration(config.lease_timeout),
+        " exceeds the limit of ", absl::FormatDuration(kMaxLeaseTimeout),
+        " (an item whose worker died would wait that long for another)"));
+  }
   if (absl::Status s = Writable(); !s.ok()) return s;
   std::shared_ptr<Entry> entry;
   {

@@ -1,6 +1,7 @@
 #include "src/server/coordinator_impl.h"
 
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -40,6 +41,23 @@ TEST(CoordinatorImpl, AttachWithDifferentConfigListsTheFields) {
   EXPECT_NE(s.message().find("num_epochs (existing 2, requested 3)"), std::string::npos);
   ASSERT_TRUE(c.CreateQueue(Config("other", 1)).ok());  // many queues
   EXPECT_EQ(c.AllStats().size(), 2u);
+}
+
+TEST(CoordinatorImpl, ALeaseTimeoutOverADayOrInfiniteIsRefusedAtCreation) {
+  // An item whose worker died would wait that long (forever) for another.
+  CoordinatorImpl c;
+  for (absl::Duration lease :
+       {absl::Hours(25), absl::InfiniteDuration(), absl::Seconds(std::nan(""))}) {
+    QueueConfig config = Config("q", 2);
+    config.lease_timeout = lease;
+    absl::Status s = c.CreateQueue(config).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << absl::FormatDuration(lease);
+    EXPECT_NE(s.message().find("lease_timeout"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("limit of 24h"), std::string::npos) << s;
+  }
+  QueueConfig day = Config("q", 2);
+  day.lease_timeout = absl::Hours(24);
+  EXPECT_TRUE(c.CreateQueue(day).ok());
 }
 
 TEST(CoordinatorImpl, UnknownQueueIsNotFound) {
