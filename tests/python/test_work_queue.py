@@ -266,3 +266,12 @@ def test_split_false_keeps_whole_slices(tmp_path):
     lines, stats = _read_with_a_straggler(tmp_path, split=False)
     assert stats["splits"] == 0
     assert sorted(map(len, lines.values())) == [0, 1200] or len(lines["slow"]) % 600 == 0
+
+
+@pytest.mark.parametrize("lease", [float("nan"), float("inf"), 1e300, 86401.0])
+def test_a_lease_timeout_a_dead_worker_would_never_end_is_refused(text_files, lease):
+    # An infinite lease (NaN converts to one) would hold a dead worker's item forever.
+    with pytest.raises(shardq.InvalidArgumentError, match="lease_timeout .* limit of 24h"):
+        shardq.WorkQueue(text_files(1, 3), name=unique("lease"), lease_timeout=lease)
+    assert shardq.WorkQueue(text_files(1, 3, prefix="g"), name=unique("lease"),
+                            lease_timeout=86400.0).take() is not None
