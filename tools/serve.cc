@@ -119,8 +119,6 @@ CoordinatorView ViewOf(HaCoordinator* ha) {
   return view;
 }
 
-// Writes the bound port to `path` (then renames it: a reader never sees a
-// half-written file).
 // Writes "PORT\n" to `path` (through path.tmp and a rename, so a reader
 // never sees half of it). A script waits for this file: failing to write it
 // must stop the server rather than leave the script waiting.
