@@ -629,6 +629,12 @@ TEST(ReadItems, RefusesOptionsTheQueueCannotHonour) {
   read.block_length = 0;
   s = ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
   EXPECT_THAT(s.message(), HasSubstr("block_length = 0"));
+  read.block_length = 1;
+  read.num_parallel_reads = 1'000'000;
+  s = ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("num_parallel_reads = 1000000, must be >= 0 and <= 1024"));
+  read.num_parallel_reads = 1;
   auto producer = queue->MakeInputProducer();
   s = ReadItems(producer.get(), TextReaderFactory()).MakeIterator().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

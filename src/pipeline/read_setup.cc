@@ -53,9 +53,10 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
   if (options.cycle_length < 0) {
     return BadOption(options, "cycle_length", options.cycle_length, ">= 0");
   }
-  if (options.num_parallel_reads < 0) {
+  if (options.num_parallel_reads < 0 ||
+      options.num_parallel_reads > kMaxStageThreads) {
     return BadOption(options, "num_parallel_reads", options.num_parallel_reads,
-                     ">= 0");
+                     absl::StrCat(">= 0 and <= ", kMaxStageThreads));
   }
   if (options.read_ahead < 0) {
     return BadOption(options, "read_ahead", options.read_ahead, ">= 0");

@@ -445,6 +445,11 @@ TEST(Options, BadValuesAreNamedAndStartNothing) {
   map.num_threads = -1;
   s = BuildStatus(FromVector(Range(3)).Map(SlowSquare, map).MakeIterator());
   EXPECT_THAT(s.message(), HasSubstr("Map 'decode': num_threads = -1"));
+  // A million threads would take minutes to start: refused at once.
+  map.num_threads = 1'000'000;
+  s = BuildStatus(FromVector(Range(3)).Map(SlowSquare, map).MakeIterator());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("num_threads = 1000000, must be >= 0 and <= 1024"));
 
   ShuffleOptions shuffle;
   shuffle.buffer_size = 0;

@@ -100,6 +100,17 @@ def test_too_few_held_items_for_a_batch_fail_clearly(tmp_path):
         list(ds)
 
 
+def test_a_million_threads_are_refused_at_once_not_started(tmp_path):
+    files = write_files(tmp_path, 2, 10, width=4)
+    ds = shardq.data.from_queue(queue_of(files), reader="tfrecord").batch(4)
+    # (Started, they took minutes: the refusal comes before any thread.)
+    with pytest.raises(shardq.InvalidArgumentError, match="num_threads = 1000000.*<= 1024"):
+        list(ds.parse_example(SPEC, num_parallel_calls=10**6))
+    with pytest.raises(shardq.InvalidArgumentError, match="num_parallel_reads = 1000000"):
+        list(shardq.data.from_queue(queue_of(files, num_clients=10**6), reader="tfrecord",
+                                    num_parallel_reads=10**6))
+
+
 def test_default_queue_batches_across_items_completing_them_when_read(tmp_path):
     # num_clients=1 (the default): "auto" completes an item once it is read
     # into the pipeline, so batches of 16 span the 10-record items.

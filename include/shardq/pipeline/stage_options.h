@@ -13,6 +13,11 @@
 namespace shardq::pipeline {
 
 // ReadItems: takes items from an ItemSource and interleaves their records.
+// The most threads one stage may start (Map's num_threads, ReadItems'
+// num_parallel_reads): more is refused with INVALID_ARGUMENT rather than
+// spending minutes starting them.
+inline constexpr int64_t kMaxStageThreads = 1024;
+
 struct InterleaveOptions {
   // Names the stage in errors and stats.
   std::string name = "read";
@@ -29,7 +34,7 @@ struct InterleaveOptions {
   // Threads reading items ahead of the merge, each serving
   // cycle_length / num_parallel_reads of the items. <= 1: the merging
   // thread reads itself (one thread in all). The merged order is the same
-  // for any number of threads.
+  // for any number of threads. At most kMaxStageThreads.
   int64_t num_parallel_reads = 1;
 
   // With num_parallel_reads > 1: records each item's reader keeps ready
@@ -101,7 +106,8 @@ struct MapOptions {
   std::string name = "map";
 
   // Threads calling the function. 0: the function runs in the thread that
-  // pulls from this stage (the consumer's, or a Prefetch thread).
+  // pulls from this stage (the consumer's, or a Prefetch thread). At most
+  // kMaxStageThreads.
   int64_t num_threads = 1;
 
   // true: results leave in input order (a slow element holds back those

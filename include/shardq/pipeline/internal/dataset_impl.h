@@ -164,9 +164,10 @@ Dataset<internal::MapResult<Fn, T>> Dataset<T>::Map(Fn fn,
       [input, function, options](internal::PipelineContext* context)
           -> absl::StatusOr<std::unique_ptr<internal::Stage<Out>>> {
         const std::string stage = absl::StrCat("Map '", options.name, "'");
-        if (options.num_threads < 0) {
-          return internal::BadStageOption(stage, "num_threads",
-                                          options.num_threads, ">= 0");
+        if (options.num_threads < 0 || options.num_threads > kMaxStageThreads) {
+          return internal::BadStageOption(
+              stage, "num_threads", options.num_threads,
+              absl::StrCat(">= 0 and <= ", kMaxStageThreads));
         }
         if (options.buffer_size < 0) {
           return internal::BadStageOption(stage, "buffer_size",
