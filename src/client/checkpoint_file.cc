@@ -28,19 +28,6 @@ constexpr size_t kFramingBytes = 1 + 8 + 1 + 4;
 // A bare message (no framing) starts with its config: field 1, a message.
 constexpr char kConfigTag = (1 << 3) | 2;
 
-// Writes all of `bytes` to `fd` (retrying short writes and EINTR).
-absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "write checkpoint", path);
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
 std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -66,7 +53,7 @@ absl::Status WriteCheckpointFile(const std::string& path, const journal::Checkpo
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, "create checkpoint", tmp);
-  absl::Status written = WriteAll(fd, bytes, tmp);
+  absl::Status written = WriteFully(fd, bytes, tmp);
   if (written.ok() && ::fsync(fd) != 0) written = ErrnoToStatus(errno, "fsync checkpoint", tmp);
   if (::close(fd) != 0 && written.ok()) written = ErrnoToStatus(errno, "close checkpoint", tmp);
   if (!written.ok()) {

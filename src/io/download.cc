@@ -22,19 +22,6 @@ namespace {
 
 constexpr size_t kCopyBytes = 8 << 20;
 
-absl::Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t wrote = ::write(fd, data, n);
-    if (wrote < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "write", path);
-    }
-    data += wrote;
-    n -= static_cast<size_t>(wrote);
-  }
-  return absl::OkStatus();
-}
-
 // The whole work, byte for byte.
 absl::StatusOr<int64_t> CopyWhole(const SliceSpec& spec, FileSystem* file_system,
                                   const std::string& tmp) {
@@ -51,7 +38,7 @@ absl::StatusOr<int64_t> CopyWhole(const SliceSpec& spec, FileSystem* file_system
     const size_t want = static_cast<size_t>(
         std::min<int64_t>(static_cast<int64_t>(buffer.size()), (*file)->size() - offset));
     status = ReadFully(**file, offset, want, buffer.data());
-    if (status.ok()) status = WriteAll(fd, buffer.data(), want, tmp);
+    if (status.ok()) status = WriteFully(fd, absl::string_view(buffer.data(), want), tmp);
     if (!status.ok()) break;
     offset += static_cast<int64_t>(want);
   }

@@ -85,6 +85,18 @@ absl::Status ReadFully(RandomAccessFile& file, int64_t offset, size_t n,
   return absl::OkStatus();
 }
 
+absl::Status WriteFully(int fd, absl::string_view bytes, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t wrote = ::write(fd, bytes.data(), bytes.size());
+    if (wrote < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, "write", path);
+    }
+    bytes.remove_prefix(static_cast<size_t>(wrote));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<size_t> ReadUpTo(RandomAccessFile& file, int64_t offset,
                                 size_t n, char* dst) {
   size_t done = 0;

@@ -60,6 +60,11 @@ class RandomAccessFile {
 absl::Status ReadFully(RandomAccessFile& file, int64_t offset, size_t n,
                        char* dst);
 
+// Writes all of `bytes` to the open descriptor `fd` (of `path`, named in
+// errors), over as many short writes as it takes (EINTR retried). Errors
+// as ErrnoToStatus(errno, "write", path): ENOSPC is RESOURCE_EXHAUSTED.
+absl::Status WriteFully(int fd, absl::string_view bytes, const std::string& path);
+
 // Reads up to `n` bytes at `offset`, fewer only where the file ends (short
 // reads are retried). Returns how many.
 absl::StatusOr<size_t> ReadUpTo(RandomAccessFile& file, int64_t offset,
