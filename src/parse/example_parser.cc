@@ -173,6 +173,20 @@ bool ParseFeature(absl::string_view bytes, Sink& sink) {
         if (lwt == kLengthDelimited) {
           absl::string_view packed;
           if (!l.Bytes(&packed) || packed.size() % 4 != 0) return false;
+          const int64_t n = static_cast<int64_t>(packed.size() / 4);
+          // Stored as they lie on the wire (little-endian, as Put's copy
+          // assumes too), in one copy: the common case is a whole record's
+          // values in one packed list.
+          if (sink.grow != nullptr) {
+            sink.grow->insert(sink.grow->end(), packed.begin(), packed.end());
+            sink.count += n;
+            continue;
+          }
+          if (sink.count + n <= sink.capacity) {
+            if (n > 0) std::memcpy(sink.out + sink.count * 4, packed.data(), packed.size());
+            sink.count += n;
+            continue;
+          }
           for (size_t i = 0; i < packed.size(); i += 4) {
             float v;
             std::memcpy(&v, packed.data() + i, 4);

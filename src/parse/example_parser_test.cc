@@ -1,6 +1,9 @@
 #include "src/parse/example_parser.h"
 
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -92,6 +95,67 @@ TEST(ExampleParser, ErrorsNameTheRecordAndTheFeature) {
   std::string garbage = "\x0a\xff\xff\xff\xff\x0f";
   parsed = parser->Parse({garbage});
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A length-delimited field as it lies on the wire.
+std::string Len(int field, const std::string& bytes) {
+  std::string out(1, static_cast<char>(field << 3 | 2));
+  for (size_t n = bytes.size(); ; n >>= 7) {
+    out.push_back(static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0)));
+    if (n < 0x80) break;
+  }
+  return out + bytes;
+}
+
+// A FloatList of `values`, packed.
+std::string PackedFloats(const std::vector<float>& values) {
+  std::string packed(values.size() * 4, '\0');
+  if (!values.empty()) std::memcpy(&packed[0], values.data(), packed.size());
+  return Len(1, packed);
+}
+
+// An Example with one feature "x" whose Feature holds one float_list per
+// element of `lists` (a writer that merged several: values concatenate).
+std::string SplitFloatsExample(const std::vector<std::vector<float>>& lists) {
+  std::string feature;
+  for (const std::vector<float>& l : lists) feature += Len(2, PackedFloats(l));
+  return Len(1, Len(1, Len(1, "x") + Len(2, feature)));
+}
+
+TEST(ExampleParser, PackedFloatsAcrossListsAndTooManyValues) {
+  auto parser = ExampleParser::Create({{"x", {4}, DType::kFloat32}});
+  ASSERT_TRUE(parser.ok());
+  // One record's values in two packed lists, and in one with none before it.
+  const std::string split = SplitFloatsExample({{1, 2}, {3, 4}});
+  const std::string empty_first = SplitFloatsExample({{}, {5, 6, 7, 8}});
+  auto parsed = parser->Parse({split, empty_first});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const float* xs = reinterpret_cast<const float*>((*parsed)[0].data->data());
+  EXPECT_EQ(std::vector<float>(xs, xs + 8), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+
+  // More values than the shape holds, in one list or over two: refused
+  // with the whole count, nothing written past the record's values.
+  const std::vector<std::pair<std::string, std::string>> too_many = {
+      {SplitFloatsExample({{1, 2, 3, 4, 5}}), "5"},
+      {SplitFloatsExample({{1, 2, 3}, {4, 5, 6}}), "6"}};
+  for (const auto& [bad, count] : too_many) {
+    parsed = parser->Parse({split, bad});
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_NE(parsed.status().message().find("record 1: feature 'x' has " + count +
+                                             " values, expected 4"),
+              std::string::npos)
+        << parsed.status();
+  }
+
+  // A variable-length feature takes every list's values.
+  auto var = ExampleParser::Create({{"x", {}, DType::kFloat32, /*var_len=*/true}});
+  ASSERT_TRUE(var.ok());
+  parsed = var->Parse({split, SplitFloatsExample({{9}, {}, {10, 11}})});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ParsedFeature& v = (*parsed)[0];
+  EXPECT_EQ(v.row_lengths, (std::vector<int64_t>{4, 3}));
+  const float* vs = reinterpret_cast<const float*>(v.data->data());
+  EXPECT_EQ(std::vector<float>(vs, vs + 7), (std::vector<float>{1, 2, 3, 4, 9, 10, 11}));
 }
 
 std::string ImageExample(const std::string& pixels, int label) {
