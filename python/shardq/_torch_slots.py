@@ -4,8 +4,11 @@ shared-memory slots that both keep mapped (used by shardq.torch).
 torch sends a tensor from a worker by moving its storage into a new
 shared-memory segment and passing the segment's file descriptor, with a
 round trip to the worker for each storage; on two cores that alone cost
-more than reading and parsing the batch. Here a worker copies each batch's
-arrays into a slot: a shared-memory storage it keeps and reuses. The first
+more than reading and parsing the batch. Here each batch's arrays are in a
+slot: a shared-memory storage the worker keeps and reuses. The worker's
+C++ parse_example stage parses a batch straight into a free slot (through
+the native _SlotPool, which knows the slots); a batch parsed elsewhere
+(no free slot was large enough) is copied into one. The first
 time a slot travels torch sends its storage as usual; after that only
 (worker pid, slot id, layout) travel, and the training process takes the
 mapping it kept. The batch arrives as a plain dict of tensor views of the
@@ -55,33 +58,61 @@ class _Slot:
 
 
 class _Slots:
-    """One worker process's slots (made in that process: never inherited)."""
+    """One worker process's slots (made in that process: never inherited).
+    ``pool`` (the native _SlotPool) knows them too: the worker's C++
+    parse_example stage parses batches straight into free ones, and every
+    claim of a slot, here or there, goes through it."""
 
     def __init__(self):
         self.pid = os.getpid()
+        self.pool = shardq._shardq._SlotPool()
         self.slots = []
+        self.by_id = {}
         self.by_base = {}  # storage data_ptr -> _Slot
         self.next_id = 0
         self.dropped = []  # ids of slots dropped since the last batch sent
+        # Set when the worker's parse_example stage parses into the pool
+        # (shardq.torch): a batch it could not place then means a slot too
+        # few, so the copy goes to a new one (the pool grows until the parser
+        # finds one free; claimed() drops the free ones beyond _SPARE).
+        self.parsing = False
 
     def acquire(self, nbytes):
-        """A free slot of at least ``nbytes``, marked in use."""
-        free = [s for s in self.slots if s.header[_IN_USE] == 0]
-        slot = next((s for s in free if s.capacity >= nbytes), None)
-        if slot is None:
+        """A free slot of at least ``nbytes`` (a new one when ``parsing``),
+        marked in use."""
+        sid = -1 if self.parsing else self.pool.claim(nbytes)
+        if sid >= 0:
+            slot = self.by_id[sid]
+        else:
             slot = _Slot(self.next_id, nbytes)
             self.next_id += 1
+            slot.header[_IN_USE] = 1
             self.slots.append(slot)
+            self.by_id[slot.id] = slot
             self.by_base[slot.base] = slot
-        else:
-            free.remove(slot)
-        for extra in free[_SPARE:]:
-            self.slots.remove(extra)
-            del self.by_base[extra.base]
-            self.dropped.append(extra.id)
-        slot.header[_IN_USE] = 1
-        slot.sent = False
+            self.pool.add(slot.id, slot.base, slot.capacity)
+        self.claimed(slot)
         return slot
+
+    def claimed(self, slot):
+        """``slot`` now holds a new batch (claimed here or by the parser):
+        drops the free slots beyond _SPARE."""
+        slot.sent = False
+        free = [s for s in self.slots if s is not slot and s.header[_IN_USE] == 0]
+        for extra in free[_SPARE:]:
+            if self.pool.remove(extra.id):  # false: the parser just claimed it
+                self.slots.remove(extra)
+                del self.by_id[extra.id]
+                del self.by_base[extra.base]
+                self.dropped.append(extra.id)
+
+    def holding(self, array):
+        """The slot whose batch area ``array``'s bytes lie in, or None."""
+        start = array.__array_interface__["data"][0]
+        for s in self.slots:
+            if s.base + _HEADER <= start and start + array.nbytes <= s.base + _HEADER + s.capacity:
+                return s
+        return None
 
 
 _slots = None
@@ -103,18 +134,44 @@ def _to_torch(v):
     return torch.from_numpy(v) if v.dtype != object else list(v)
 
 
+def _placed(slots, arrays):
+    """The slot the parser parsed these arrays into (they all lie in its
+    batch area), or None."""
+    fixed = [a for a in arrays.values() if not isinstance(a, shardq.Ragged) and a.dtype != object]
+    if not fixed or not all(a.flags.c_contiguous for a in fixed):
+        return None  # a strided view is not the bytes from its start on: copied
+    slot = slots.holding(fixed[0])
+    if slot is None or any(slots.holding(a) is not slot for a in fixed[1:]):
+        return None
+    return slot
+
+
 def pack(arrays):
-    """In a DataLoader worker: the parser's numpy arrays copied into one
-    slot, as a SlotBatch of tensor views of it; object arrays as lists and
-    VarLen features as a Ragged of tensors (these travel as torch sends
-    them)."""
+    """In a DataLoader worker: the parser's numpy arrays as a SlotBatch of
+    tensor views of one slot: the slot they were parsed into
+    (parse_example with the worker's slots), or else a slot they are copied
+    into. Object arrays as lists and VarLen features as a Ragged of tensors
+    (these travel as torch sends them)."""
+    slots = _worker_slots()
+    slot = _placed(slots, arrays)
+    if slot is not None:
+        slots.claimed(slot)
+        out = SlotBatch()
+        for name, a in arrays.items():
+            if isinstance(a, shardq.Ragged) or a.dtype == object:
+                out[name] = _to_torch(a)
+                continue
+            start = a.__array_interface__["data"][0] - slot.base
+            out[name] = slot.flat[start:start + a.nbytes].view(
+                torch.from_numpy(a).dtype).view(a.shape)
+        return out
     offsets = {}
     total = 0
     for name, a in arrays.items():
         if not isinstance(a, shardq.Ragged) and a.dtype != object:
             offsets[name] = total
             total += -(-a.nbytes // _ALIGN) * _ALIGN
-    slot = _worker_slots().acquire(max(total, 1))
+    slot = slots.acquire(max(total, 1))
     out = SlotBatch()
     for name, a in arrays.items():
         if name not in offsets:
@@ -124,6 +181,13 @@ def pack(arrays):
         dst = slot.flat[start:start + a.nbytes].view(torch.from_numpy(a).dtype).view(a.shape)
         np.copyto(dst.numpy(), a, casting="no")
         out[name] = dst
+    # A slot the parser placed (part of) this batch in, now copied out: free
+    # again (the arrays over it are the pipeline's, dropped after this).
+    for a in arrays.values():
+        if isinstance(a, np.ndarray) and a.dtype != object:
+            held = slots.holding(a)
+            if held is not None and held is not slot:
+                held.header[_IN_USE] = 0
     return out
 
 

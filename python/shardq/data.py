@@ -125,7 +125,7 @@ class Dataset:
         threads = _default_parallelism() if num_parallel_calls is None else int(num_parallel_calls)
         if threads < 1:
             raise shardq.InvalidArgumentError(f"num_parallel_calls must be >= 1, got {threads}")
-        return self._then("parse_example", parser, threads)
+        return self._then("parse_example", parser, threads, None)
 
     def _parse_example_in_puller(self, features):
         """parse_example without threads of its own: it runs in the thread
@@ -133,7 +133,16 @@ class Dataset:
         shardq.torch's DataLoader workers, which share the cores among
         several processes: one thread fewer to hand each batch to."""
         parser = features if isinstance(features, ExampleParser) else ExampleParser(features)
-        return self._then("parse_example", parser, 0)
+        return self._then("parse_example", parser, 0, None)
+
+    def _parse_example_into(self, features, num_parallel_calls, slots):
+        """parse_example (num_parallel_calls 0: in the puller's thread) into
+        ``slots``, a DataLoader worker's shared-memory slots
+        (shardq._torch_slots): fixed-width features are parsed straight
+        into a free slot, so the worker sends the batch without copying it.
+        Over a queue only (the C++ stage)."""
+        parser = features if isinstance(features, ExampleParser) else ExampleParser(features)
+        return self._then("parse_example", parser, int(num_parallel_calls), slots)
 
     def shuffle(self, buffer_size, seed=None):
         """A shuffle buffer of ``buffer_size`` elements (bounded memory).
@@ -199,8 +208,8 @@ class Dataset:
                                     source.get("equal_steps") is not None)
         for name, *args in native_ops:
             if name == "parse_example":
-                parser, threads = args
-                builder.parse_example(parser.spec, threads)
+                parser, threads, slots = args
+                builder.parse_example(parser.spec, threads, slots)
             else:
                 getattr(builder, name)(*args)
         native = builder.iterator()
@@ -435,7 +444,7 @@ def _py_map(it, fn):
         yield fn(x)
 
 
-def _py_parse_example(it, parser, _threads):
+def _py_parse_example(it, parser, _threads, _slots):
     """As the C++ stage: a batch of records -> dict of arrays; after split,
     each replica's batch, with a padding row parsed as a copy of a real row
     of the same step and the mask as a numpy bool array."""

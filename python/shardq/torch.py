@@ -27,9 +27,10 @@ Underneath, each worker runs shardq.data.from_queue: reading, CRC checks,
 batching, parse_example and prefetch run in the C++ pipeline's threads
 without the GIL, and each batch becomes torch tensors over the parser's
 buffers (torch.from_numpy, no copy). In a DataLoader worker the batch is
-copied once into a shared-memory slot that the worker reuses and the
-training process keeps mapped, so that only a few ids travel per batch and
-the loop gets tensors over the slot without a copy (shardq._torch_slots);
+parsed straight into a shared-memory slot that the worker reuses and the
+training process keeps mapped (copied into one when no free slot is large
+enough), so that only a few ids travel per batch and the loop gets tensors
+over the slot without a copy (shardq._torch_slots);
 a slot is written again only once no tensor of its batch is left. An item
 is completed only once every one of its records has left the worker's
 pipeline in a batch (complete="consumed"), so a worker that dies mid-item
@@ -343,8 +344,16 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
         if self.features:
             threads = self._parse_threads()
-            ds = (ds.parse_example(self.features, num_parallel_calls=threads) if threads
-                  else ds._parse_example_in_puller(self.features))
+            if torch.utils.data.get_worker_info() is not None:
+                # Straight into the worker's shared-memory slots (_pack
+                # then sends them without a copy).
+                slots = _torch_slots._worker_slots()
+                slots.parsing = True
+                ds = ds._parse_example_into(self.features, threads, slots.pool)
+            elif threads:
+                ds = ds.parse_example(self.features, num_parallel_calls=threads)
+            else:
+                ds = ds._parse_example_in_puller(self.features)
         return iter(ds.prefetch(2))
 
     def __iter__(self):

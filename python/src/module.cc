@@ -2,6 +2,7 @@
 #include "pybind11/pybind11.h"
 #include "python/src/py_sources.h"
 #include "python/src/py_cluster.h"
+#include "python/src/py_slots.h"
 #include "python/src/py_tf_element.h"
 #include "src/rpc/grpc_fork.h"
 
@@ -19,4 +20,5 @@ PYBIND11_MODULE(_shardq, m) {
   shardq::python::BindTFQueues(m);
   shardq::python::BindCluster(m);
   shardq::python::BindDownload(m);
+  shardq::python::BindSlots(m);
 }

@@ -28,11 +28,13 @@ DType ParseDType(const std::string& name, const std::string& feature) {
 
 template <typename T>
 py::array Wrap(const ParsedFeature& f) {
-  // The capsule keeps the buffer alive as long as any array viewing it.
-  auto* keep = new std::shared_ptr<std::vector<char>>(f.data);
-  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<std::vector<char>>*>(p); });
+  // The capsule keeps the buffer (or what holds the memory the feature was
+  // placed in) alive as long as any array viewing it.
+  auto* keep = f.placed != nullptr ? new std::shared_ptr<void>(f.keep)
+                                   : new std::shared_ptr<void>(f.data);
+  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
   std::vector<py::ssize_t> shape(f.shape.begin(), f.shape.end());
-  return py::array_t<T>(shape, reinterpret_cast<T*>(f.data->data()), owner);
+  return py::array_t<T>(shape, reinterpret_cast<T*>(const_cast<char*>(f.values())), owner);
 }
 
 }  // namespace

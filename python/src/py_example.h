@@ -15,8 +15,9 @@ namespace shardq::python {
 // naming the feature for an unknown dtype. Needs the GIL.
 std::vector<FixedLenFeature> FeaturesFromSpec(const pybind11::dict& spec);
 
-// A float32 / int64 feature: an ndarray over f.data, whose base is a
-// capsule sharing ownership of the buffer (no copy). A bytes feature: an
+// A float32 / int64 / uint8 feature: an ndarray over its values (f.data,
+// or the memory it was placed in), whose base is a capsule sharing
+// ownership of the buffer (or of f.keep) (no copy). A bytes feature: an
 // object array of bytes (copied: variable-length values are not one
 // buffer). Needs the GIL.
 pybind11::object FeatureToNumpy(const ParsedFeature& f);

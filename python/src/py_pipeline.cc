@@ -41,6 +41,7 @@
 #include "pybind11/stl.h"
 #include "python/src/errors.h"
 #include "python/src/py_example.h"
+#include "python/src/py_slots.h"
 #include "python/src/py_sources.h"
 #include "shardq/pipeline/dataset.h"
 #include "shardq/pipeline/element.h"
@@ -78,6 +79,8 @@ constexpr absl::Duration kPassTakePoll = absl::Milliseconds(10);
 // one flag per row (1: a padding row of a split) or is empty (no padding).
 struct ParsedBatch {
   std::vector<ParsedFeature> features;
+  // Set when the batch was parsed into a worker's shared-memory slot.
+  std::shared_ptr<SlotClaim> claim;
   std::vector<uint8_t> padded;
 };
 
@@ -98,10 +101,13 @@ using Elements = ElementTypes<Record, Batch<Record>, PerReplicaBatches<Record>,
 
 // Parses the rows of `batch`. A padding row (empty) is parsed as a copy of
 // `filler` (a real row of the same step), so every row of the buffers is a
-// valid example and the mask says which to ignore.
+// valid example and the mask says which to ignore. With `slots`, the
+// fixed-width features go straight into a free slot when one is large
+// enough (else into buffers of their own, as without).
 absl::StatusOr<ParsedBatch> ParseRows(const ExampleParser& parser,
                                       const Batch<Record>& batch,
-                                      const Record* filler) {
+                                      const Record* filler,
+                                      const std::shared_ptr<SlotPool>& slots = nullptr) {
   std::vector<absl::string_view> views;
   views.reserve(batch.rows.size());
   bool any_padding = false;
@@ -110,10 +116,17 @@ absl::StatusOr<ParsedBatch> ParseRows(const ExampleParser& parser,
     any_padding |= pad;
     views.emplace_back(pad && filler != nullptr ? filler->value : batch.rows[i].value);
   }
-  absl::StatusOr<std::vector<ParsedFeature>> features = parser.Parse(views);
-  if (!features.ok()) return features.status();
   ParsedBatch out;
+  const int64_t placed = slots != nullptr ? parser.PlacedBytes(static_cast<int64_t>(views.size())) : 0;
+  if (placed > 0) out.claim = SlotClaim::Make(slots, placed);
+  // A failed parse drops the claim: the slot is free again.
+  absl::StatusOr<std::vector<ParsedFeature>> features =
+      parser.Parse(views, out.claim != nullptr ? out.claim->data() : nullptr);
+  if (!features.ok()) return features.status();
   out.features = *std::move(features);
+  for (ParsedFeature& f : out.features) {
+    if (f.placed != nullptr) f.keep = out.claim;
+  }
   if (any_padding) out.padded = batch.padded;
   return out;
 }
@@ -172,7 +185,12 @@ py::array MaskArray(const ParsedBatch& batch, int64_t rows) {
   return std::move(mask);
 }
 
-py::object ToPython(const ParsedBatch& batch, bool) { return FeaturesToDict(batch); }
+py::object ToPython(const ParsedBatch& batch, bool) {
+  py::dict out = FeaturesToDict(batch);
+  // In Python's hands now: the slot is freed by the process that reads it.
+  if (batch.claim != nullptr) batch.claim->Handed();
+  return std::move(out);
+}
 
 py::object ToPython(const ParsedReplicas& step, bool with_mask) {
   py::list out;
@@ -415,7 +433,9 @@ class PyPipeline {
     ends_with_prefetch_ = false;
   }
 
-  void ParseExample(const py::dict& spec, int64_t num_threads) {
+  // With `slots` (a DataLoader worker's, shardq/_torch_slots.py), batches
+  // are parsed into its free slots (see ParseRows).
+  void ParseExample(const py::dict& spec, int64_t num_threads, std::shared_ptr<SlotPool> slots) {
     auto parser = std::make_shared<const ExampleParser>(
         ValueOrThrow(ExampleParser::Create(FeaturesFromSpec(spec))));
     pipeline::MapOptions options;
@@ -428,8 +448,8 @@ class PyPipeline {
           using T = typename std::decay_t<decltype(ds)>::element_type;
           if constexpr (std::is_same_v<T, pipeline::Batch<Record>>) {
             return ds.Map(
-                [parser](pipeline::Batch<Record> b) -> absl::StatusOr<ParsedBatch> {
-                  return ParseRows(*parser, b, nullptr);
+                [parser, slots](pipeline::Batch<Record> b) -> absl::StatusOr<ParsedBatch> {
+                  return ParseRows(*parser, b, nullptr, slots);
                 },
                 options);
           } else if constexpr (std::is_same_v<T, PerReplicaBatches<Record>>) {
@@ -521,7 +541,7 @@ void BindPipeline(py::module_& m) {
       .def("batch", &PyPipeline::Batch, py::arg("batch_size"), py::arg("drop_remainder"))
       .def("split", &PyPipeline::Split, py::arg("replicas"), py::arg("remainder"))
       .def("parse_example", &PyPipeline::ParseExample, py::arg("spec"),
-           py::arg("num_threads"))
+           py::arg("num_threads"), py::arg("slots") = nullptr)
       .def("prefetch", &PyPipeline::Prefetch, py::arg("buffer_size"))
       .def("iterator", &PyPipeline::MakeIterator)
       .def_property_readonly("kind", &PyPipeline::kind);

@@ -287,8 +287,33 @@ absl::StatusOr<ExampleParser> ExampleParser::Create(std::vector<FixedLenFeature>
   return ExampleParser(std::move(features));
 }
 
+namespace {
+
+// A fixed-length feature of a fixed-width type: the ones Parse can place.
+bool Placeable(const FixedLenFeature& f) { return !f.var_len && f.dtype != DType::kBytes; }
+
+int64_t AlignedUp(int64_t bytes) {
+  const int64_t a = ExampleParser::kPlacedAlign;
+  return (bytes + a - 1) / a * a;
+}
+
+}  // namespace
+
+int64_t ExampleParser::PlacedBytes(int64_t rows) const {
+  int64_t total = 0;
+  for (size_t i = 0; i < features_.size(); ++i) {
+    if (!Placeable(features_[i])) continue;
+    const int64_t width = DTypeSize(features_[i].dtype);
+    if (rows < 0 || (rows > 0 && values_per_record_[i] > kMaxBatchFeatureBytes / width / rows)) {
+      return -1;
+    }
+    total += AlignedUp(rows * values_per_record_[i] * width);  // < features * 64 GiB
+  }
+  return total;
+}
+
 absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
-    const std::vector<absl::string_view>& records) const {
+    const std::vector<absl::string_view>& records, char* placed) const {
   const int64_t batch = static_cast<int64_t>(records.size());
   std::vector<ParsedFeature> out(features_.size());
   for (size_t i = 0; i < features_.size(); ++i) {
@@ -304,6 +329,7 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
           kMaxBatchFeatureBytes, " bytes: parse smaller batches"));
     }
   }
+  int64_t placed_at = 0;  // bytes of `placed` given to features so far
   for (size_t i = 0; i < features_.size(); ++i) {
     ParsedFeature& p = out[i];
     p.name = features_[i].name;
@@ -314,6 +340,9 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
     if (p.var_len) {
       p.row_lengths.reserve(static_cast<size_t>(batch));
       if (p.dtype != DType::kBytes) p.data = std::make_shared<std::vector<char>>();
+    } else if (placed != nullptr && Placeable(features_[i])) {
+      p.placed = placed + placed_at;
+      placed_at += AlignedUp(batch * values_per_record_[i] * DTypeSize(p.dtype));
     } else {
       const bool strings = p.dtype == DType::kBytes;
       const int64_t values = batch * values_per_record_[i];
@@ -337,7 +366,9 @@ absl::StatusOr<std::vector<ParsedFeature>> ExampleParser::Parse(
       const int64_t width = DTypeSize(features_[i].dtype);
       const bool var_len = features_[i].var_len;
       sinks[i] = Sink{&features_[i], values_per_record_[i],
-                      out[i].data && !var_len
+                      out[i].placed != nullptr
+                          ? out[i].placed + r * values_per_record_[i] * width
+                      : out[i].data && !var_len
                           ? out[i].data->data() + r * values_per_record_[i] * width
                           : nullptr,
                       out[i].dtype == DType::kBytes ? &out[i].strings : nullptr,

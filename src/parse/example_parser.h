@@ -55,6 +55,15 @@ struct ParsedFeature {
   std::vector<std::string> strings;
   bool var_len = false;
   std::vector<int64_t> row_lengths;  // var_len only
+  // Set instead of `data` when the batch was parsed into the caller's
+  // memory (ExampleParser::Parse with `placed`): where this feature's values
+  // are. `keep`, null from Parse, is for the caller: whatever keeps that
+  // memory alive while the feature is in use.
+  char* placed = nullptr;
+  std::shared_ptr<void> keep;
+
+  // The values of a float32/int64/uint8 feature, wherever they are.
+  const char* values() const { return placed != nullptr ? placed : data->data(); }
 };
 
 // Thread-compatible (Parse is const).
@@ -75,7 +84,25 @@ class ExampleParser {
   // allocating) or its buffer cannot be allocated.
   static constexpr int64_t kMaxBatchFeatureBytes = int64_t{64} << 30;
   absl::StatusOr<std::vector<ParsedFeature>> Parse(
-      const std::vector<absl::string_view>& records) const;
+      const std::vector<absl::string_view>& records) const {
+    return Parse(records, nullptr);
+  }
+
+  // Parse, with the fixed-length float32/int64/uint8 features written at
+  // `placed` (when not null) instead of into buffers of their own: one after
+  // the other in the order of features(), each starting at a multiple of
+  // kPlacedAlign bytes from `placed`, PlacedBytes(records.size()) bytes in
+  // all (`placed` itself should be kPlacedAlign-aligned). Their
+  // ParsedFeature::placed points there and `data` is null; the other
+  // features are as from Parse. On an error the placed bytes are undefined.
+  static constexpr int64_t kPlacedAlign = 64;
+  absl::StatusOr<std::vector<ParsedFeature>> Parse(
+      const std::vector<absl::string_view>& records, char* placed) const;
+
+  // The bytes Parse(records, placed) writes at `placed` for `rows` records:
+  // 0 when no feature is placed, -1 when a batch that large would be
+  // refused (RESOURCE_EXHAUSTED) anyway.
+  int64_t PlacedBytes(int64_t rows) const;
 
   const std::vector<FixedLenFeature>& features() const { return features_; }
 

@@ -264,6 +264,47 @@ TEST(ExampleParser, HugeShapesAreRefusedNotAllocated) {
   EXPECT_NE(parsed.status().message().find("feature 'x'"), absl::string_view::npos);
 }
 
+TEST(ExampleParser, PlacedFeaturesAreWrittenAtTheCallersMemoryInOrder) {
+  // x (float32 2x2) then y (int64); the bytes and var-len features keep
+  // buffers of their own. Each placed feature starts on a kPlacedAlign boundary.
+  FixedLenFeature ids{"ids", {}, DType::kInt64};
+  ids.var_len = true;
+  std::vector<FixedLenFeature> spec = Spec();
+  spec.push_back(ids);
+  auto parser = ExampleParser::Create(spec);
+  ASSERT_TRUE(parser.ok()) << parser.status();
+  std::vector<std::string> records = {MakeExample(1), MakeExample(2), MakeExample(3)};
+  std::vector<absl::string_view> views(records.begin(), records.end());
+  // x: 3 rows * 4 floats = 48 bytes -> 64; y: 3 * 8 = 24 -> 64.
+  ASSERT_EQ(parser->PlacedBytes(3), 128);
+  EXPECT_EQ(parser->PlacedBytes(0), 0);
+  alignas(64) char area[128 + 16];
+  std::memset(area, 0x5a, sizeof(area));
+  auto placed = parser->Parse(views, area);
+  auto own = parser->Parse(views);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_TRUE(own.ok()) << own.status();
+  const ParsedFeature& x = (*placed)[0];
+  const ParsedFeature& y = (*placed)[1];
+  EXPECT_EQ(x.placed, area);
+  EXPECT_EQ(y.placed, area + 64);
+  EXPECT_EQ(x.data, nullptr);
+  EXPECT_EQ(x.values(), area);
+  EXPECT_EQ(x.shape, (*own)[0].shape);
+  EXPECT_EQ(std::memcmp(x.values(), (*own)[0].values(), 48), 0);
+  EXPECT_EQ(std::memcmp(y.values(), (*own)[1].values(), 24), 0);
+  EXPECT_EQ(static_cast<unsigned char>(area[128]), 0x5a);  // nothing written past the end
+  EXPECT_EQ((*placed)[2].placed, nullptr);
+  EXPECT_EQ((*placed)[2].strings, (std::vector<std::string>{"rec1", "rec2", "rec3"}));
+  EXPECT_EQ((*placed)[3].placed, nullptr);  // var-len: its own buffer
+  ASSERT_NE((*placed)[3].data, nullptr);
+  EXPECT_EQ((*placed)[3].row_lengths, (*own)[3].row_lengths);
+  // A batch the parser would refuse anyway is -1, not an overflowed size.
+  auto huge = ExampleParser::Create({{"x", {int64_t{1} << 28}, DType::kFloat32}});
+  ASSERT_TRUE(huge.ok());
+  EXPECT_EQ(huge->PlacedBytes(100), -1);
+}
+
 }  // namespace
 }  // namespace shardq
 

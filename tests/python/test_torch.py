@@ -549,3 +549,46 @@ def test_batches_kept_by_the_loop_are_never_overwritten(tmp_path):
         assert torch.allclose(batch["x"][:, 1], batch["y"].to(torch.float32) + 0.001)
         labels += batch["y"].tolist()
     assert sorted(labels) == list(range(160))
+
+
+def test_a_worker_parses_batches_straight_into_its_free_slots(tmp_path):
+    # As in a DataLoader worker (one process here: pickle.loads stands for
+    # the training process): once the worker has slots, the parser writes
+    # each batch into a free one and _pack sends it without a copy.
+    import gc
+    import pickle
+
+    from torch.multiprocessing.reductions import ForkingPickler
+
+    files = write_files(tmp_path, 4, 80, width=16)  # 320 records, 40 batches of 8
+    queue = shardq.WorkQueue(files, num_slices=8, num_clients=8,  # items a pipeline may hold
+                             name=f"slots-{os.getpid()}")
+    slots = shardq._torch_slots._Slots()
+    slots.parsing = True
+    features = {"x": shardq.FixedLen((16,), "float32"), "y": shardq.FixedLen((), "int64")}
+    ds = (shardq.data.from_queue(queue, reader="tfrecord", complete="consumed").batch(8)
+          ._parse_example_into(features, 0, slots.pool).prefetch(2))
+    old, shardq._torch_slots._slots = shardq._torch_slots._slots, slots
+    try:
+        placed, batches, labels = 0, 0, []
+        for arrays in ds:
+            batches += 1
+            into = shardq._torch_slots._placed(slots, arrays)
+            placed += into is not None
+            out = pickle.loads(ForkingPickler.dumps(shardq.torch._pack(arrays)))
+            del arrays
+            assert torch.allclose(out["x"][:, 1], out["y"].to(torch.float32) + 0.001)
+            labels += out["y"].tolist()
+            if into is not None:  # the loop's tensors are views of that slot
+                end = into.base + shardq._torch_slots._HEADER + into.capacity
+                assert into.base <= out["x"].data_ptr() < end
+            del out
+            gc.collect()
+    finally:
+        shardq._torch_slots._slots = old
+        queue.close()
+    assert sorted(labels) == list(range(320))
+    # A batch the parser could not place made a new slot, so only the first
+    # few are copied (about as many as are in flight at once).
+    made = slots.next_id
+    assert made <= 8 and placed == batches - made, (placed, batches, made)
