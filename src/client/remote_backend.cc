@@ -436,6 +436,10 @@ absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions&
     return absl::InvalidArgumentError(absl::StrCat(
         "connect timeout must be > 0, got ", absl::FormatDuration(options.connect_timeout)));
   }
+  // None is made in a fork child that cannot use gRPC (src/rpc/grpc_fork.h),
+  // and this comes first: making the credentials initializes gRPC, which
+  // can hang in such a child on a lock a parent thread held at the fork.
+  if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (!options.tls_ca_file.empty()) {
     std::ifstream in(options.tls_ca_file, std::ios::binary);
@@ -460,9 +464,7 @@ absl::StatusOr<std::shared_ptr<QueueBackend>> ConnectRemote(const RemoteOptions&
   // Reconnect quickly after a coordinator restart.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // Each channel counts as live gRPC state while it lives, and none is made
-  // in a fork child that cannot use gRPC (src/rpc/grpc_fork.h).
-  if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
+  // Each channel counts as live gRPC state while it lives.
   auto channels = std::make_shared<CoordinatorChannels>(
       *std::move(resolver), [credentials, args](const std::string& target) {
         return CreateForkAwareChannel(target, credentials, args);

@@ -69,7 +69,9 @@ void PreferForkSafePolling();
 absl::Status CheckGrpcUsable();
 
 // grpc::CreateCustomChannel, refused (CheckGrpcUsable) in a fork child that
-// cannot use gRPC. The channel counts as live gRPC state (GrpcInUse) for as
+// cannot use gRPC. Check CheckGrpcUsable() before making `credentials`
+// too: a gRPC object made there (credentials included) initializes gRPC,
+// which can hang on a lock that one of the parent's threads held at the fork. The channel counts as live gRPC state (GrpcInUse) for as
 // long as any copy of the returned pointer lives.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateForkAwareChannel(
     const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,

@@ -106,7 +106,11 @@ TEST_F(GrpcForkTest, ChildForkedWithAChannelOpenIsRefusedAtOnceAndTheParentGoesO
   std::shared_ptr<grpc::Channel> open = MakeChannel();
   ASSERT_NE(open, nullptr);
   EXPECT_EQ(CallOnce(open.get()), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(InChild([] {
+  // Made here: made in the child they would initialize gRPC there, which can
+  // hang on a lock one of this process's gRPC threads held at the fork.
+  const std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  EXPECT_EQ(InChild([credentials] {
               absl::Status usable = CheckGrpcUsable();
               if (!absl::IsFailedPrecondition(usable)) return 2;
               if (!absl::StrContains(usable.message(), "was forked from pid")) return 3;
@@ -115,7 +119,7 @@ TEST_F(GrpcForkTest, ChildForkedWithAChannelOpenIsRefusedAtOnceAndTheParentGoesO
                 return 5;
               }
               absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateForkAwareChannel(
-                  kRefusedTarget, grpc::InsecureChannelCredentials(), grpc::ChannelArguments());
+                  kRefusedTarget, credentials, grpc::ChannelArguments());
               if (!absl::IsFailedPrecondition(channel.status())) return 6;
               // Its own children are refused too.
               const pid_t grandchild = fork();

@@ -79,6 +79,10 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(const EtcdClientO
   if (options.endpoints.empty()) {
     return absl::InvalidArgumentError("etcd: no endpoint given (want HOST:PORT[,HOST:PORT...])");
   }
+  // Refused in a fork child that cannot use gRPC (src/rpc/grpc_fork.h),
+  // before the credentials: making them initializes gRPC, which can hang in
+  // such a child.
+  if (absl::Status usable = CheckGrpcUsable(); !usable.ok()) return usable;
   std::vector<Member> members;
   for (const std::string& endpoint : options.endpoints) {
     grpc::ChannelArguments args;
@@ -89,7 +93,6 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(const EtcdClientO
     // Each client its own connections: a store and a resolver in one
     // process do not share one subchannel's backoff.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    // Refused in a fork child that cannot use gRPC (src/rpc/grpc_fork.h).
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
         CreateForkAwareChannel(endpoint, grpc::InsecureChannelCredentials(), args);
     if (!channel.ok()) return channel.status();
