@@ -7,8 +7,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
-#include "absl/synchronization/mutex.h"
 #include "shardq_version.h"
+#include "src/log/mutex_mode.h"
 #include "tools/client_flags.h"
 #include "tools/demo.h"
 #include "tools/record_verbs.h"
@@ -98,12 +98,9 @@ void AddNumberChecks(CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Debian's abseil is built without NDEBUG, so every absl::Mutex (ours and
-  // gRPC's) runs the deadlock detector: a lock-graph update per acquisition,
-  // several percent of a busy coordinator's CPU. The unit tests (their own
-  // mains) keep it; the command does not pay for it. Set here, not in the
-  // library: a process embedding shardq decides for itself.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // Set here, not in the library: a process embedding shardq decides for
+  // itself (src/log/mutex_mode.h).
+  shardq::UseProductionMutexMode();
   CLI::App app{"shardq: elastic data sharding for distributed training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shardq " SHARDQ_VERSION, "print the version and exit");

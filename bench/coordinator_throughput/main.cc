@@ -80,6 +80,7 @@
 #include "src/client/remote_backend.h"
 #include "src/core/queue_state.h"
 #include "src/store/journal.h"
+#include "src/log/mutex_mode.h"
 
 namespace shardq {
 namespace {
@@ -1064,9 +1065,8 @@ int Run(const Flags& flags) {
 }  // namespace shardq
 
 int main(int argc, char** argv) {
-  // Debian's abseil is built without NDEBUG: every absl::Mutex (gRPC's
-  // included) would run the deadlock detector, as `shardq serve` does not.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // As `shardq serve` (src/log/mutex_mode.h).
+  shardq::UseProductionMutexMode();
   shardq::Flags flags;
   CLI::App app{"shardq coordinator vs Redis work queue: take+complete throughput and latency"};
   app.add_option("--shardq", flags.shardq_address, "HOST:PORT of a running `shardq serve`")

@@ -22,6 +22,7 @@
 #include "src/client/remote_backend.h"
 #include "src/core/pass_rule.h"
 #include "src/server/grpc_service.h"
+#include "src/log/mutex_mode.h"
 
 namespace shardq {
 namespace {
@@ -98,6 +99,7 @@ absl::StatusOr<Row> Measure(int64_t n, int calls) {
 }  // namespace shardq
 
 int main(int argc, char** argv) {
+  shardq::UseProductionMutexMode();  // as `shardq serve` (src/log/mutex_mode.h)
   CLI::App app{"bench/pass_check: PassOver vs the full Status at N workers"};
   std::string workers = "100,1000,10000";
   int calls = 200;

@@ -43,6 +43,7 @@
 #include "shardq/work_queue.h"
 #include "src/core/rng.h"
 #include "src/io/tfrecord.h"
+#include "src/log/mutex_mode.h"
 
 namespace shardq {
 namespace {
@@ -279,6 +280,7 @@ int Read(const Options& o) {
 }  // namespace shardq
 
 int main(int argc, char** argv) {
+  shardq::UseProductionMutexMode();  // as `shardq serve` (src/log/mutex_mode.h)
   CLI::App app("shardq input pipeline throughput");
   app.require_subcommand(1);
   shardq::Options o;

@@ -41,6 +41,7 @@
 #include "shardq/tfrecord_reader.h"
 #include "src/io/text_slice_reader.h"
 #include "src/io/tfrecord.h"
+#include "src/log/mutex_mode.h"
 
 namespace shardq {
 namespace {
@@ -199,6 +200,7 @@ int Run(const std::string& mode, const std::string& path,
 }  // namespace shardq
 
 int main(int argc, char** argv) {
+  shardq::UseProductionMutexMode();  // as `shardq serve` (src/log/mutex_mode.h)
   CLI::App app{"bench/read_throughput driver"};
   app.require_subcommand(1);
   std::string tfrecord;

@@ -36,6 +36,7 @@
 #include "absl/time/clock.h"
 #include "src/server/coordinator_impl.h"
 #include "src/server/process_memory.h"
+#include "src/log/mutex_mode.h"
 
 namespace fs = std::filesystem;
 
@@ -265,6 +266,7 @@ int Run(const Flags& flags) {
 }  // namespace shardq
 
 int main(int argc, char** argv) {
+  shardq::UseProductionMutexMode();  // as `shardq serve` (src/log/mutex_mode.h)
   CLI::App app{"shardq recovery benchmark"};
   shardq::Flags flags;
   app.add_option("--items", flags.items)->capture_default_str();

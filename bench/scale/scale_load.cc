@@ -37,6 +37,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
+#include "src/log/mutex_mode.h"
 
 namespace shardq::scale {
 namespace {
@@ -494,8 +495,7 @@ int Main(int argc, char** argv) {
 }  // namespace shardq::scale
 
 int main(int argc, char** argv) {
-  // Debian's abseil is built without NDEBUG: every absl::Mutex (gRPC's
-  // included) would run the deadlock detector, as `shardq serve` does not.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // As `shardq serve` (src/log/mutex_mode.h).
+  shardq::UseProductionMutexMode();
   return shardq::scale::Main(argc, argv);
 }

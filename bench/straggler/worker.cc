@@ -30,6 +30,7 @@
 #include "shardq/item_source.h"
 #include "shardq/text_line_reader.h"
 #include "shardq/work_queue.h"
+#include "src/log/mutex_mode.h"
 
 namespace shardq::straggler {
 namespace {
@@ -152,6 +153,7 @@ int Run(const WorkerOptions& o) {
 }  // namespace shardq::straggler
 
 int main(int argc, char** argv) {
+  shardq::UseProductionMutexMode();  // as `shardq serve` (src/log/mutex_mode.h)
   shardq::straggler::WorkerOptions o;
   CLI::App app{"One worker of the straggler benchmark (see bench/straggler/README.md)"};
   app.add_option("--worker-index", o.worker_index, "this worker's index")->required();

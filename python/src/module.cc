@@ -4,6 +4,7 @@
 #include "python/src/py_cluster.h"
 #include "python/src/py_slots.h"
 #include "python/src/py_tf_element.h"
+#include "src/log/mutex_mode.h"
 #include "src/rpc/grpc_fork.h"
 
 PYBIND11_MODULE(_shardq, m) {
@@ -11,6 +12,9 @@ PYBIND11_MODULE(_shardq, m) {
   // Before any channel: DataLoader workers fork from processes that used
   // gRPC (src/rpc/grpc_fork.h).
   shardq::PreferForkSafePolling();
+  // The pipeline's and the client's threads lock often: no deadlock
+  // detector on every lock (src/log/mutex_mode.h).
+  shardq::UseProductionMutexMode();
   shardq::python::BindWorkQueue(m);
   shardq::python::BindReaders(m);
   shardq::python::BindExample(m);
