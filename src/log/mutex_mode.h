@@ -6,8 +6,9 @@
 // lock-order graph. Measured here (2 cores): two threads locking mutexes
 // of their own take 300 ns a lock with the check and 8 ns without; one
 // thread taking two nested mutexes 73 ns a pair instead of 15. A fork
-// child can also hang on that spin lock when a parent thread held it at
-// the fork. The product's entry points (the shardq command, the Python
+// child can also hang in Mutex::Lock on that spin lock when a parent
+// thread held it at the fork (a grpc_fork_test child did, in grpc_init:
+// Mutex::Lock spinning in SpinLock::SlowLock). The product's entry points (the shardq command, the Python
 // module, the benchmarks) turn the check off; the C++ tests keep it on, so
 // that a lock-order inversion still fails a test.
 #ifndef SHARDQ_LOG_MUTEX_MODE_H_
