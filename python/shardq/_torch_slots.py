@@ -187,7 +187,7 @@ def pack(arrays):
         if isinstance(a, np.ndarray) and a.dtype != object:
             held = slots.holding(a)
             if held is not None and held is not slot:
-                held.header[_IN_USE] = 0
+                slots.pool.release(held.id)
     return out
 
 

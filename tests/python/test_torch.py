@@ -588,7 +588,32 @@ def test_a_worker_parses_batches_straight_into_its_free_slots(tmp_path):
         shardq._torch_slots._slots = old
         queue.close()
     assert sorted(labels) == list(range(320))
-    # A batch the parser could not place made a new slot, so only the first
-    # few are copied (about as many as are in flight at once).
+    # Each batch the parser could not place was copied into a new slot, so
+    # only the first few are copied: about as many as are in flight at once
+    # (the prefetch buffers, the one being parsed, the loop's), not a fixed
+    # count, which the threads' timing decides.
     made = slots.next_id
-    assert made <= 8 and placed == batches - made, (placed, batches, made)
+    assert placed == batches - made, (placed, batches, made)
+    assert placed >= 3 * batches // 4, (placed, batches, made)
+
+
+def test_a_strided_view_of_a_slot_is_copied_and_frees_that_slot():
+    # A batch whose array lies in a slot but is not contiguous (a strided
+    # view) cannot be sent as a view of that slot's bytes: it is copied into
+    # another slot, with its values, and the slot it lay in is free again.
+    import numpy as np
+
+    slots = shardq._torch_slots._Slots()
+    old, shardq._torch_slots._slots = shardq._torch_slots._slots, slots
+    try:
+        held = slots.acquire(64 * 4)
+        area = held.flat[shardq._torch_slots._HEADER:].numpy()[:64 * 4].view(np.float32)
+        area[:] = np.arange(64, dtype=np.float32)
+        strided = area.reshape(8, 8)[:, ::2]  # in the slot, not contiguous
+        assert slots.holding(strided) is held and held.header[0] == 1
+        out = shardq.torch._pack({"x": strided})
+        assert out["x"].tolist() == strided.tolist()
+        assert slots.holding(out["x"].numpy()) is not held
+        assert held.header[0] == 0  # free again: its batch was copied out
+    finally:
+        shardq._torch_slots._slots = old
