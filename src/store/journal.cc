@@ -344,6 +344,12 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
   if (!Step(statements_->begin)) return SqliteError(db_, dir_, "BEGIN IMMEDIATE");
   for (const Pending& p : batch) {
     bool ok = true;
+    if (!p.snapshot && !p.snapshot_part && p.queue != last_floor_queue_) {
+      // A queue's first entry in this process: nothing of it lies below
+      // (a queue recovered at Open got its floor there).
+      trim_floor_.try_emplace(p.queue, p.seq - 1);
+      last_floor_queue_ = p.queue;
+    }
     if (p.snapshot_part) {
       sqlite3_stmt* st = statements_->part;
       sqlite3_bind_int64(st, 1, static_cast<sqlite3_int64>(p.seq));
@@ -383,27 +389,42 @@ absl::Status Journal::Commit(const std::vector<Pending>& batch) {
     }
   }
   // Deletes journal entries that an earlier snapshot covers, a bounded
-  // number per commit.
+  // number per commit, from where the queue's last delete ended.
   bool trimmed_all = false;
+  uint64_t trimmed_to = 0;  // the queue's new floor once this commit is in
   if (!trims_.empty()) {
     sqlite3_stmt* t = statements_->trim;
     const auto& [queue, upto] = trims_.front();
-    sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(upto));
-    sqlite3_bind_text(t, 2, queue.data(), static_cast<int>(queue.size()), SQLITE_STATIC);
-    sqlite3_bind_int(t, 3, kTrimRowsPerCommit);
-    if (!Step(t)) {
+    const uint64_t floor = trim_floor_[queue];
+    sqlite3_bind_int64(t, 1, static_cast<sqlite3_int64>(floor));
+    sqlite3_bind_int64(t, 2, static_cast<sqlite3_int64>(upto));
+    sqlite3_bind_text(t, 3, queue.data(), static_cast<int>(queue.size()), SQLITE_STATIC);
+    sqlite3_bind_int(t, 4, kTrimRowsPerCommit);
+    int deleted = 0;
+    trimmed_to = floor;
+    int rc;
+    while ((rc = sqlite3_step(t)) == SQLITE_ROW) {
+      ++deleted;
+      trimmed_to = std::max(trimmed_to, static_cast<uint64_t>(sqlite3_column_int64(t, 0)));
+    }
+    sqlite3_reset(t);
+    if (rc != SQLITE_DONE) {
       absl::Status s = SqliteError(db_, dir_, "deleting entries a snapshot covers");
       Step(statements_->rollback);
       return s;
     }
-    trimmed_all = sqlite3_changes(db_) < kTrimRowsPerCommit;
+    trimmed_all = deleted < kTrimRowsPerCommit;
+    if (trimmed_all) trimmed_to = std::max(trimmed_to, upto);  // never lowered
   }
   if (!Step(statements_->commit)) {
     absl::Status s = SqliteError(db_, dir_, "COMMIT");
     Step(statements_->rollback);
     return s;
   }
-  if (trimmed_all) trims_.erase(trims_.begin());
+  if (!trims_.empty()) {
+    trim_floor_[trims_.front().first] = trimmed_to;
+    if (trimmed_all) trims_.erase(trims_.begin());
+  }
   for (const Pending& p : batch) {
     if (!p.snapshot) continue;
     auto it = std::find_if(trims_.begin(), trims_.end(),

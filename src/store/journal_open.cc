@@ -179,9 +179,11 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
       new Journal(dir, db, lock_fd, std::move(statements), last_seq));
   journal->mark_ = std::move(writer);
   journal->dir_id_ = dir_id;
-  // Entries that a crash kept from being deleted after their snapshot.
+  // Entries that a crash kept from being deleted after their snapshot, and
+  // where each queue's entries start (see trim_floor_).
   for (const RecoveredState::Queue& q : recovered->queues) {
     if (q.snapshot != nullptr) journal->trims_.emplace_back(q.name, q.snapshot_seq);
+    journal->trim_floor_[q.name] = q.first_entry_seq > 0 ? q.first_entry_seq - 1 : last_seq;
   }
   // Replaces SQLite's automatic checkpoints: Commit checkpoints itself.
   sqlite3_wal_hook(db, &Journal::WalHook, journal.get());

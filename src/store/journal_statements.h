@@ -41,8 +41,12 @@ struct Journal::Statements {
                    " parts, first_part) VALUES (?, ?, ?, ?, ?, ?, ?)",
                    &snapshot) &&
            // The primary key range, then the queue: no secondary index needed.
+           // The range starts where the queue's last delete ended (see
+           // Journal::trim_floor_), and the seqs deleted come back, so that
+           // the next one starts after them: no row is scanned twice.
            prepare("DELETE FROM journal WHERE seq IN (SELECT seq FROM journal"
-                   " WHERE seq <= ? AND queue = ? LIMIT ?)",
+                   " WHERE seq > ? AND seq <= ? AND queue = ? ORDER BY seq LIMIT ?)"
+                   " RETURNING seq",
                    &trim) &&
            prepare("INSERT INTO snapshot_parts (seq, queue, part_pb, crc) VALUES (?, ?, ?, ?)",
                    &part) &&

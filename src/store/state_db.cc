@@ -331,6 +331,8 @@ absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out)
                                               "') fails its checksum"));
     }
     out->last_seq = std::max(out->last_seq, seq);
+    RecoveredState::Queue& q = queue(name);
+    if (q.first_entry_seq == 0) q.first_entry_seq = seq;  // rows come in seq order
     auto it = snapshot_seq.find(name);
     if (it != snapshot_seq.end() && seq <= it->second) continue;
     journal::Update update;
@@ -338,7 +340,7 @@ absl::Status ReadState(sqlite3* db, const std::string& dir, RecoveredState* out)
       return absl::DataLossError(absl::StrCat(Where(dir), "journal entry ", seq, " (queue '",
                                               absl::CHexEscape(name), "') is corrupt"));
     }
-    queue(name).updates.push_back(std::move(update));
+    q.updates.push_back(std::move(update));
   }
   if (rc != SQLITE_DONE) return SqliteError(db, dir, "reading the journal");
   return absl::OkStatus();

@@ -41,6 +41,9 @@ struct RecoveredState {
     std::unique_ptr<journal::QueueSnapshot> snapshot;
     uint64_t snapshot_seq = 0;  // the last update the snapshot includes
     std::vector<journal::Update> updates;  // in journal order
+    // The lowest sequence of the queue's stored entries, those its snapshot
+    // covers included (0: none, or a store that does not say).
+    uint64_t first_entry_seq = 0;
   };
   std::vector<Queue> queues;  // in order of first appearance
   uint64_t last_seq = 0;
