@@ -293,6 +293,101 @@ SHARDQ_FOLD_TARGET uint32_t ExtendFoldRegister(uint32_t reg, const char* p,
 
 #undef SHARDQ_FOLD_TARGET
 
+// The same folding with 256-bit registers, for CPUs that have VPCLMULQDQ
+// but not AVX-512 (AMD Zen 3, for one): 128 bytes per step in four
+// accumulators of two 128-bit lanes each. It starts at 128 bytes, so that a
+// typical 1 KB record spends most of its bytes in the folding loop.
+constexpr FoldConstants kFold96 = FoldBy(96);
+constexpr size_t kFold256MinBytes = 128;
+
+#define SHARDQ_FOLD256_TARGET \
+  __attribute__((target("avx2,vpclmulqdq,pclmul,sse4.2")))
+
+SHARDQ_FOLD256_TARGET inline __m256i Constants256(const FoldConstants& k) {
+  const auto first = static_cast<long long>(k.first);
+  const auto second = static_cast<long long>(k.second);
+  return _mm256_set_epi64x(second, first, second, first);
+}
+
+SHARDQ_FOLD256_TARGET inline __m256i Load256(const char* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+SHARDQ_FOLD256_TARGET inline __m256i Fold256(__m256i x, __m256i k,
+                                             __m256i next) {
+  return _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(x, k, 0x00),
+                                           _mm256_clmulepi64_epi128(x, k, 0x11)),
+                          next);
+}
+
+SHARDQ_FOLD256_TARGET inline __m128i Fold128Avx2(__m128i x, __m128i k,
+                                                 __m128i next) {
+  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00),
+                                     _mm_clmulepi64_si128(x, k, 0x11)),
+                       next);
+}
+
+SHARDQ_FOLD256_TARGET uint32_t ExtendFold256Register(uint32_t reg,
+                                                     const char* p,
+                                                     size_t n) {
+  if (n >= kFold256MinBytes) {
+    const __m256i initial = _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0,
+                                             static_cast<int>(reg));
+    __m256i x0 = _mm256_xor_si256(Load256(p), initial);
+    __m256i x1 = Load256(p + 32);
+    __m256i x2 = Load256(p + 64);
+    __m256i x3 = Load256(p + 96);
+    p += 128;
+    n -= 128;
+    const __m256i k128 = Constants256(kFold128);
+    while (n >= 128) {
+      x0 = Fold256(x0, k128, Load256(p));
+      x1 = Fold256(x1, k128, Load256(p + 32));
+      x2 = Fold256(x2, k128, Load256(p + 64));
+      x3 = Fold256(x3, k128, Load256(p + 96));
+      p += 128;
+      n -= 128;
+    }
+    __m256i x = Fold256(x0, Constants256(kFold96), x3);
+    x = Fold256(x1, Constants256(kFold64), x);
+    x = Fold256(x2, Constants256(kFold32), x);
+    const __m256i k32 = Constants256(kFold32);
+    while (n >= 32) {
+      x = Fold256(x, k32, Load256(p));
+      p += 32;
+      n -= 32;
+    }
+    const __m128i k16 = _mm_set_epi64x(static_cast<long long>(kFold16.second),
+                                       static_cast<long long>(kFold16.first));
+    __m128i y = Fold128Avx2(_mm256_castsi256_si128(x), k16,
+                            _mm256_extracti128_si256(x, 1));
+    while (n >= 16) {
+      y = Fold128Avx2(y, k16,
+                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      p += 16;
+      n -= 16;
+    }
+    const auto low = static_cast<uint64_t>(_mm_cvtsi128_si64(y));
+    const auto high = static_cast<uint64_t>(_mm_extract_epi64(y, 1));
+    _mm256_zeroupper();  // as in ExtendFoldRegister
+    reg = static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, low), high));
+  }
+  return ExtendHardwareRegister(reg, p, n);
+}
+
+#undef SHARDQ_FOLD256_TARGET
+
+bool Fold256Available() {
+  static const bool available = [] {
+    __builtin_cpu_init();
+    return HardwareCrc32cAvailable() &&
+           __builtin_cpu_supports("avx2") != 0 &&
+           __builtin_cpu_supports("vpclmulqdq") != 0 &&
+           __builtin_cpu_supports("pclmul") != 0;
+  }();
+  return available;
+}
+
 bool FoldAvailable() {
   static const bool available = [] {
     __builtin_cpu_init();
@@ -306,8 +401,9 @@ bool FoldAvailable() {
 
 // The fastest register update this CPU can run with the crc32 instruction.
 uint32_t ExtendBestHardwareRegister(uint32_t reg, const char* p, size_t n) {
-  return FoldAvailable() ? ExtendFoldRegister(reg, p, n)
-                         : ExtendHardwareRegister(reg, p, n);
+  if (FoldAvailable()) return ExtendFoldRegister(reg, p, n);
+  if (Fold256Available()) return ExtendFold256Register(reg, p, n);
+  return ExtendHardwareRegister(reg, p, n);
 }
 
 #endif  // SHARDQ_CRC32C_X86
@@ -317,6 +413,7 @@ using ExtendRegisterFn = uint32_t (*)(uint32_t, const char*, size_t);
 ExtendRegisterFn ChooseExtend() {
 #ifdef SHARDQ_CRC32C_X86
   if (FoldAvailable()) return &ExtendFoldRegister;
+  if (Fold256Available()) return &ExtendFold256Register;
   if (HardwareCrc32cAvailable()) return &ExtendHardwareRegister;
 #endif
   return &ExtendPortableRegister;
@@ -343,6 +440,28 @@ uint32_t Crc32cExtend(uint32_t crc, const char* data, size_t n) {
 
 uint32_t Crc32cPortable(uint32_t crc, const char* data, size_t n) {
   return ~ExtendPortableRegister(~crc, data, n);
+}
+
+std::vector<Crc32cImplementation> AvailableCrc32cImplementations() {
+  std::vector<Crc32cImplementation> out = {{"portable", &Crc32cPortable}};
+#ifdef SHARDQ_CRC32C_X86
+  if (HardwareCrc32cAvailable()) {
+    out.push_back({"crc32", [](uint32_t crc, const char* data, size_t n) {
+                     return ~ExtendHardwareRegister(~crc, data, n);
+                   }});
+  }
+  if (Fold256Available()) {
+    out.push_back({"fold256", [](uint32_t crc, const char* data, size_t n) {
+                     return ~ExtendFold256Register(~crc, data, n);
+                   }});
+  }
+  if (FoldAvailable()) {
+    out.push_back({"fold512", [](uint32_t crc, const char* data, size_t n) {
+                     return ~ExtendFoldRegister(~crc, data, n);
+                   }});
+  }
+#endif
+  return out;
 }
 
 uint32_t Crc32cHardware(uint32_t crc, const char* data, size_t n) {

@@ -1,10 +1,11 @@
 // CRC32C (Castagnoli, polynomial 0x1EDC6F41, reflected 0x82F63B78), the
 // checksum of TFRecord files, and the TFRecord "masked" form of it.
 //
-// Crc32c()/Crc32cExtend() use the SSE4.2 crc32 instruction when the CPU has
-// it (checked once, at the first call) and a portable slicing-by-8 table
-// implementation otherwise. Both implementations are exposed so that tests
-// can check that they agree.
+// Crc32c()/Crc32cExtend() use the fastest implementation the CPU can run
+// (checked once, at the first call): carry-less multiplication folding
+// (VPCLMULQDQ, on 512- or 256-bit registers), else the SSE4.2 crc32
+// instruction, else a portable slicing-by-8 table implementation. Every
+// implementation is exposed so that tests can check that they agree.
 //
 // All functions are pure and thread-safe.
 #ifndef SHARDQ_IO_CRC32C_H_
@@ -12,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "src/io/little_endian.h"
@@ -38,6 +40,18 @@ bool HardwareCrc32cAvailable();
 // HardwareCrc32cAvailable() is false it falls back to Crc32cPortable (it
 // never executes an instruction the CPU lacks).
 uint32_t Crc32cHardware(uint32_t crc, const char* data, size_t n);
+
+// One implementation of Crc32cExtend's contract, by name: "portable",
+// "crc32" (the SSE4.2 instruction, three streams), "fold256" (VPCLMULQDQ
+// on 256-bit registers) or "fold512" (VPCLMULQDQ with AVX-512).
+struct Crc32cImplementation {
+  const char* name;
+  uint32_t (*extend)(uint32_t crc, const char* data, size_t n);
+};
+
+// Every implementation this CPU can run, the portable one first and the one
+// Crc32cExtend uses last; for tests and benchmarks that compare them.
+std::vector<Crc32cImplementation> AvailableCrc32cImplementations();
 
 // TFRecord stores CRCs masked, because the CRC of a string that itself
 // contains embedded CRCs is weak. MaskCrc rotates right by 15 bits and adds

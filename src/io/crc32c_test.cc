@@ -19,9 +19,12 @@ struct Implementation {
 };
 
 std::vector<Implementation> Implementations() {
-  return {{"dispatch", &Crc32cExtend},
-          {"portable", &Crc32cPortable},
-          {"hardware", &Crc32cHardware}};
+  std::vector<Implementation> out = {{"dispatch", &Crc32cExtend},
+                                     {"hardware", &Crc32cHardware}};
+  for (const Crc32cImplementation& impl : AvailableCrc32cImplementations()) {
+    out.push_back({impl.name, impl.extend});
+  }
+  return out;
 }
 
 uint32_t CrcOf(Crc32cFn fn, const std::string& s) {
@@ -94,6 +97,38 @@ TEST(Crc32c, HardwareAndPortableAgreeOnRandomInputs) {
   for (char& c : big) c = static_cast<char>(rng());
   EXPECT_EQ(Crc32cHardware(0, big.data(), big.size()),
             Crc32cPortable(0, big.data(), big.size()));
+}
+
+// Every implementation this CPU runs against the portable tables, over
+// lengths that cross each one's block sizes (16 to 3 KiB steps) and start
+// from every alignment, from a zero and from a random register.
+TEST(Crc32c, EveryAvailableImplementationAgreesWithThePortableTables) {
+  const std::vector<Crc32cImplementation> impls =
+      AvailableCrc32cImplementations();
+  ASSERT_FALSE(impls.empty());
+  EXPECT_STREQ(impls.front().name, "portable");
+  std::mt19937_64 rng(20261205);
+  std::string buffer(4 * 3072 + 64, '\0');
+  for (char& c : buffer) c = static_cast<char>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 300; ++n) lengths.push_back(n);
+  for (size_t n : {383, 384, 385, 511, 512, 513, 1000, 1023, 1024, 1025, 3071,
+                   3072, 3073, 4 * 3072}) {
+    lengths.push_back(n);
+  }
+  for (const Crc32cImplementation& impl : impls) {
+    SCOPED_TRACE(impl.name);
+    for (size_t length : lengths) {
+      for (size_t offset = 0; offset < 64; offset += 7) {
+        const char* p = buffer.data() + offset;
+        const uint32_t seed = static_cast<uint32_t>(rng());
+        ASSERT_EQ(impl.extend(0, p, length), Crc32cPortable(0, p, length))
+            << "offset " << offset << " length " << length;
+        ASSERT_EQ(impl.extend(seed, p, length), Crc32cPortable(seed, p, length))
+            << "offset " << offset << " length " << length;
+      }
+    }
+  }
 }
 
 TEST(Crc32c, ExtendingPieceByPieceEqualsOneShot) {
