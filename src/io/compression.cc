@@ -108,7 +108,7 @@ InflateStream::InflateStream(std::unique_ptr<RandomAccessFile> file,
       compression_(compression),
       window_bytes_(window_bytes),
       zlib_(std::make_unique<Zlib>()),
-      input_(new char[kInputBytes]),
+      input_(kInputBytes),
       window_(new char[window_bytes]) {}
 
 InflateStream::~InflateStream() = default;
@@ -162,12 +162,12 @@ absl::StatusOr<absl::string_view> InflateStream::Peek(int64_t offset,
 
 absl::Status InflateStream::FillInput() {
   z_stream& zs = zlib_->stream;
-  absl::StatusOr<size_t> got =
-      file_->ReadSome(input_offset_, kInputBytes, input_.get());
+  char* const window = input_.Window(input_offset_);
+  absl::StatusOr<size_t> got = file_->ReadSome(input_offset_, kInputBytes, window);
   if (!got.ok()) return got.status();
   if (*got == 0) input_eof_ = true;
   input_offset_ += static_cast<int64_t>(*got);
-  zs.next_in = reinterpret_cast<Bytef*>(input_.get());
+  zs.next_in = reinterpret_cast<Bytef*>(window);
   zs.avail_in = static_cast<uInt>(*got);
   return absl::OkStatus();
 }

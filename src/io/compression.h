@@ -92,7 +92,7 @@ class InflateStream {
   const FileCompression compression_;
   const size_t window_bytes_;
   std::unique_ptr<Zlib> zlib_;
-  std::unique_ptr<char[]> input_;   // compressed bytes not yet inflated
+  AlignedReadBuffer input_;         // compressed bytes not yet inflated
   std::unique_ptr<char[]> window_;  // decompressed bytes [start_, start_ + size_)
   int64_t start_ = 0;
   size_t size_ = 0;

@@ -31,14 +31,15 @@ absl::StatusOr<int64_t> CopyWhole(const SliceSpec& spec, FileSystem* file_system
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(spec)); !s.ok()) return s;
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, "create", tmp);
-  std::vector<char> buffer(kCopyBytes);
+  AlignedReadBuffer buffer(kCopyBytes);
   int64_t offset = 0;
   absl::Status status;
   while (offset < (*file)->size()) {
     const size_t want = static_cast<size_t>(
-        std::min<int64_t>(static_cast<int64_t>(buffer.size()), (*file)->size() - offset));
-    status = ReadFully(**file, offset, want, buffer.data());
-    if (status.ok()) status = WriteFully(fd, absl::string_view(buffer.data(), want), tmp);
+        std::min<int64_t>(static_cast<int64_t>(buffer.capacity()), (*file)->size() - offset));
+    char* const window = buffer.Window(offset);
+    status = ReadFully(**file, offset, want, window);
+    if (status.ok()) status = WriteFully(fd, absl::string_view(window, want), tmp);
     if (!status.ok()) break;
     offset += static_cast<int64_t>(want);
   }

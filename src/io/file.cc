@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -83,6 +84,15 @@ absl::Status ReadFully(RandomAccessFile& file, int64_t offset, size_t n,
     offset += static_cast<int64_t>(*got);
   }
   return absl::OkStatus();
+}
+
+AlignedReadBuffer::AlignedReadBuffer(size_t capacity)
+    : capacity_(capacity),
+      base_(static_cast<char*>(::operator new(capacity + kPageBytes,
+                                              std::align_val_t{kPageBytes}))) {}
+
+AlignedReadBuffer::~AlignedReadBuffer() {
+  ::operator delete(base_, std::align_val_t{kPageBytes});
 }
 
 absl::Status WriteFully(int fd, absl::string_view bytes, const std::string& path) {

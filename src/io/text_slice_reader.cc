@@ -86,7 +86,8 @@ TextSliceReader::TextSliceReader(std::unique_ptr<RandomAccessFile> file,
     : file_(std::move(file)),
       file_size_(file_->size()),
       end_(end),
-      buffer_(kBufferBytes) {}
+      storage_(kBufferBytes),
+      buffer_(storage_.Window(0)) {}
 
 TextSliceReader::~TextSliceReader() = default;
 
@@ -98,8 +99,10 @@ absl::StatusOr<bool> TextSliceReader::Fill(int64_t offset) {
   // A whole buffer, or the rest of the file as it was opened; a file cut
   // shorter meanwhile is DATA_LOSS (ReadFully), never a short item.
   const size_t want = static_cast<size_t>(
-      std::min<int64_t>(static_cast<int64_t>(buffer_.size()), file_size_ - offset));
-  if (absl::Status s = ReadFully(*file_, offset, want, buffer_.data()); !s.ok()) {
+      std::min<int64_t>(static_cast<int64_t>(storage_.capacity()), file_size_ - offset));
+  char* const window = storage_.Window(offset);
+  buffer_ = window;
+  if (absl::Status s = ReadFully(*file_, offset, want, window); !s.ok()) {
     return s;
   }
   buffer_size_ = static_cast<int64_t>(want);
@@ -111,8 +114,8 @@ absl::Status TextSliceReader::SkipPastNewline() {
     absl::StatusOr<bool> more = Fill(position_);
     if (!more.ok()) return more.status();
     if (!*more) return absl::OkStatus();
-    const char* begin = buffer_.data() + (position_ - buffer_offset_);
-    const char* limit = buffer_.data() + buffer_size_;
+    const char* begin = buffer_ + (position_ - buffer_offset_);
+    const char* limit = buffer_ + buffer_size_;
     const char* nl = static_cast<const char*>(std::memchr(begin, '\n', limit - begin));
     if (nl != nullptr) {
       position_ += (nl - begin) + 1;
@@ -131,8 +134,8 @@ absl::StatusOr<bool> TextSliceReader::Next(std::string* line, int64_t* offset) {
     absl::StatusOr<bool> more = Fill(position_);
     if (!more.ok()) return more.status();
     if (!*more) break;  // last line without a newline
-    const char* begin = buffer_.data() + (position_ - buffer_offset_);
-    const char* limit = buffer_.data() + buffer_size_;
+    const char* begin = buffer_ + (position_ - buffer_offset_);
+    const char* limit = buffer_ + buffer_size_;
     const char* nl = static_cast<const char*>(std::memchr(begin, '\n', limit - begin));
     const char* stop = nl != nullptr ? nl : limit;
     line->append(begin, stop);

@@ -53,7 +53,8 @@ class TextSliceReader {
   const int64_t file_size_;
   const int64_t end_;
   int64_t position_ = 0;
-  std::vector<char> buffer_;
+  AlignedReadBuffer storage_;
+  const char* buffer_;         // the current window of storage_
   int64_t buffer_offset_ = 0;  // file offset of buffer_[0]
   int64_t buffer_size_ = 0;    // valid bytes in buffer_
 };

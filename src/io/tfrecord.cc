@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -141,7 +142,8 @@ class ReadBuffer {
       : file_(file),
         file_size_(file->size()),
         capacity_(capacity),
-        data_(new char[capacity]) {}
+        storage_(capacity),
+        data_(storage_.Window(0)) {}
 
   size_t capacity() const { return capacity_; }
 
@@ -151,24 +153,28 @@ class ReadBuffer {
         static_cast<size_t>(std::min<int64_t>(n, file_size_ - offset));
     if (Holds(offset) &&
         offset + static_cast<int64_t>(want) <= offset_ + static_cast<int64_t>(size_)) {
-      return absl::string_view(data_.get() + (offset - offset_), want);
+      return absl::string_view(data_ + (offset - offset_), want);
     }
+    // The window moves so that `offset` keeps its address modulo 4 KiB
+    // (see AlignedReadBuffer); what it already holds moves along.
+    char* const window = storage_.Window(offset);
     size_t keep = 0;
     if (Holds(offset)) {
       keep = size_ - static_cast<size_t>(offset - offset_);
-      std::memmove(data_.get(), data_.get() + (offset - offset_), keep);
+      std::memmove(window, data_ + (offset - offset_), keep);
     }
     const size_t fill = static_cast<size_t>(
         std::min<int64_t>(capacity_, file_size_ - offset));
+    data_ = window;
     size_ = 0;
     if (absl::Status s = ReadFromFile(offset + static_cast<int64_t>(keep),
-                                      fill - keep, data_.get() + keep);
+                                      fill - keep, data_ + keep);
         !s.ok()) {
       return s;
     }
     offset_ = offset;
     size_ = fill;
-    return absl::string_view(data_.get(), want);
+    return absl::string_view(data_, want);
   }
 
   // Replaces *dst with the n bytes at `offset`, all inside the file, and
@@ -186,7 +192,7 @@ class ReadBuffer {
         absl::StatusOr<absl::string_view> refilled = Peek(offset, n);
         if (!refilled.ok()) return refilled.status();
       }
-      const char* src = data_.get() + (offset - offset_);
+      const char* src = data_ + (offset - offset_);
       const size_t take =
           std::min(n, size_ - static_cast<size_t>(offset - offset_));
       for (size_t done = 0; done < take; done += kCrcPieceBytes) {
@@ -228,7 +234,7 @@ class ReadBuffer {
     char* out = dst->data();
     uint32_t crc = 0;
     if (Holds(offset)) {
-      const char* src = data_.get() + (offset - offset_);
+      const char* src = data_ + (offset - offset_);
       const size_t take =
           std::min(n, size_ - static_cast<size_t>(offset - offset_));
       std::memcpy(out, src, take);
@@ -237,9 +243,22 @@ class ReadBuffer {
       offset += static_cast<int64_t>(take);
       n -= take;
     }
+    // Straight into the string unless its bytes would lie just past their
+    // file offsets modulo 4 KiB (the kernel's slow copy, see
+    // AlignedReadBuffer): then through the buffer, one more copy.
+    const size_t skew = static_cast<size_t>(
+        (reinterpret_cast<uintptr_t>(out) - static_cast<uint64_t>(offset)) %
+        AlignedReadBuffer::kPageBytes);
+    const bool through_buffer = skew > 0 && skew < 64;
     while (n > 0) {
       const size_t take = std::min(n, capacity_);
-      if (absl::Status s = ReadFromFile(offset, take, out); !s.ok()) return s;
+      if (through_buffer) {
+        absl::StatusOr<absl::string_view> chunk = Peek(offset, take);
+        if (!chunk.ok()) return chunk.status();
+        std::memcpy(out, chunk->data(), take);
+      } else if (absl::Status s = ReadFromFile(offset, take, out); !s.ok()) {
+        return s;
+      }
       crc = Crc32cExtend(crc, out, take);
       out += take;
       offset += static_cast<int64_t>(take);
@@ -259,7 +278,8 @@ class ReadBuffer {
   RandomAccessFile* const file_;
   const int64_t file_size_;
   const size_t capacity_;
-  std::unique_ptr<char[]> data_;
+  AlignedReadBuffer storage_;
+  char* data_;          // the current window of storage_
   int64_t offset_ = 0;  // file offset of data_[0]
   size_t size_ = 0;     // valid bytes in data_
 };
