@@ -237,24 +237,49 @@ SHARDQ_FOLD_TARGET inline __m128i Fold128(__m128i x, __m128i k,
                        next);
 }
 
-SHARDQ_FOLD_TARGET uint32_t ExtendFoldRegister(uint32_t reg, const char* p,
-                                               size_t n) {
+// Loads the 64 bytes at p and, with kCopy, stores them at d.
+template <bool kCopy>
+SHARDQ_FOLD_TARGET inline __m512i Take512(const char* p, char* d) {
+  const __m512i v = _mm512_loadu_si512(p);
+  if constexpr (kCopy) _mm512_storeu_si512(d, v);
+  return v;
+}
+
+template <bool kCopy>
+SHARDQ_FOLD_TARGET inline __m128i Take128(const char* p, char* d) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(d), v);
+  return v;
+}
+
+// Moves the source (and, with kCopy, the destination) k bytes on.
+template <bool kCopy>
+inline void Advance(const char*& p, char*& d, size_t k) {
+  p += k;
+  if constexpr (kCopy) d += k;
+}
+
+// The register after p[0, n); with kCopy it also copies p[0, n) to d, in
+// the same pass (the loads the fold makes anyway are stored).
+template <bool kCopy>
+SHARDQ_FOLD_TARGET uint32_t FoldRegister(uint32_t reg, const char* p, size_t n,
+                                         char* d) {
   if (n >= kFoldMinBytes) {
     const __m512i initial = _mm512_inserti32x4(
         _mm512_setzero_si512(), _mm_cvtsi32_si128(static_cast<int>(reg)), 0);
-    __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p), initial);
-    __m512i x1 = _mm512_loadu_si512(p + 64);
-    __m512i x2 = _mm512_loadu_si512(p + 128);
-    __m512i x3 = _mm512_loadu_si512(p + 192);
-    p += 256;
+    __m512i x0 = _mm512_xor_si512(Take512<kCopy>(p, d), initial);
+    __m512i x1 = Take512<kCopy>(p + 64, d + 64);
+    __m512i x2 = Take512<kCopy>(p + 128, d + 128);
+    __m512i x3 = Take512<kCopy>(p + 192, d + 192);
+    Advance<kCopy>(p, d, 256);
     n -= 256;
     const __m512i k256 = Constants512(kFold256);
     while (n >= 256) {
-      x0 = Fold512(x0, k256, _mm512_loadu_si512(p));
-      x1 = Fold512(x1, k256, _mm512_loadu_si512(p + 64));
-      x2 = Fold512(x2, k256, _mm512_loadu_si512(p + 128));
-      x3 = Fold512(x3, k256, _mm512_loadu_si512(p + 192));
-      p += 256;
+      x0 = Fold512(x0, k256, Take512<kCopy>(p, d));
+      x1 = Fold512(x1, k256, Take512<kCopy>(p + 64, d + 64));
+      x2 = Fold512(x2, k256, Take512<kCopy>(p + 128, d + 128));
+      x3 = Fold512(x3, k256, Take512<kCopy>(p + 192, d + 192));
+      Advance<kCopy>(p, d, 256);
       n -= 256;
     }
     __m512i x = Fold512(x0, Constants512(kFold192), x3);
@@ -262,8 +287,8 @@ SHARDQ_FOLD_TARGET uint32_t ExtendFoldRegister(uint32_t reg, const char* p,
     x = Fold512(x2, Constants512(kFold64), x);
     const __m512i k64 = Constants512(kFold64);
     while (n >= 64) {
-      x = Fold512(x, k64, _mm512_loadu_si512(p));
-      p += 64;
+      x = Fold512(x, k64, Take512<kCopy>(p, d));
+      Advance<kCopy>(p, d, 64);
       n -= 64;
     }
     // The four lanes, through memory (GCC 12 warns on the extract
@@ -275,9 +300,8 @@ SHARDQ_FOLD_TARGET uint32_t ExtendFoldRegister(uint32_t reg, const char* p,
     y = Fold128(lanes[2], Constants128(kFold16), y);
     const __m128i k16 = Constants128(kFold16);
     while (n >= 16) {
-      y = Fold128(y, k16,
-                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      p += 16;
+      y = Fold128(y, k16, Take128<kCopy>(p, d));
+      Advance<kCopy>(p, d, 16);
       n -= 16;
     }
     const auto low = static_cast<uint64_t>(_mm_cvtsi128_si64(y));
@@ -288,8 +312,22 @@ SHARDQ_FOLD_TARGET uint32_t ExtendFoldRegister(uint32_t reg, const char* p,
     _mm256_zeroupper();
     reg = static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, low), high));
   }
+  if constexpr (kCopy) {
+    if (n > 0) std::memcpy(d, p, n);
+  }
   return ExtendHardwareRegister(reg, p, n);
 }
+
+SHARDQ_FOLD_TARGET uint32_t ExtendFoldRegister(uint32_t reg, const char* p,
+                                               size_t n) {
+  return FoldRegister<false>(reg, p, n, nullptr);
+}
+
+SHARDQ_FOLD_TARGET uint32_t CopyFoldRegister(uint32_t reg, const char* p,
+                                             size_t n, char* d) {
+  return FoldRegister<true>(reg, p, n, d);
+}
+
 
 #undef SHARDQ_FOLD_TARGET
 
@@ -327,25 +365,40 @@ SHARDQ_FOLD256_TARGET inline __m128i Fold128Avx2(__m128i x, __m128i k,
                        next);
 }
 
-SHARDQ_FOLD256_TARGET uint32_t ExtendFold256Register(uint32_t reg,
-                                                     const char* p,
-                                                     size_t n) {
+template <bool kCopy>
+SHARDQ_FOLD256_TARGET inline __m256i Take256(const char* p, char* d) {
+  const __m256i v = Load256(p);
+  if constexpr (kCopy) _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), v);
+  return v;
+}
+
+template <bool kCopy>
+SHARDQ_FOLD256_TARGET inline __m128i Take128Avx2(const char* p, char* d) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(d), v);
+  return v;
+}
+
+// As FoldRegister, on 256-bit registers.
+template <bool kCopy>
+SHARDQ_FOLD256_TARGET uint32_t Fold256Register(uint32_t reg, const char* p,
+                                               size_t n, char* d) {
   if (n >= kFold256MinBytes) {
     const __m256i initial = _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0,
                                              static_cast<int>(reg));
-    __m256i x0 = _mm256_xor_si256(Load256(p), initial);
-    __m256i x1 = Load256(p + 32);
-    __m256i x2 = Load256(p + 64);
-    __m256i x3 = Load256(p + 96);
-    p += 128;
+    __m256i x0 = _mm256_xor_si256(Take256<kCopy>(p, d), initial);
+    __m256i x1 = Take256<kCopy>(p + 32, d + 32);
+    __m256i x2 = Take256<kCopy>(p + 64, d + 64);
+    __m256i x3 = Take256<kCopy>(p + 96, d + 96);
+    Advance<kCopy>(p, d, 128);
     n -= 128;
     const __m256i k128 = Constants256(kFold128);
     while (n >= 128) {
-      x0 = Fold256(x0, k128, Load256(p));
-      x1 = Fold256(x1, k128, Load256(p + 32));
-      x2 = Fold256(x2, k128, Load256(p + 64));
-      x3 = Fold256(x3, k128, Load256(p + 96));
-      p += 128;
+      x0 = Fold256(x0, k128, Take256<kCopy>(p, d));
+      x1 = Fold256(x1, k128, Take256<kCopy>(p + 32, d + 32));
+      x2 = Fold256(x2, k128, Take256<kCopy>(p + 64, d + 64));
+      x3 = Fold256(x3, k128, Take256<kCopy>(p + 96, d + 96));
+      Advance<kCopy>(p, d, 128);
       n -= 128;
     }
     __m256i x = Fold256(x0, Constants256(kFold96), x3);
@@ -353,8 +406,8 @@ SHARDQ_FOLD256_TARGET uint32_t ExtendFold256Register(uint32_t reg,
     x = Fold256(x2, Constants256(kFold32), x);
     const __m256i k32 = Constants256(kFold32);
     while (n >= 32) {
-      x = Fold256(x, k32, Load256(p));
-      p += 32;
+      x = Fold256(x, k32, Take256<kCopy>(p, d));
+      Advance<kCopy>(p, d, 32);
       n -= 32;
     }
     const __m128i k16 = _mm_set_epi64x(static_cast<long long>(kFold16.second),
@@ -362,9 +415,8 @@ SHARDQ_FOLD256_TARGET uint32_t ExtendFold256Register(uint32_t reg,
     __m128i y = Fold128Avx2(_mm256_castsi256_si128(x), k16,
                             _mm256_extracti128_si256(x, 1));
     while (n >= 16) {
-      y = Fold128Avx2(y, k16,
-                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      p += 16;
+      y = Fold128Avx2(y, k16, Take128Avx2<kCopy>(p, d));
+      Advance<kCopy>(p, d, 16);
       n -= 16;
     }
     const auto low = static_cast<uint64_t>(_mm_cvtsi128_si64(y));
@@ -372,8 +424,24 @@ SHARDQ_FOLD256_TARGET uint32_t ExtendFold256Register(uint32_t reg,
     _mm256_zeroupper();  // as in ExtendFoldRegister
     reg = static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, low), high));
   }
+  if constexpr (kCopy) {
+    if (n > 0) std::memcpy(d, p, n);
+  }
   return ExtendHardwareRegister(reg, p, n);
 }
+
+SHARDQ_FOLD256_TARGET uint32_t ExtendFold256Register(uint32_t reg,
+                                                     const char* p,
+                                                     size_t n) {
+  return Fold256Register<false>(reg, p, n, nullptr);
+}
+
+SHARDQ_FOLD256_TARGET uint32_t CopyFold256Register(uint32_t reg,
+                                                   const char* p, size_t n,
+                                                   char* d) {
+  return Fold256Register<true>(reg, p, n, d);
+}
+
 
 #undef SHARDQ_FOLD256_TARGET
 
@@ -409,6 +477,24 @@ uint32_t ExtendBestHardwareRegister(uint32_t reg, const char* p, size_t n) {
 #endif  // SHARDQ_CRC32C_X86
 
 using ExtendRegisterFn = uint32_t (*)(uint32_t, const char*, size_t);
+using CopyRegisterFn = uint32_t (*)(uint32_t, const char*, size_t, char*);
+
+// A copying form of `Extend`, for the paths that do not fold: memcpy, then
+// the checksum of the source (still in cache).
+template <ExtendRegisterFn Extend>
+uint32_t CopyThenExtend(uint32_t reg, const char* p, size_t n, char* d) {
+  if (n > 0) std::memcpy(d, p, n);
+  return Extend(reg, p, n);
+}
+
+CopyRegisterFn ChooseCopy() {
+#ifdef SHARDQ_CRC32C_X86
+  if (FoldAvailable()) return &CopyFoldRegister;
+  if (Fold256Available()) return &CopyFold256Register;
+  if (HardwareCrc32cAvailable()) return &CopyThenExtend<ExtendHardwareRegister>;
+#endif
+  return &CopyThenExtend<ExtendPortableRegister>;
+}
 
 ExtendRegisterFn ChooseExtend() {
 #ifdef SHARDQ_CRC32C_X86
@@ -438,27 +524,45 @@ uint32_t Crc32cExtend(uint32_t crc, const char* data, size_t n) {
   return ~extend(~crc, data, n);
 }
 
+uint32_t Crc32cExtendCopy(uint32_t crc, const char* data, size_t n, char* dst) {
+  static const CopyRegisterFn copy = ChooseCopy();
+  return ~copy(~crc, data, n, dst);
+}
+
 uint32_t Crc32cPortable(uint32_t crc, const char* data, size_t n) {
   return ~ExtendPortableRegister(~crc, data, n);
 }
 
+namespace {
+
+// The public form (pre- and post-inverted) of a register function.
+template <ExtendRegisterFn Extend>
+uint32_t Public(uint32_t crc, const char* data, size_t n) {
+  return ~Extend(~crc, data, n);
+}
+template <CopyRegisterFn Copy>
+uint32_t PublicCopy(uint32_t crc, const char* data, size_t n, char* dst) {
+  return ~Copy(~crc, data, n, dst);
+}
+
+}  // namespace
+
 std::vector<Crc32cImplementation> AvailableCrc32cImplementations() {
-  std::vector<Crc32cImplementation> out = {{"portable", &Crc32cPortable}};
+  std::vector<Crc32cImplementation> out = {
+      {"portable", &Crc32cPortable,
+       &PublicCopy<CopyThenExtend<ExtendPortableRegister>>}};
 #ifdef SHARDQ_CRC32C_X86
   if (HardwareCrc32cAvailable()) {
-    out.push_back({"crc32", [](uint32_t crc, const char* data, size_t n) {
-                     return ~ExtendHardwareRegister(~crc, data, n);
-                   }});
+    out.push_back({"crc32", &Public<ExtendHardwareRegister>,
+                   &PublicCopy<CopyThenExtend<ExtendHardwareRegister>>});
   }
   if (Fold256Available()) {
-    out.push_back({"fold256", [](uint32_t crc, const char* data, size_t n) {
-                     return ~ExtendFold256Register(~crc, data, n);
-                   }});
+    out.push_back({"fold256", &Public<ExtendFold256Register>,
+                   &PublicCopy<CopyFold256Register>});
   }
   if (FoldAvailable()) {
-    out.push_back({"fold512", [](uint32_t crc, const char* data, size_t n) {
-                     return ~ExtendFoldRegister(~crc, data, n);
-                   }});
+    out.push_back({"fold512", &Public<ExtendFoldRegister>,
+                   &PublicCopy<CopyFoldRegister>});
   }
 #endif
   return out;

@@ -25,6 +25,12 @@ namespace shardq {
 // Crc32cExtend(0, p, n) == Crc32c(absl::string_view(p, n)).
 uint32_t Crc32cExtend(uint32_t crc, const char* data, size_t n);
 
+// Copies data[0, n) to dst (n bytes, not overlapping data) and returns
+// Crc32cExtend(crc, data, n): one pass over the data where the CPU folds
+// with VPCLMULQDQ (the loads the checksum makes are stored), a memcpy and
+// then the checksum of the copied bytes (still in cache) elsewhere.
+uint32_t Crc32cExtendCopy(uint32_t crc, const char* data, size_t n, char* dst);
+
 // Returns the CRC32C of `data`.
 inline uint32_t Crc32c(absl::string_view data) {
   return Crc32cExtend(0, data.data(), data.size());
@@ -47,6 +53,8 @@ uint32_t Crc32cHardware(uint32_t crc, const char* data, size_t n);
 struct Crc32cImplementation {
   const char* name;
   uint32_t (*extend)(uint32_t crc, const char* data, size_t n);
+  // Crc32cExtendCopy's contract, on this implementation.
+  uint32_t (*extend_copy)(uint32_t crc, const char* data, size_t n, char* dst);
 };
 
 // Every implementation this CPU can run, the portable one first and the one

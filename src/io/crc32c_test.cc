@@ -126,8 +126,32 @@ TEST(Crc32c, EveryAvailableImplementationAgreesWithThePortableTables) {
             << "offset " << offset << " length " << length;
         ASSERT_EQ(impl.extend(seed, p, length), Crc32cPortable(seed, p, length))
             << "offset " << offset << " length " << length;
+        // The copying form: the same checksum, and exactly the n bytes
+        // copied (the guard bytes around them untouched), to a destination
+        // at another alignment.
+        std::string copy(length + 2 * 64, '#');
+        char* dst = copy.data() + 64 + (offset * 3) % 32;
+        ASSERT_EQ(impl.extend_copy(seed, p, length, dst), Crc32cPortable(seed, p, length))
+            << "offset " << offset << " length " << length;
+        ASSERT_EQ(std::string(dst, length), std::string(p, length))
+            << "offset " << offset << " length " << length;
+        const size_t before = static_cast<size_t>(dst - copy.data());
+        ASSERT_EQ(copy.substr(0, before), std::string(before, '#'));
+        ASSERT_EQ(copy.substr(before + length), std::string(copy.size() - before - length, '#'));
       }
     }
+  }
+}
+
+TEST(Crc32c, ExtendCopyCopiesAndChecksums) {
+  std::mt19937_64 rng(11);
+  std::string data(70000, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  std::string copy(data.size(), '\0');
+  for (size_t n : {0, 1, 15, 16, 127, 128, 255, 256, 1000, 4096, 70000}) {
+    ASSERT_EQ(Crc32cExtendCopy(7, data.data(), n, copy.data()),
+              Crc32cExtend(7, data.data(), n));
+    ASSERT_EQ(copy.compare(0, n, data, 0, n), 0) << n;
   }
 }
 

@@ -178,15 +178,15 @@ class ReadBuffer {
   }
 
   // Replaces *dst with the n bytes at `offset`, all inside the file, and
-  // returns their CRC32C. One pass over the data: each piece is checksummed
-  // right after it is copied, while it is still in the L1 cache, and the
-  // string is filled by append (no zero-fill of its new bytes first).
+  // returns their CRC32C, copying and checksumming in one pass
+  // (Crc32cExtendCopy). The string is resized from its previous contents,
+  // not cleared, so that a reused string zero-fills at most what it grows.
   absl::StatusOr<uint32_t> ReadWithCrc(int64_t offset, size_t n,
                                        std::string* dst) {
     if (n >= capacity_) return ReadLargeWithCrc(offset, n, dst);
     uint32_t crc = 0;
-    dst->clear();
-    dst->reserve(n);
+    dst->resize(n);
+    char* out = dst->data();
     while (n > 0) {
       if (!Holds(offset)) {
         absl::StatusOr<absl::string_view> refilled = Peek(offset, n);
@@ -195,11 +195,8 @@ class ReadBuffer {
       const char* src = data_ + (offset - offset_);
       const size_t take =
           std::min(n, size_ - static_cast<size_t>(offset - offset_));
-      for (size_t done = 0; done < take; done += kCrcPieceBytes) {
-        const size_t piece = std::min(kCrcPieceBytes, take - done);
-        dst->append(src + done, piece);
-        crc = Crc32cExtend(crc, src + done, piece);
-      }
+      crc = Crc32cExtendCopy(crc, src, take, out);
+      out += take;
       offset += static_cast<int64_t>(take);
       n -= take;
     }
@@ -222,9 +219,6 @@ class ReadBuffer {
   }
 
  private:
-  // Bytes copied then checksummed at a time: small enough to stay in L1.
-  static constexpr size_t kCrcPieceBytes = 16 << 10;
-
   // ReadWithCrc for records of at least a buffer: the bytes the buffer
   // holds are copied, the rest is read straight into the string, one
   // buffer-sized pread at a time, each checksummed while it is in cache.
@@ -237,8 +231,7 @@ class ReadBuffer {
       const char* src = data_ + (offset - offset_);
       const size_t take =
           std::min(n, size_ - static_cast<size_t>(offset - offset_));
-      std::memcpy(out, src, take);
-      crc = Crc32cExtend(crc, src, take);
+      crc = Crc32cExtendCopy(crc, src, take, out);
       out += take;
       offset += static_cast<int64_t>(take);
       n -= take;
@@ -255,11 +248,12 @@ class ReadBuffer {
       if (through_buffer) {
         absl::StatusOr<absl::string_view> chunk = Peek(offset, take);
         if (!chunk.ok()) return chunk.status();
-        std::memcpy(out, chunk->data(), take);
+        crc = Crc32cExtendCopy(crc, chunk->data(), take, out);
       } else if (absl::Status s = ReadFromFile(offset, take, out); !s.ok()) {
         return s;
+      } else {
+        crc = Crc32cExtend(crc, out, take);
       }
-      crc = Crc32cExtend(crc, out, take);
       out += take;
       offset += static_cast<int64_t>(take);
       n -= take;
