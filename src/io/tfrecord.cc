@@ -178,14 +178,22 @@ class ReadBuffer {
   }
 
   // Replaces *dst with the n bytes at `offset`, all inside the file, and
-  // returns their CRC32C, copying and checksumming in one pass
-  // (Crc32cExtendCopy). The string is resized from its previous contents,
-  // not cleared, so that a reused string zero-fills at most what it grows.
+  // returns their CRC32C, in one pass over the data. A string that already
+  // holds n bytes or more (a reused one) is cut to n and overwritten,
+  // copying and checksumming at once (Crc32cExtendCopy); a shorter one is
+  // appended to, and each piece checksummed right after it is copied,
+  // while it is in cache: never a zero-fill of new bytes first.
   absl::StatusOr<uint32_t> ReadWithCrc(int64_t offset, size_t n,
                                        std::string* dst) {
     if (n >= capacity_) return ReadLargeWithCrc(offset, n, dst);
     uint32_t crc = 0;
-    dst->resize(n);
+    const bool overwrite = dst->size() >= n;
+    if (overwrite) {
+      dst->resize(n);
+    } else {
+      dst->clear();
+      dst->reserve(n);
+    }
     char* out = dst->data();
     while (n > 0) {
       if (!Holds(offset)) {
@@ -195,8 +203,13 @@ class ReadBuffer {
       const char* src = data_ + (offset - offset_);
       const size_t take =
           std::min(n, size_ - static_cast<size_t>(offset - offset_));
-      crc = Crc32cExtendCopy(crc, src, take, out);
-      out += take;
+      if (overwrite) {
+        crc = Crc32cExtendCopy(crc, src, take, out);
+        out += take;
+      } else {
+        dst->append(src, take);
+        crc = Crc32cExtend(crc, src, take);
+      }
       offset += static_cast<int64_t>(take);
       n -= take;
     }
