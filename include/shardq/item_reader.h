@@ -12,6 +12,13 @@
 
 namespace shardq {
 
+// Whether the reader of an item of (key, value) Records fills each
+// record's key ("<item>:<offset>"). Building it costs about a quarter of
+// reading a 200-byte TFRecord record (bench/results/pipeline.md), so a
+// consumer that uses only values (shardq.data's datasets hand Python the
+// values) skips it; the keys are then empty.
+enum class RecordKeys { kFill, kSkip };
+
 // Reads the records of one work item, in order, until its range ends. A
 // reader of an item that can be split (WorkItem::range set) claims each
 // record's start offset before returning it and stops where a split ended

@@ -366,13 +366,16 @@ class PyPipeline {
     read.num_parallel_reads = num_parallel_reads;
     read.complete_when_read = complete_when_read;
     read.max_epoch = max_epoch;
+    // Python gets the records' values only (RowObject): no keys are built.
     if (reader == "text") {
-      stream_ = pipeline::ReadItems(queue_->queue(), pipeline::TextReaderFactory(), read);
+      stream_ = pipeline::ReadItems(queue_->queue(),
+                                    pipeline::TextReaderFactory(RecordKeys::kSkip), read);
     } else if (reader == "tfrecord") {
       TFRecordReaderOptions options;
       options.on_corrupt = ParseOnCorrupt(on_corrupt);
       stream_ =
-          pipeline::ReadItems(queue_->queue(), pipeline::TFRecordReaderFactory(options), read);
+          pipeline::ReadItems(queue_->queue(),
+                              pipeline::TFRecordReaderFactory(options, RecordKeys::kSkip), read);
     } else if (reader == "table") {
       TableReaderOptions options;
       if (table_batch_rows > 0) options.batch_rows = table_batch_rows;

@@ -66,7 +66,7 @@ class TFRecordItemReader::Records {
 
 absl::StatusOr<std::unique_ptr<TFRecordItemReader>> TFRecordItemReader::Open(
     const WorkItem& item, const TFRecordReaderOptions& options,
-    FileSystem* file_system) {
+    FileSystem* file_system, RecordKeys keys) {
   absl::StatusOr<SliceSpec> spec = SpecOf(item);
   if (!spec.ok()) return spec.status();
   // One open, for the item's range (a remote file starts fetching it): the
@@ -111,14 +111,16 @@ absl::StatusOr<std::unique_ptr<TFRecordItemReader>> TFRecordItemReader::Open(
     records->compressed = *std::move(compressed);
   }
   return std::unique_ptr<TFRecordItemReader>(
-      new TFRecordItemReader(item, options.log_skips, std::move(records)));
+      new TFRecordItemReader(item, options.log_skips, keys, std::move(records)));
 }
 
 TFRecordItemReader::TFRecordItemReader(const WorkItem& item, bool log_skips,
+                                       RecordKeys keys,
                                        std::unique_ptr<Records> records)
     : item_(item),
       key_prefix_(absl::StrCat(item.item, ":")),
       log_skips_(log_skips),
+      keys_(keys),
       records_(std::move(records)) {}
 
 TFRecordItemReader::~TFRecordItemReader() = default;
@@ -142,7 +144,11 @@ absl::StatusOr<bool> TFRecordItemReader::Next(Record* record) {
     EndItem();
     return false;
   }
-  SetRecordKey(key_prefix_, offset, &record->key);
+  if (keys_ == RecordKeys::kFill) {
+    SetRecordKey(key_prefix_, offset, &record->key);
+  } else {
+    record->key.clear();
+  }
   // Length (8), its CRC (4), the data, its CRC (4).
   if (plain) {
     consumed_ = offset + kTFRecordHeaderBytes + kTFRecordFooterBytes +

@@ -68,7 +68,8 @@ inline std::string PlannedVersion(const SliceSpec& spec) {
 // Text lines of an item (see TextLineReader for keys and errors).
 // resume_offset() is the byte offset of the next line.
 absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
-    const WorkItem& item, FileSystem* file_system = nullptr);
+    const WorkItem& item, FileSystem* file_system = nullptr,
+    RecordKeys keys = RecordKeys::kFill);
 
 // TFRecord records of an item (see TFRecordReader for the slice rules,
 // compression and errors). Under kSkip with log_skips, the item's skipped
@@ -77,7 +78,7 @@ class TFRecordItemReader final : public ItemReader<Record> {
  public:
   static absl::StatusOr<std::unique_ptr<TFRecordItemReader>> Open(
       const WorkItem& item, const TFRecordReaderOptions& options,
-      FileSystem* file_system = nullptr);
+      FileSystem* file_system = nullptr, RecordKeys keys = RecordKeys::kFill);
   ~TFRecordItemReader() override;
 
   absl::StatusOr<bool> Next(Record* record) override;
@@ -90,13 +91,14 @@ class TFRecordItemReader final : public ItemReader<Record> {
 
  private:
   class Records;
-  TFRecordItemReader(const WorkItem& item, bool log_skips,
+  TFRecordItemReader(const WorkItem& item, bool log_skips, RecordKeys keys,
                      std::unique_ptr<Records> records);
   void EndItem();
 
   const WorkItem item_;
   const std::string key_prefix_;  // "<item>:"
   const bool log_skips_;
+  const RecordKeys keys_;
   std::unique_ptr<Records> records_;
   int64_t consumed_ = -1;
   bool ended_ = false;

@@ -12,8 +12,10 @@ namespace {
 
 class TextItemReader final : public ItemReader<Record> {
  public:
-  TextItemReader(const WorkItem& item, std::unique_ptr<TextSliceReader> slice)
+  TextItemReader(const WorkItem& item, RecordKeys keys,
+                 std::unique_ptr<TextSliceReader> slice)
       : key_prefix_(absl::StrCat(item.item, ":")),
+        keys_(keys),
         range_(item.range),
         slice_(std::move(slice)) {}
 
@@ -23,7 +25,11 @@ class TextItemReader final : public ItemReader<Record> {
     if (!more.ok() || !*more) return more;
     // A split (tail rebalancing) may have ended the item before this line.
     if (range_ != nullptr && !range_->Claim(offset)) return false;
-    SetRecordKey(key_prefix_, offset, &record->key);
+    if (keys_ == RecordKeys::kFill) {
+      SetRecordKey(key_prefix_, offset, &record->key);
+    } else {
+      record->key.clear();
+    }
     return true;
   }
 
@@ -31,6 +37,7 @@ class TextItemReader final : public ItemReader<Record> {
 
  private:
   const std::string key_prefix_;
+  const RecordKeys keys_;
   const std::shared_ptr<SplittableRange> range_;
   const std::unique_ptr<TextSliceReader> slice_;
 };
@@ -38,7 +45,7 @@ class TextItemReader final : public ItemReader<Record> {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
-    const WorkItem& item, FileSystem* file_system) {
+    const WorkItem& item, FileSystem* file_system, RecordKeys keys) {
   absl::StatusOr<SliceSpec> spec = SpecOf(item);
   if (!spec.ok()) return spec.status();
   // The byte before the range decides where its first line starts.
@@ -53,7 +60,7 @@ absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
   absl::StatusOr<std::unique_ptr<TextSliceReader>> slice = TextSliceReader::Open(
       *std::move(file), spec->start.value_or(0), spec->end.value_or(-1));
   if (!slice.ok()) return slice.status();
-  return std::make_unique<TextItemReader>(item, *std::move(slice));
+  return std::make_unique<TextItemReader>(item, keys, *std::move(slice));
 }
 
 TextLineReader::TextLineReader()

@@ -95,15 +95,15 @@ ItemReaderFactory<Row> TableReaderFactory(TableReaderOptions options) {
   };
 }
 
-RecordReaderFactory TextReaderFactory() {
-  return [](const WorkItem& item) { return OpenTextItem(item); };
+RecordReaderFactory TextReaderFactory(RecordKeys keys) {
+  return [keys](const WorkItem& item) { return OpenTextItem(item, nullptr, keys); };
 }
 
-RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options) {
-  return [options](const WorkItem& item)
+RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options, RecordKeys keys) {
+  return [options, keys](const WorkItem& item)
              -> absl::StatusOr<std::unique_ptr<RecordReader>> {
     absl::StatusOr<std::unique_ptr<TFRecordItemReader>> reader =
-        TFRecordItemReader::Open(item, options);
+        TFRecordItemReader::Open(item, options, nullptr, keys);
     if (!reader.ok()) return reader.status();
     return std::unique_ptr<RecordReader>(*std::move(reader));
   };

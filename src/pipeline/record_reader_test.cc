@@ -5,6 +5,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -117,6 +118,36 @@ TEST(TFRecordReaderFactory, ReadsRecordsKeyedByOffsetWithResumeOffsets) {
     EXPECT_EQ(read.records[i].value, absl::StrCat("record ", i));
     EXPECT_EQ(read.records[i].key, absl::StrCat(path, ":", offsets[i]));
     EXPECT_EQ(read.resume_offsets[i], offsets[i + 1]);
+  }
+}
+
+// RecordKeys::kSkip: the same records, values and progress, with every
+// key empty, also in a record that held a key before (a reused one).
+TEST(RecordKeys, SkipLeavesKeysEmptyAndChangesNothingElse) {
+  const std::string text = TempPath("keys.txt");
+  std::ofstream(text, std::ios::binary) << "a\nbb\r\nccc";
+  const std::string tfrecord = WriteTFRecords("keys.tfrecord", 5, nullptr);
+  for (const auto& [path, fill, skip] :
+       {std::make_tuple(text, TextReaderFactory(), TextReaderFactory(RecordKeys::kSkip)),
+        std::make_tuple(tfrecord, TFRecordReaderFactory(),
+                        TFRecordReaderFactory({}, RecordKeys::kSkip))}) {
+    SCOPED_TRACE(path);
+    const Read with_keys = ReadAll(fill, path);
+    const Read without = ReadAll(skip, path);
+    ASSERT_EQ(without.records.size(), with_keys.records.size());
+    ASSERT_FALSE(with_keys.records.empty());
+    for (size_t i = 0; i < without.records.size(); ++i) {
+      EXPECT_EQ(without.records[i].value, with_keys.records[i].value);
+      EXPECT_FALSE(with_keys.records[i].key.empty());
+      EXPECT_EQ(without.records[i].key, "");
+    }
+    EXPECT_EQ(without.resume_offsets, with_keys.resume_offsets);
+
+    std::unique_ptr<RecordReader> reader = ValueOrDie(skip(Item(path)));
+    Record reused{"a key from before", "a value from before"};
+    ASSERT_TRUE(ValueOrDie(reader->Next(&reused)));
+    EXPECT_EQ(reused.key, "");
+    EXPECT_EQ(reused.value, with_keys.records[0].value);
   }
 }
 

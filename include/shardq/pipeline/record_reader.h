@@ -57,20 +57,22 @@ using RecordReader = ItemReader<Record>;
 using RecordReaderFactory = ItemReaderFactory<Record>;
 
 // Text lines: a line belongs to the item in which its first byte lies.
-// key "<item>:<byte offset of the line>", value the line without "\n" or
-// "\r\n". NOT_FOUND names a missing file. Resumable: resume_offset() is the
-// byte offset of the next line.
-RecordReaderFactory TextReaderFactory();
+// key "<item>:<byte offset of the line>" (empty with RecordKeys::kSkip,
+// see shardq/item_reader.h), value the line without "\n" or "\r\n".
+// NOT_FOUND names a missing file. Resumable: resume_offset() is the byte
+// offset of the next line.
+RecordReaderFactory TextReaderFactory(RecordKeys keys = RecordKeys::kFill);
 
 // TFRecord records (plain, GZIP or ZLIB; see shardq/tfrecord_reader.h for
-// the slice rules and `options`). key "<item>:<byte offset of the record>",
-// value the record's data. Errors name the file: NOT_FOUND, DATA_LOSS with
+// the slice rules and `options`). key "<item>:<byte offset of the record>"
+// (empty with RecordKeys::kSkip), value the record's data. Errors name the file: NOT_FOUND, DATA_LOSS with
 // the byte offset of a corrupt record, INVALID_ARGUMENT for a cut
 // compressed file. The file is opened once (compression is judged from
 // the open file). resume_offset() is the byte offset after the last record
 // returned (as for TFRecordReader's progress), -1 for a compressed file,
 // which is re-read whole after a failure.
-RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options = {});
+RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options = {},
+                                          RecordKeys keys = RecordKeys::kFill);
 
 // Rows of SQLite table items ("sqlite:PATH?table=NAME[&start=S&end=E]",
 // see shardq/table_reader.h), in rowid order: key "<item>:<rowid>". Errors
