@@ -442,7 +442,6 @@ SHARDQ_FOLD256_TARGET uint32_t CopyFold256Register(uint32_t reg,
   return Fold256Register<true>(reg, p, n, d);
 }
 
-
 #undef SHARDQ_FOLD256_TARGET
 
 bool Fold256Available() {
