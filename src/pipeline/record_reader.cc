@@ -95,6 +95,12 @@ ItemReaderFactory<Row> TableReaderFactory(TableReaderOptions options) {
   };
 }
 
+RecordReaderFactory TextReaderFactory() { return TextReaderFactory(RecordKeys::kFill); }
+
+RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options) {
+  return TFRecordReaderFactory(options, RecordKeys::kFill);
+}
+
 RecordReaderFactory TextReaderFactory(RecordKeys keys) {
   return [keys](const WorkItem& item) { return OpenTextItem(item, nullptr, keys); };
 }

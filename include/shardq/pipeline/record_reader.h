@@ -61,7 +61,8 @@ using RecordReaderFactory = ItemReaderFactory<Record>;
 // see shardq/item_reader.h), value the line without "\n" or "\r\n".
 // NOT_FOUND names a missing file. Resumable: resume_offset() is the byte
 // offset of the next line.
-RecordReaderFactory TextReaderFactory(RecordKeys keys = RecordKeys::kFill);
+RecordReaderFactory TextReaderFactory();
+RecordReaderFactory TextReaderFactory(RecordKeys keys);
 
 // TFRecord records (plain, GZIP or ZLIB; see shardq/tfrecord_reader.h for
 // the slice rules and `options`). key "<item>:<byte offset of the record>"
@@ -71,8 +72,8 @@ RecordReaderFactory TextReaderFactory(RecordKeys keys = RecordKeys::kFill);
 // the open file). resume_offset() is the byte offset after the last record
 // returned (as for TFRecordReader's progress), -1 for a compressed file,
 // which is re-read whole after a failure.
-RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options = {},
-                                          RecordKeys keys = RecordKeys::kFill);
+RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options = {});
+RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options, RecordKeys keys);
 
 // Rows of SQLite table items ("sqlite:PATH?table=NAME[&start=S&end=E]",
 // see shardq/table_reader.h), in rowid order: key "<item>:<rowid>". Errors
