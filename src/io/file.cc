@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -86,9 +87,23 @@ absl::Status ReadFully(RandomAccessFile& file, int64_t offset, size_t n,
   return absl::OkStatus();
 }
 
+namespace {
+
+// capacity + one page, or std::bad_alloc (as new[] of too much) when that
+// does not fit in a size_t: a wrapped sum would allocate a few bytes for a
+// buffer that is then filled with up to `capacity`.
+size_t WithSlack(size_t capacity) {
+  if (capacity > std::numeric_limits<size_t>::max() - AlignedReadBuffer::kPageBytes) {
+    throw std::bad_alloc();
+  }
+  return capacity + AlignedReadBuffer::kPageBytes;
+}
+
+}  // namespace
+
 AlignedReadBuffer::AlignedReadBuffer(size_t capacity)
     : capacity_(capacity),
-      base_(static_cast<char*>(::operator new(capacity + kPageBytes,
+      base_(static_cast<char*>(::operator new(WithSlack(capacity),
                                               std::align_val_t{kPageBytes}))) {}
 
 AlignedReadBuffer::~AlignedReadBuffer() {

@@ -71,6 +71,8 @@ absl::Status ReadFully(RandomAccessFile& file, int64_t offset, size_t n,
 class AlignedReadBuffer {
  public:
   static constexpr size_t kPageBytes = 4096;
+  // Throws std::bad_alloc when capacity plus a page cannot be allocated
+  // (or does not fit in a size_t).
   explicit AlignedReadBuffer(size_t capacity);
   ~AlignedReadBuffer();
   AlignedReadBuffer(const AlignedReadBuffer&) = delete;

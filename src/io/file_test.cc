@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <new>
 #include <memory>
 #include <string>
 #include <vector>
@@ -188,6 +190,8 @@ TEST(AlignedReadBuffer, WindowHoldsEachOffsetAtItsAddressModuloAPage) {
         << offset;
     std::memset(window, 'x', buffer.capacity());  // all of it is the buffer's (ASan)
   }
+  // A capacity whose slack would wrap around is refused, not allocated short.
+  EXPECT_THROW(AlignedReadBuffer(std::numeric_limits<size_t>::max() - 10), std::bad_alloc);
 }
 
 // Records, for every read, where its destination lies relative to its file
