@@ -44,7 +44,10 @@ InputProducer::InputProducer(WorkQueue* queue, int64_t capacity)
       capacity_(std::max<int64_t>(1, std::min(capacity, queue->num_clients()))),
       state_(std::make_unique<State>(queue_, capacity_)) {
   State* state = state_.get();
-  state->thread_ = std::thread([state] { state->Fill(); });
+  state->thread_ = std::thread([state] {
+    NameThisThread("producer");
+    state->Fill();
+  });
 }
 
 InputProducer::~InputProducer() {

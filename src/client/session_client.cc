@@ -14,6 +14,7 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/sync_stream.h"
 #include "proto/shardq/coordinator.grpc.pb.h"
+#include "src/core/process.h"
 #include "src/log/log.h"
 #include "src/rpc/convert.h"
 #include "src/rpc/protocol_version.h"
@@ -155,7 +156,10 @@ class SessionClient::Impl {
 };
 
 absl::Status SessionClient::Impl::Start(QueueInfo* info) {
-  reader_ = std::thread([this] { ReaderLoop(); });
+  reader_ = std::thread([this] {
+    NameThisThread("session-read");
+    ReaderLoop();
+  });
   absl::MutexLock lock(&mu_);
   const absl::Time give_up = absl::Now() + options_.open_timeout + kCloseWait;
   while (state_ == State::kOpening) {

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "shardq/splittable_range.h"
 #include "src/client/work_queue_impl.h"
+#include "src/core/process.h"
 
 namespace shardq {
 
@@ -20,6 +21,7 @@ void WorkQueue::Impl::StartBackgroundIfNeeded() {
   if (background_started_ || stopping_) return;
   background_started_ = true;
   background_thread_ = std::thread([this, session] {
+    NameThisThread(session ? "queue-session" : "queue-beat");
     if (session) {
       SessionLoop();
     } else {

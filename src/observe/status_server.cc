@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/strings/strip.h"
 #include "httplib.h"
+#include "src/core/process.h"
 #include "src/observe/process_metrics.h"
 #include "src/observe/status_json.h"
 #include "src/server/listen_address.h"
@@ -65,7 +66,10 @@ absl::StatusOr<std::unique_ptr<MetricsSampler>> MetricsSampler::Start(
 MetricsSampler::MetricsSampler(CoordinatorView view, std::unique_ptr<EventFileWriter> writer,
                                absl::Duration interval)
     : view_(std::move(view)), interval_(interval), writer_(std::move(writer)) {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("metrics");
+    Loop();
+  });
 }
 
 MetricsSampler::~MetricsSampler() {
@@ -392,7 +396,10 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
         absl::StrCat("cannot listen on ", listen->ToString(), " (--http)"));
   }
   httplib::Server* running = out->server_.get();
-  out->thread_ = std::thread([running] { running->listen_after_bind(); });
+  out->thread_ = std::thread([running] {
+    NameThisThread("http");
+    running->listen_after_bind();
+  });
   // httplib's stop() does nothing before the accept loop has marked itself
   // running, and the loop would then never end: destroying the server
   // right after Start hung its join.

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardq/pipeline/internal/queue_internal.h"
+#include "src/core/process.h"
 
 namespace shardq::pipeline {
 
@@ -76,10 +77,11 @@ void ThreadCoordinator::Launch(std::string name,
                                std::function<absl::Status()> body) {
   absl::MutexLock lock(&mu_);
   const int64_t number = next_thread_number_++;
-  running_threads_.emplace(number, std::move(name));
+  running_threads_.emplace(number, name);
   // Started under mu_ so that a concurrent Join sees either both the
   // running entry and the std::thread, or neither.
-  threads_.emplace_back([this, number, body = std::move(body)] {
+  threads_.emplace_back([this, number, name = std::move(name), body = std::move(body)] {
+    NameThisThread(name);
     absl::Status status = body();
     if (!status.ok()) RequestStop(std::move(status));
     absl::MutexLock lock(&mu_);

@@ -1,6 +1,9 @@
 #include "shardq/pipeline/coordinator.h"
 
+#include <pthread.h>
+
 #include <atomic>
+#include <string>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -96,6 +99,26 @@ TEST(ThreadCoordinator, JoinReturnsOkWhenAllThreadsFinishCleanly) {
   EXPECT_TRUE(coordinator.Join().ok());
   EXPECT_EQ(ran.load(), 4);
   EXPECT_FALSE(coordinator.ShouldStop());
+}
+
+// What `top -H` and perf show: "sq:" and the stage, cut to Linux's 15 bytes.
+TEST(ThreadCoordinator, ThreadsCarryTheirStageName) {
+  ThreadCoordinator coordinator;
+  std::string short_name, long_name;
+  auto name_of_this_thread = [](std::string* out) {
+    char buf[64] = {};
+    if (pthread_getname_np(pthread_self(), buf, sizeof buf) != 0) {
+      return absl::InternalError("pthread_getname_np");
+    }
+    *out = buf;
+    return absl::OkStatus();
+  };
+  coordinator.Launch("prefetch", [&] { return name_of_this_thread(&short_name); });
+  coordinator.Launch("parse_example-with-a-long-name",
+                     [&] { return name_of_this_thread(&long_name); });
+  ASSERT_TRUE(coordinator.Join().ok());
+  EXPECT_EQ(short_name, "sq:prefetch");
+  EXPECT_EQ(long_name, "sq:parse_exampl");
 }
 
 TEST(ThreadCoordinator, JoinTimesOutNamingThreadsStillRunning) {

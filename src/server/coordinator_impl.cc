@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/core/process.h"
 #include "src/core/validate.h"
 #include "src/log/log.h"
 
@@ -59,7 +60,10 @@ CoordinatorImpl::CoordinatorImpl(Clock* clock, std::unique_ptr<StateStore> journ
       journal_(std::move(journal)),
       snapshot_every_(snapshot_every),
       snapshot_bytes_per_update_(snapshot_bytes_per_update) {
-  if (journal_ != nullptr) snapshot_thread_ = std::thread([this] { SnapshotLoop(); });
+  if (journal_ != nullptr) snapshot_thread_ = std::thread([this] {
+      NameThisThread("snapshot");
+      SnapshotLoop();
+    });
 }
 
 CoordinatorImpl::~CoordinatorImpl() {

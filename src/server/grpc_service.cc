@@ -17,6 +17,7 @@
 #include "openssl/err.h"
 #include "openssl/pem.h"
 #include "openssl/x509.h"
+#include "src/core/process.h"
 #include "src/rpc/convert.h"
 #include "src/server/listen_address.h"
 #include "src/server/session_service.h"
@@ -180,6 +181,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Take(grpc::CallbackServerContext* 
   auto wait = [coordinator = coordinator_, waiters = take_waiters_, answer,
                queue = req->queue(), worker = req->worker(), max_items = req->max_items(),
                deadline] {
+    NameThisThread("take-wait");
     answer(coordinator->Take(queue, worker, max_items, deadline));
     absl::MutexLock lock(&waiters->mu);
     if (--waiters->running == 0) waiters->done.SignalAll();

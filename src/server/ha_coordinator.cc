@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "src/core/process.h"
 #include "src/log/log.h"
 #include "src/server/listen_address.h"
 #include "src/store/etcd_store.h"
@@ -83,7 +84,10 @@ absl::StatusOr<std::unique_ptr<HaCoordinator>> HaCoordinator::Start(const HaOpti
   ha->advertise_ =
       options.advertise.empty() ? AdvertiseOf(options.server.listen, ha->port_) : options.advertise;
   ha->standby_->SetLeader(ha->advertise_, "", 0);
-  ha->loop_ = std::thread([h = ha.get()] { h->Loop(); });
+  ha->loop_ = std::thread([h = ha.get()] {
+    NameThisThread("ha");
+    h->Loop();
+  });
   return ha;
 }
 

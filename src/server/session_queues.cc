@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "src/core/process.h"
+
 namespace shardq {
 
 // One completion queue, drained by one thread: every tag of the streams
@@ -138,8 +141,11 @@ void SessionQueues::Start() {
   for (const std::unique_ptr<SessionQueue>& queue : queues_) {
     for (int i = 0; i < kPostedRequests; ++i) Post(queue.get());
   }
-  for (const std::unique_ptr<SessionQueue>& queue : queues_) {
-    threads_.emplace_back([q = queue.get()] { q->Drain(); });
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    threads_.emplace_back([q = queues_[i].get(), i] {
+      NameThisThread(absl::StrCat("session-cq", i));
+      q->Drain();
+    });
   }
 }
 

@@ -7,7 +7,10 @@
 namespace shardq {
 
 WaitHub::WaitHub(Serve serve) : serve_(std::move(serve)) {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("wait-hub");
+    Loop();
+  });
 }
 
 WaitHub::~WaitHub() {

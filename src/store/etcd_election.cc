@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/etcd/etcd_store.pb.h"
+#include "src/core/process.h"
 #include "src/log/log.h"
 
 namespace shardq {
@@ -24,7 +25,10 @@ absl::StatusOr<std::unique_ptr<EtcdElection>> EtcdElection::Create(
 
 EtcdElection::EtcdElection(EtcdElectionOptions options, int64_t lease_id)
     : options_(std::move(options)), lease_id_(lease_id) {
-  keep_alive_ = std::thread([this] { KeepAliveLoop(); });
+  keep_alive_ = std::thread([this] {
+    NameThisThread("etcd-lease");
+    KeepAliveLoop();
+  });
 }
 
 EtcdElection::~EtcdElection() {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proto/etcd/etcd_store.pb.h"
+#include "src/core/process.h"
 #include "src/log/log.h"
 #include "src/store/etcd_leader.h"
 #include "src/store/etcd_store_keys.h"
@@ -31,7 +32,10 @@ EtcdStore::EtcdStore(EtcdStoreOptions options, uint64_t durable_seq)
 
 void EtcdStore::StartWriters() {
   for (int i = 0; i < options_.commits_in_flight; ++i) {
-    writers_.emplace_back([this] { WriterLoop(); });
+    writers_.emplace_back([this] {
+      NameThisThread("etcd-commit");
+      WriterLoop();
+    });
   }
 }
 

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "src/core/process.h"
 #include "src/log/log.h"
 #include "src/store/journal_statements.h"
 #include "src/store/state_db.h"
@@ -46,7 +47,10 @@ Journal::Journal(std::string dir, sqlite3* db, int lock_fd,
       durable_seq_(last_seq) {}
 
 void Journal::StartWriter() {
-  writer_ = std::thread([this] { WriterLoop(); });
+  writer_ = std::thread([this] {
+    NameThisThread("journal");
+    WriterLoop();
+  });
 }
 
 Journal::~Journal() {

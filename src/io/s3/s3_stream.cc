@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "src/core/process.h"
 
 namespace shardq {
 namespace {
@@ -124,7 +125,10 @@ S3RangeStream::S3RangeStream(std::shared_ptr<S3Client> client, S3Url url,
       request_end_(begin),
       object_end_(end_),
       etag_(std::move(etag)) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("s3-get");
+    Run();
+  });
 }
 
 S3RangeStream::~S3RangeStream() {
