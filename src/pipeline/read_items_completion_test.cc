@@ -1,0 +1,264 @@
+// Pipelines fed by a real embedded WorkQueue, continued from
+// read_items_test.cc: errors from readers and map functions reach the
+// consumer, an item is completed only once its records were consumed, and
+// options the queue cannot honour are refused.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "shardq/input_producer.h"
+#include "shardq/pipeline/dataset.h"
+#include "shardq/work_queue.h"
+#include "src/pipeline/dataset_test_util.h"
+#include "src/pipeline/read_items_test_util.h"
+#include "src/pipeline/test_util.h"
+
+namespace shardq::pipeline {
+namespace {
+
+using ::shardq::pipeline::testutil::Config;
+using ::shardq::pipeline::testutil::Drain;
+using ::shardq::pipeline::testutil::DrainDataset;
+using ::shardq::pipeline::testutil::Eventually;
+using ::shardq::pipeline::testutil::ExpectedLines;
+using ::shardq::pipeline::testutil::MakePipeline;
+using ::shardq::pipeline::testutil::MakeQueue;
+using ::shardq::pipeline::testutil::UniqueName;
+using ::shardq::pipeline::testutil::ValueOrDie;
+using ::shardq::pipeline::testutil::Values;
+using ::shardq::pipeline::testutil::WriteTextFiles;
+using ::testing::HasSubstr;
+
+std::vector<std::string> Sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(ReadItems, MissingFileReachesTheConsumerAsNotFoundNamingIt) {
+  const std::string tag = UniqueName("missing");
+  std::vector<std::string> files = WriteTextFiles(tag, 3, 40);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, 16);
+  ASSERT_EQ(std::remove(files[1].c_str()), 0);  // gone after planning
+  // map_threads 0: the reading runs in the prefetch thread.
+  for (const auto& [parallel, map_threads] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 1}, {1, 0}}) {
+    Config c;
+    c.parallel_reads = parallel;
+    c.map_threads = map_threads;
+    c.cycle_length = 3;
+    auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+    absl::Status status;
+    while (status.ok()) status = it->Next().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+    EXPECT_THAT(status.message(), HasSubstr(files[1]));
+    EXPECT_THAT(status.message(), HasSubstr("read: item"));
+    EXPECT_EQ(it->Next().status(), status);  // sticky
+    it.reset();
+    // The failed item was not completed.
+    EXPECT_FALSE(ValueOrDie(queue->Stats()).finished);
+  }
+}
+
+TEST(ReadItems, MapErrorReachesTheConsumerAndItsItemStaysIncomplete) {
+  const std::string tag = UniqueName("maperror");
+  std::vector<std::string> files = WriteTextFiles(tag, 2, 30);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, 4);
+  MapOptions map;
+  map.name = "parse";
+  map.num_threads = 2;
+  const std::string poison = absl::StrCat(tag, " 1 17");
+  auto dataset = ReadItems(queue.get(), TextReaderFactory())
+                     .Map(
+                         [poison](Record r) -> absl::StatusOr<std::string> {
+                           if (r.value == poison) {
+                             return absl::DataLossError("cannot parse " + r.value);
+                           }
+                           return r.value;
+                         },
+                         map);
+  auto it = ValueOrDie(dataset.MakeIterator());
+  absl::Status status;
+  int64_t good = 0;
+  while (true) {
+    absl::StatusOr<std::string> next = it->Next();
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    ++good;
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("parse: element"));
+  EXPECT_THAT(status.message(), HasSubstr(poison));
+  EXPECT_LT(good, 60);
+  EXPECT_LT(ValueOrDie(queue->Stats()).completed, 2);
+}
+
+// The item ("<path>" of a whole-file item) that a record's key names.
+std::string ItemOf(const Record& record) {
+  return record.key.substr(0, record.key.rfind(':'));
+}
+
+TEST(ReadItems, CompletesAnItemOnlyOnceItsLastRecordIsConsumed) {
+  const std::string tag = UniqueName("consume");
+  std::vector<std::string> files = WriteTextFiles(tag, 3, 20);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/3);
+  InterleaveOptions read;
+  read.cycle_length = 1;
+  read.buffer_size = 1000;  // the reader runs ahead through everything
+  auto it = ValueOrDie(
+      ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator());
+  std::map<std::string, int> left;  // records of each item not yet consumed
+  for (const std::string& f : files) left[f] = 20;
+  int64_t completed = 0;
+  for (int i = 0; i < 60; ++i) {
+    if (i == 0) {
+      // Every item taken and read, none consumed: none completed.
+      ASSERT_TRUE(Eventually([&] { return it->stats().records_read == 60; }));
+      EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 0);
+    }
+    Record record = ValueOrDie(it->Next());
+    const bool last = --left[ItemOf(record)] == 0;
+    if (last) ++completed;
+    // Completion happens inside Next, before it returns the last record.
+    EXPECT_EQ(ValueOrDie(queue->Stats()).completed, completed) << record.key;
+    EXPECT_EQ(it->stats().items_completed, completed);
+  }
+  EXPECT_TRUE(absl::IsOutOfRange(it->Next().status()));
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+TEST(ReadItems, DroppedRemaindersStillCompleteTheirItems) {
+  const std::string tag = UniqueName("drop");
+  std::vector<std::string> files = WriteTextFiles(tag, 3, 50);  // 150 lines
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 7, 8);
+  BatchOptions batch;
+  batch.batch_size = 7;
+  batch.drop_remainder = true;
+  auto it = ValueOrDie(
+      ReadItems(queue.get(), TextReaderFactory()).Batch(batch).MakeIterator());
+  std::vector<Batch<Record>> batches = Drain(*it);
+  EXPECT_EQ(batches.size(), 150u / 7u);
+  for (const auto& b : batches) EXPECT_EQ(b.size(), 7);
+  EXPECT_EQ(it->stats().records_dropped, 150 % 7);
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+// With few items held at once and a shuffle buffer larger than their
+// records, the buffer drains early instead of waiting forever; holding at
+// least batch_size items, a batch can always be filled.
+TEST(ReadItems, SmallHeldLimitDrainsTheShuffleBuffer) {
+  const std::string tag = UniqueName("limit");
+  std::vector<std::string> files = WriteTextFiles(tag, 12, 5);
+  // map_threads 0: the reading runs in the prefetch thread, which also
+  // holds the shuffle buffer.
+  for (int64_t map_threads : {1, 0}) {
+    std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/4);
+    Config c;
+    c.cycle_length = 1;
+    c.map_threads = map_threads;
+    c.shuffle = 100;
+    c.batch = 4;
+    auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+    EXPECT_EQ(Sorted(Values(Drain(*it))), Sorted(ExpectedLines(tag, 12, 5)))
+        << map_threads;
+    EXPECT_GT(it->stats().shuffle_drains, 0) << map_threads;
+    EXPECT_GT(it->stats().stalls, 1) << map_threads;
+    EXPECT_TRUE(ValueOrDie(queue->Stats()).finished) << map_threads;
+  }
+}
+
+// A batch that needs more records than the held items have cannot be
+// filled: a clear error rather than a hang.
+TEST(ReadItems, BatchLargerThanTheHeldItemsFailsWithAnExplanation) {
+  const std::string tag = UniqueName("toolarge");
+  std::vector<std::string> files = WriteTextFiles(tag, 6, 5);
+  for (int64_t map_threads : {1, 0}) {
+    std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/2);
+    Config c;
+    c.cycle_length = 1;
+    c.map_threads = map_threads;
+    c.batch = 32;
+    auto it = ValueOrDie(MakePipeline(queue.get(), c).MakeIterator());
+    absl::Status status = it->Next().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(status.message(), HasSubstr("num_clients"));
+  }
+}
+
+TEST(ReadItems, RefusesOptionsTheQueueCannotHonour) {
+  std::vector<std::string> files = WriteTextFiles(UniqueName("opts"), 1, 3);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, 2);
+  InterleaveOptions read;
+  read.max_items_held = 3;
+  absl::Status s =
+      ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("max_items_held = 3"));
+  read.max_items_held = 0;
+  read.cycle_length = 4;
+  s = ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
+  EXPECT_THAT(s.message(), HasSubstr("cycle_length = 4"));
+  read.cycle_length = 1;
+  read.block_length = 0;
+  s = ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
+  EXPECT_THAT(s.message(), HasSubstr("block_length = 0"));
+  read.block_length = 1;
+  read.num_parallel_reads = 1'000'000;
+  s = ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("num_parallel_reads = 1000000, must be >= 0 and <= 1024"));
+  read.num_parallel_reads = 1;
+  auto producer = queue->MakeInputProducer();
+  s = ReadItems(producer.get(), TextReaderFactory()).MakeIterator().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("InputProducer"));
+}
+
+TEST(Distribute, EveryReplicaGetsTheSameNumberOfBatchesFromAQueue) {
+  const std::string tag = UniqueName("replicas");
+  std::vector<std::string> files = WriteTextFiles(tag, 3, 33);  // 99 lines
+  for (auto mode : {DistributeOptions::Remainder::kPad,
+                    DistributeOptions::Remainder::kDrop}) {
+    std::unique_ptr<WorkQueue> queue = MakeQueue(files, 9, 8);
+    BatchOptions batch;
+    batch.batch_size = 8;
+    DistributeOptions distribute;
+    distribute.num_replicas = 4;
+    distribute.remainder = mode;
+    auto it = ValueOrDie(ReadItems(queue.get(), TextReaderFactory())
+                             .Batch(batch)
+                             .Prefetch(2)
+                             .Distribute(distribute)
+                             .MakeIterator());
+    std::vector<PerReplicaBatches<Record>> steps = Drain(*it);
+    int64_t real = 0;
+    for (const auto& step : steps) {
+      ASSERT_EQ(step.num_replicas(), 4);
+      for (const auto& b : step.replicas) {
+        EXPECT_EQ(b.size(), 2);
+        real += b.num_real();
+      }
+    }
+    if (mode == DistributeOptions::Remainder::kPad) {
+      EXPECT_EQ(steps.size(), 13u);  // 12 full steps and 3 rows padded
+      EXPECT_EQ(real, 99);
+    } else {
+      EXPECT_EQ(steps.size(), 12u);
+      EXPECT_EQ(real, 96);
+      EXPECT_EQ(it->stats().records_dropped, 3);
+    }
+    EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+  }
+}
+
+}  // namespace
+}  // namespace shardq::pipeline
