@@ -69,6 +69,11 @@ CLI::App* AddServe(CLI::App& app, ServeOptions* o) {
                   "completion queues (one thread each) the workers' Session streams are spread "
                   "over; more: shorter per-message scans in gRPC, more idle threads")
       ->check(CLI::Range(1, 64))->capture_default_str();
+  o->max_sessions = ServerOptions().max_sessions;
+  cmd->add_option("--max-sessions", o->max_sessions,
+                  "Session streams (one per worker and queue) held at once; more are refused "
+                  "with RESOURCE_EXHAUSTED (each holds ~20 KiB)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   return cmd;
 }
 
@@ -305,6 +310,7 @@ int RunServe(const ServeOptions& o) {
   options.listen = o.listen;
   options.max_request_bytes = o.max_request_mb << 20;
   options.session_queues = o.session_queues;
+  options.max_sessions = o.max_sessions;
   options.tls_cert_file = o.tls_cert;
   options.tls_key_file = o.tls_key;
   options.state_dir = o.state_dir;

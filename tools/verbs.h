@@ -47,6 +47,7 @@ struct ServeOptions {
   bool http_public = false;      // --http without the token
   int64_t max_request_mb = 64;   // largest gRPC request
   int session_queues = 16;       // ServerOptions::session_queues
+  int64_t max_sessions = 0;      // ServerOptions::max_sessions (its default, set by the verb)
   // High availability (tools/serve_ha.cc): etcd members, the job, what
   // clients dial, the election lease.
   std::string etcd;

@@ -371,6 +371,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::InvalidArgumentError(absl::StrCat(
         "session_queues (", options.session_queues, ") must be in 1..64"));
   }
+  if (options.max_sessions < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sessions (", options.max_sessions, ") must be at least 1"));
+  }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ServerCredentialsFor(options);
   if (!credentials.ok()) return credentials.status();
@@ -399,14 +403,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.RegisterService(&server->service_);
   CoordinatorService* service = &server->service_;
+  server->session_limit_ = std::make_shared<SessionLimit>(options.max_sessions);
   server->session_queues_ = std::make_unique<SessionQueues>(
       builder, options.session_queues,
       [service](grpc::ServerContext* ctx, SessionStreamIo* io, grpc::ServerCompletionQueue* cq,
                 void* tag) { service->RequestSession(ctx, io, cq, cq, tag); },
-      [service, coordinator = server->coordinator_.get()] {
-        return NewSessionStream(coordinator, [service](const grpc::ServerContextBase& ctx) {
-          return service->Authorize(ctx);
-        });
+      [service, coordinator = server->coordinator_.get(), limit = server->session_limit_] {
+        return NewSessionStream(
+            coordinator,
+            [service](const grpc::ServerContextBase& ctx) { return service->Authorize(ctx); },
+            limit);
       });
   // gRPC sets SO_REUSEPORT by default, with which a second coordinator on
   // the same port binds too and the kernel splits the clients between them.

@@ -19,6 +19,7 @@
 #include "src/core/process.h"
 #include "src/server/coordinator_impl.h"
 #include "src/server/session_queues.h"
+#include "src/server/session_service.h"
 
 namespace shardq {
 
@@ -57,6 +58,11 @@ struct ServerOptions {
   // shorter scans and less waiting for one lock; each queue costs an idle
   // thread. 16 keeps 10,000 open streams to ~1,250 entries a queue. 1..64.
   int session_queues = 16;
+  // Session streams held at once (>= 1); one more is refused with
+  // RESOURCE_EXHAUSTED naming the limit (src/server/session_service.h:
+  // SessionLimit). Each open stream holds ~20 KiB of gRPC state, so the
+  // default bounds them to about 2 GB; `shardq serve --max-sessions`.
+  int64_t max_sessions = 100'000;
 };
 
 // OK when `token` is empty or the call carries "authorization: Bearer
@@ -160,7 +166,7 @@ class CoordinatorServer {
   // the port (checked before the state dir is opened, and again by the
   // bind itself), UNAVAILABLE naming the errno for other bind failures;
   // the state dir's error when it cannot be recovered; INVALID_ARGUMENT
-  // for session_queues outside 1..64.
+  // for session_queues outside 1..64 or max_sessions below 1.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const ServerOptions& options);
   ~CoordinatorServer();
@@ -175,6 +181,8 @@ class CoordinatorServer {
   std::vector<int64_t> sessions_per_queue() const {
     return session_queues_->sessions_per_queue();
   }
+  // Session streams open now (counted against ServerOptions::max_sessions).
+  int64_t live_sessions() const { return session_limit_->live(); }
 
  private:
   CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token,
@@ -188,6 +196,7 @@ class CoordinatorServer {
   CoordinatorService service_;
   // Reset by the destructor once the server is shut down and before it is
   // destroyed (see there).
+  std::shared_ptr<SessionLimit> session_limit_;
   std::unique_ptr<SessionQueues> session_queues_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

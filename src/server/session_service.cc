@@ -76,20 +76,32 @@ void ToResponse(SessionResult& result, v1::SessionResponse* out) {
 class SessionReactor final : public SessionStream, public SessionSink {
  public:
   // Owned by itself from here until its OnDone.
-  static SessionStream* Create(CoordinatorImpl* coordinator, SessionAuthorizer authorize) {
-    auto reactor = std::make_shared<SessionReactor>(coordinator, std::move(authorize));
+  static SessionStream* Create(CoordinatorImpl* coordinator, SessionAuthorizer authorize,
+                               std::shared_ptr<SessionLimit> limit) {
+    auto reactor =
+        std::make_shared<SessionReactor>(coordinator, std::move(authorize), std::move(limit));
     reactor->self_ = reactor;
     return reactor.get();
   }
 
-  SessionReactor(CoordinatorImpl* coordinator, SessionAuthorizer authorize)
-      : coordinator_(coordinator), authorize_(std::move(authorize)) {}
+  SessionReactor(CoordinatorImpl* coordinator, SessionAuthorizer authorize,
+                 std::shared_ptr<SessionLimit> limit)
+      : coordinator_(coordinator), authorize_(std::move(authorize)), limit_(std::move(limit)) {}
 
   void OnStarted() override {
     if (absl::Status authorized = authorize_(context()); !authorized.ok()) {
       Finish(ToGrpcStatus(authorized));
       return;
     }
+    if (!limit_->TryEnter()) {
+      Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("the coordinator already holds ", limit_->max(),
+                       " Session streams, its limit (shardq serve --max-sessions): close the "
+                       "WorkQueues that are done, or raise the limit")));
+      return;
+    }
+    counted_ = true;
     {
       absl::MutexLock lock(&mu_);
       read_in_flight_ = true;
@@ -142,6 +154,7 @@ class SessionReactor final : public SessionStream, public SessionSink {
       session = session_;
     }
     if (session != nullptr) coordinator_->CloseSession(*session);
+    if (counted_) limit_->Leave();
     // May destroy this reactor (once no waiting take or journal callback
     // holds it): the last thing done here.
     std::shared_ptr<SessionReactor> self = std::move(self_);
@@ -335,6 +348,8 @@ class SessionReactor final : public SessionStream, public SessionSink {
 
   CoordinatorImpl* const coordinator_;
   const SessionAuthorizer authorize_;
+  const std::shared_ptr<SessionLimit> limit_;
+  bool counted_ = false;  // in limit_: set in OnStarted, read in OnDone (the queue's thread)
   // This reactor's own reference, dropped in OnDone; waiting takes and
   // journal callbacks hold others (as the SessionSink) while they run.
   std::shared_ptr<SessionReactor> self_;
@@ -363,8 +378,17 @@ class SessionReactor final : public SessionStream, public SessionSink {
 
 }  // namespace
 
-SessionStream* NewSessionStream(CoordinatorImpl* coordinator, SessionAuthorizer authorize) {
-  return SessionReactor::Create(coordinator, std::move(authorize));
+bool SessionLimit::TryEnter() {
+  if (live_.fetch_add(1, std::memory_order_relaxed) < max_) return true;
+  live_.fetch_sub(1, std::memory_order_relaxed);
+  return false;
+}
+
+void SessionLimit::Leave() { live_.fetch_sub(1, std::memory_order_relaxed); }
+
+SessionStream* NewSessionStream(CoordinatorImpl* coordinator, SessionAuthorizer authorize,
+                                std::shared_ptr<SessionLimit> limit) {
+  return SessionReactor::Create(coordinator, std::move(authorize), std::move(limit));
 }
 
 }  // namespace shardq

@@ -21,7 +21,10 @@
 #ifndef SHARDQ_SERVER_SESSION_SERVICE_H_
 #define SHARDQ_SERVER_SESSION_SERVICE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "grpcpp/server_context.h"
@@ -38,10 +41,33 @@ inline constexpr size_t kMaxUnanswered = 64;
 // at once.
 using SessionAuthorizer = std::function<absl::Status(const grpc::ServerContextBase&)>;
 
+// How many Session streams one server holds at once (ServerOptions::
+// max_sessions). A stream counts from its arrival (authorized), before its
+// `open`, until it ends; one beyond the limit ends at once with
+// RESOURCE_EXHAUSTED naming the limit and `shardq serve --max-sessions`,
+// so that a client that leaks streams (or a hostile one) cannot grow the
+// coordinator's memory without bound (each open stream holds ~20 KiB of
+// gRPC state). Thread-safe.
+class SessionLimit {
+ public:
+  explicit SessionLimit(int64_t max) : max_(max) {}
+  // Counts a stream in; false (and nothing counted) at the limit.
+  bool TryEnter();
+  void Leave();
+  int64_t live() const { return live_.load(std::memory_order_relaxed); }
+  int64_t max() const { return max_; }
+
+ private:
+  const int64_t max_;
+  std::atomic<int64_t> live_{0};
+};
+
 // The reactor of the next Session stream, for SessionQueues' factory;
-// `authorize` runs when its call arrives. `coordinator` must outlive the
-// stream. The stream owns itself until its OnDone.
-SessionStream* NewSessionStream(CoordinatorImpl* coordinator, SessionAuthorizer authorize);
+// `authorize` runs when its call arrives, then `limit` counts it.
+// `coordinator` must outlive the stream. The stream owns itself until its
+// OnDone.
+SessionStream* NewSessionStream(CoordinatorImpl* coordinator, SessionAuthorizer authorize,
+                                std::shared_ptr<SessionLimit> limit);
 
 }  // namespace shardq
 

@@ -154,6 +154,39 @@ TEST(Session, HostileOpeningsEndTheStreamWithTheirError) {
   }
 }
 
+TEST(Session, StreamsBeyondTheLimitAreRefusedNamingItUntilOneEnds) {
+  FakeClock clock;
+  Server s = StartServer(&clock, "", "", /*max_sessions=*/2);
+  CreateQueue(s, "q", 4);
+  RawSession opened(s);
+  EXPECT_TRUE(opened.Open("q", "w1").has_opened());
+  // A stream that never sends its `open` holds a place too.
+  RawSession silent(s);
+  AwaitCondition([&] { return s.server->live_sessions() == 2; });
+
+  RawSession third(s);
+  third.Open("q", "w3");
+  EXPECT_TRUE(third.ended());
+  grpc::Status refused = third.Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("2 Session streams"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("--max-sessions"), std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(s.server->live_sessions(), 2);
+  // The open session kept working.
+  EXPECT_EQ(opened.Take(2).items_size(), 1);
+
+  silent.Break();
+  AwaitCondition([&] { return s.server->live_sessions() == 1; });
+  RawSession fourth(s);
+  EXPECT_TRUE(fourth.Open("q", "w4").has_opened());
+  EXPECT_EQ(fourth.Take(2).items_size(), 1);
+  EXPECT_TRUE(fourth.Finish().ok());
+  EXPECT_TRUE(opened.Finish().ok());
+  AwaitCondition([&] { return s.server->live_sessions() == 0; });
+}
+
 TEST(Session, AStreamBrokenMidItemIsReopenedAndKeepsItsLease) {
   FakeClock clock;
   Server s = StartServer(&clock);

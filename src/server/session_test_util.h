@@ -30,8 +30,10 @@ struct Server {
 };
 
 inline Server StartServer(Clock* clock, const std::string& state_dir = "",
-                   const std::string& token = "") {
+                          const std::string& token = "",
+                          int64_t max_sessions = ServerOptions().max_sessions) {
   ServerOptions options;
+  options.max_sessions = max_sessions;
   options.listen = "127.0.0.1:0";
   options.clock = clock;
   options.state_dir = state_dir;
