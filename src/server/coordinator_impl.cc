@@ -13,11 +13,7 @@
 namespace shardq {
 namespace {
 
-// A blocked Take re-checks at least this often, so that expiries are noticed
-// even when nothing else signals.
-constexpr absl::Duration kMaxWaitSlice = absl::Seconds(1);
 // Request limits (names: see src/core/validate.h).
-constexpr int64_t kMaxItemsPerTake = 1024;
 constexpr size_t kMaxLeasesPerHeartbeat = 1 << 16;
 // A Take answers without waiting for the disk only while at most this many
 // of its queue's grants are not durable: fewer than recovery skips, so a

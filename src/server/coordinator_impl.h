@@ -100,6 +100,12 @@ struct CoordinatorOptions {
 
 class CoordinatorImpl {
  public:
+  // The most items one take (unary or in a session) may ask for.
+  static constexpr int64_t kMaxItemsPerTake = 1024;
+  // A waiting take looks at its queue at least this often, so that lease
+  // expiries are noticed even when nothing else happens.
+  static constexpr absl::Duration kMaxWaitSlice = absl::Seconds(1);
+
   // An in-memory coordinator. `clock` may be nullptr (the real clock).
   explicit CoordinatorImpl(Clock* clock = nullptr);
   // Opens the state directory (if any) and recovers every queue in it.

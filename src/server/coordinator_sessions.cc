@@ -16,14 +16,9 @@
 namespace shardq {
 namespace {
 
-// The limits of the unary calls (coordinator_impl.cc).
-constexpr int64_t kMaxItemsPerTake = 1024;
 constexpr size_t kMaxLeasesPerOpen = 1 << 16;
 // Operations of one request, all kinds together.
 constexpr size_t kMaxOpsPerStep = 1 << 16;
-// A queue with waiting takes is looked at at least this often, so that
-// lease expiries are noticed without anything else happening.
-constexpr absl::Duration kMaxWaitSlice = absl::Seconds(1);
 
 template <typename T>
 void Forget(std::vector<T>& values, const T& value) {
