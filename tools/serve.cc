@@ -97,10 +97,14 @@ std::optional<JournalMetrics> MetricsOf(const std::optional<StoreTotals>& totals
 }
 
 // What the status page and /metrics read from the coordinator.
-CoordinatorView ViewOf(CoordinatorImpl* coordinator) {
+CoordinatorView ViewOf(CoordinatorServer* server) {
+  CoordinatorImpl* coordinator = server->coordinator();
   CoordinatorView view;
   view.all_stats = [coordinator] { return coordinator->AllStats(); };
   view.journal_totals = [coordinator] { return MetricsOf(coordinator->journal_totals()); };
+  view.sessions = [server]() -> std::optional<SessionMetrics> {
+    return SessionMetrics{server->live_sessions(), server->max_sessions()};
+  };
   return view;
 }
 
@@ -120,6 +124,11 @@ CoordinatorView ViewOf(HaCoordinator* ha) {
     m.leader = known.leader;
     m.term = known.term;
     return m;
+  };
+  view.sessions = [ha]() -> std::optional<SessionMetrics> {
+    std::optional<std::pair<int64_t, int64_t>> s = ha->sessions();
+    if (!s.has_value()) return std::nullopt;
+    return SessionMetrics{s->first, s->second};
   };
   return view;
 }
@@ -343,7 +352,7 @@ int RunServe(const ServeOptions& o) {
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
   if (!server.ok()) return Fail(server.status());
   absl::StatusOr<std::unique_ptr<MetricsSampler>> sampler = MetricsSampler::Start(
-      ViewOf((*server)->coordinator()), o.summary_dir,
+      ViewOf(server->get()), o.summary_dir,
       absl::Seconds(o.summary_interval_seconds));
   if (!sampler.ok()) return Fail(sampler.status());
   // Declared before `http` and the observer hook, so both end before it.

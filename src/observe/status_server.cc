@@ -141,6 +141,11 @@ std::optional<LeadershipMetrics> MetricsSampler::Leadership() {
   return view_.leadership();
 }
 
+std::optional<SessionMetrics> MetricsSampler::Sessions() {
+  if (!view_.sessions) return std::nullopt;
+  return view_.sessions();
+}
+
 std::string StatusPage(const std::vector<QueueMetrics>& queues,
                        const std::string& metrics_href) {
   return absl::StrCat(
@@ -316,6 +321,9 @@ absl::StatusOr<std::unique_ptr<StatusHttpServer>> StatusHttpServer::Start(
     text += BuildInfoText(ShardqVersion());
     if (std::optional<LeadershipMetrics> leadership = sampler->Leadership()) {
       text += LeadershipText(*leadership);
+    }
+    if (std::optional<SessionMetrics> sessions = sampler->Sessions()) {
+      text += SessionsText(*sessions);
     }
     if (observations != nullptr) {
       text += observations->take_latency.PrometheusText(

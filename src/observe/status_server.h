@@ -36,6 +36,9 @@ struct CoordinatorView {
   // A highly available coordinator's role; nullopt (or no function) for
   // one that always leads.
   std::function<std::optional<LeadershipMetrics>()> leadership;
+  // The Session streams it holds; nullopt (or no function) when unknown
+  // (a standby, an embedded coordinator).
+  std::function<std::optional<SessionMetrics>()> sessions;
 };
 
 // Samples every queue of a coordinator every `interval`. Thread-safe.
@@ -55,6 +58,8 @@ class MetricsSampler {
   std::optional<JournalMetrics> JournalTotals();
   // The coordinator's role in a highly available job; nullopt otherwise.
   std::optional<LeadershipMetrics> Leadership();
+  // The Session streams the coordinator holds; nullopt when unknown.
+  std::optional<SessionMetrics> Sessions();
 
  private:
   MetricsSampler(CoordinatorView view, std::unique_ptr<EventFileWriter> writer,

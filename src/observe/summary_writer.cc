@@ -234,4 +234,13 @@ std::string LeadershipText(const LeadershipMetrics& leadership) {
       leadership.failovers, "\n");
 }
 
+std::string SessionsText(const SessionMetrics& sessions) {
+  return absl::StrCat(
+      "# HELP shardq_sessions_open Session streams (one per worker and queue) open now.\n",
+      "# TYPE shardq_sessions_open gauge\n", "shardq_sessions_open ", sessions.open, "\n",
+      "# HELP shardq_sessions_limit Session streams held at once (serve --max-sessions); more "
+      "are refused.\n",
+      "# TYPE shardq_sessions_limit gauge\n", "shardq_sessions_limit ", sessions.limit, "\n");
+}
+
 }  // namespace shardq

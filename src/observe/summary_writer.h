@@ -84,6 +84,17 @@ struct LeadershipMetrics {
 // shardq_failovers_total{job} (counter), in the exposition format.
 std::string LeadershipText(const LeadershipMetrics& leadership);
 
+// The Session streams a coordinator holds (`serve --max-sessions`).
+struct SessionMetrics {
+  int64_t open = 0;   // streams open now
+  int64_t limit = 0;  // the most it holds at once
+};
+
+// shardq_sessions_open and shardq_sessions_limit (gauges), in the
+// exposition format: alert before `open` reaches `limit`, past which new
+// workers are refused.
+std::string SessionsText(const SessionMetrics& sessions);
+
 // `value` as a Prometheus label value: backslash, quote and newline escaped.
 std::string PrometheusLabelValue(absl::string_view value);
 

@@ -181,6 +181,16 @@ TEST(SummaryWriter, LeadershipIsAGaugeAndFailoversACounterLabelledByJob) {
   EXPECT_NE(text.find("shardq_failovers_total{job=\"j\"} 0\n"), std::string::npos) << text;
 }
 
+TEST(SummaryWriter, SessionsOpenAndTheirLimitAreGauges) {
+  const std::string text = SessionsText(SessionMetrics{42, 100000});
+  EXPECT_NE(text.find("# TYPE shardq_sessions_open gauge\nshardq_sessions_open 42\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE shardq_sessions_limit gauge\nshardq_sessions_limit 100000\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(SummaryWriter, SplitsAreACounterAndOpenSplitItemsAGauge) {
   QueueStats s = Sample(14, 10);
   s.splits = 3;

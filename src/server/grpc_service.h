@@ -183,6 +183,7 @@ class CoordinatorServer {
   }
   // Session streams open now (counted against ServerOptions::max_sessions).
   int64_t live_sessions() const { return session_limit_->live(); }
+  int64_t max_sessions() const { return session_limit_->max(); }
 
  private:
   CoordinatorServer(std::unique_ptr<CoordinatorImpl> coordinator, const std::string& token,
@@ -194,9 +195,10 @@ class CoordinatorServer {
   GrpcInUse serving_;
   std::unique_ptr<CoordinatorImpl> coordinator_;
   CoordinatorService service_;
+  // Shared with every Session stream (ServerOptions::max_sessions).
+  std::shared_ptr<SessionLimit> session_limit_;
   // Reset by the destructor once the server is shut down and before it is
   // destroyed (see there).
-  std::shared_ptr<SessionLimit> session_limit_;
   std::unique_ptr<SessionQueues> session_queues_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -342,6 +342,12 @@ std::optional<StoreTotals> HaCoordinator::journal_totals() const {
   return leading_->coordinator()->journal_totals();
 }
 
+std::optional<std::pair<int64_t, int64_t>> HaCoordinator::sessions() const {
+  absl::MutexLock lock(&mu_);
+  if (leading_ == nullptr) return std::nullopt;
+  return std::make_pair(leading_->live_sessions(), leading_->max_sessions());
+}
+
 void HaCoordinator::SetObserver(CoordinatorImpl::Observer* observer) {
   absl::MutexLock lock(&mu_);
   observer_ = observer;

@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -87,6 +88,9 @@ class HaCoordinator {
   // standing by); for the status page and /metrics.
   std::vector<QueueStats> AllStats() const;
   std::optional<StoreTotals> journal_totals() const;
+  // The led server's Session streams open now and its limit; nullopt while
+  // standing by.
+  std::optional<std::pair<int64_t, int64_t>> sessions() const;
   // Attached to every coordinator this process leads with (nullptr: none);
   // must outlive this object or be reset first.
   void SetObserver(CoordinatorImpl::Observer* observer);

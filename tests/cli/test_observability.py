@@ -7,6 +7,7 @@ import importlib
 import re
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -16,7 +17,7 @@ import urllib.request
 import pytest
 from grpc_tools import protoc
 
-from cli_helpers import REPO, http_port, make_text_files, run
+from cli_helpers import REPO, http_port, make_text_files, run, shardq_bin
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +89,48 @@ def test_metrics_status_page_and_event_files(start_coordinator, tmp_path, tb_pb2
     steps = [tb_pb2.Event.FromString(r).step for r in records[1:]]
     assert steps == sorted(steps) and len(steps) >= 2
 
+
+
+def test_session_limit_is_published_and_a_stream_beyond_it_is_refused(start_coordinator,
+                                                                       tmp_path):
+    c = start_coordinator("--http", "127.0.0.1:0", "--max-sessions", "1")
+    files = make_text_files(tmp_path, 2, 5)
+    run("create", "--address", c.address, "--name", "lim", "--slices", "2", *files)
+    port = http_port(tmp_path / "serve.log")
+
+    def metrics():
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+
+    def await_metric(line):
+        deadline = time.monotonic() + 60
+        while line not in metrics():
+            assert time.monotonic() < deadline, f"no {line!r} in /metrics:\n{metrics()}"
+            time.sleep(0.05)
+
+    assert "# TYPE shardq_sessions_limit gauge\nshardq_sessions_limit 1\n" in metrics()
+    assert "# TYPE shardq_sessions_open gauge\nshardq_sessions_open 0\n" in metrics()
+    # A worker holds its session while its command runs.
+    release = tmp_path / "release"
+    holder = subprocess.Popen(
+        [shardq_bin(), "worker", "--address", c.address, "--name", "lim", "--worker", "w0",
+         "--", "sh", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        await_metric("shardq_sessions_open 1\n")
+        refused = run("take", "--address", c.address, "--name", "lim", "--worker", "w1",
+                      check=False)
+        assert refused.returncode != 0
+        assert "RESOURCE_EXHAUSTED" in refused.stderr and "--max-sessions" in refused.stderr, \
+            refused.stderr
+    finally:
+        release.touch()
+        _, err = holder.communicate(timeout=60)
+    assert holder.returncode == 0, err
+    await_metric("shardq_sessions_open 0\n")
+    # The place is free again: the worker took both items, so a new session
+    # is answered with the end of input (exit 3), not refused.
+    again = run("take", "--address", c.address, "--name", "lim", "--worker", "w2", check=False)
+    assert again.returncode == 3, again.stderr
 
 def test_a_durable_coordinator_publishes_its_journal(start_coordinator, tmp_path):
     c = start_coordinator("--http", "127.0.0.1:0", "--state-dir", str(tmp_path / "state"))
