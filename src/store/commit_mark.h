@@ -4,7 +4,7 @@
 // or lost its WAL holds less than COMMITTED says (or another identity), so
 // recovery refuses it instead of starting from what is left.
 //
-// What is written when, and what that detects (docs/durability.md,
+// What is written when, and what that detects (docs/architecture.md,
 // "Durability"):
 //  * created (identity, sequence 0) and fsynced, with its directory,
 //    before state.db is;
