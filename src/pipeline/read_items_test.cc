@@ -1,6 +1,7 @@
-// Pipelines fed by a real embedded WorkQueue: every record exactly once,
-// determinism, errors from readers and map functions, and the rule that an
-// item is completed only after its records were consumed.
+// Pipelines fed by a real embedded WorkQueue: every record exactly once
+// (over slices, epochs, splits and two workers), determinism, read-ahead
+// and TFRecord items. Errors, completion only once consumed, and refused
+// options: read_items_completion_test.cc.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
