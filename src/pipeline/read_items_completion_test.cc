@@ -2,7 +2,6 @@
 // read_items_test.cc: errors from readers and map functions reach the
 // consumer, an item is completed only once its records were consumed, and
 // options the queue cannot honour are refused.
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -31,16 +30,12 @@ using ::shardq::pipeline::testutil::Eventually;
 using ::shardq::pipeline::testutil::ExpectedLines;
 using ::shardq::pipeline::testutil::MakePipeline;
 using ::shardq::pipeline::testutil::MakeQueue;
+using ::shardq::pipeline::testutil::Sorted;
 using ::shardq::pipeline::testutil::UniqueName;
 using ::shardq::pipeline::testutil::ValueOrDie;
 using ::shardq::pipeline::testutil::Values;
 using ::shardq::pipeline::testutil::WriteTextFiles;
 using ::testing::HasSubstr;
-
-std::vector<std::string> Sorted(std::vector<std::string> v) {
-  std::sort(v.begin(), v.end());
-  return v;
-}
 
 TEST(ReadItems, MissingFileReachesTheConsumerAsNotFoundNamingIt) {
   const std::string tag = UniqueName("missing");

@@ -38,16 +38,12 @@ using ::shardq::pipeline::testutil::Eventually;
 using ::shardq::pipeline::testutil::ExpectedLines;
 using ::shardq::pipeline::testutil::MakePipeline;
 using ::shardq::pipeline::testutil::MakeQueue;
+using ::shardq::pipeline::testutil::Sorted;
 using ::shardq::pipeline::testutil::UniqueName;
 using ::shardq::pipeline::testutil::ValueOrDie;
 using ::shardq::pipeline::testutil::Values;
 using ::shardq::pipeline::testutil::WriteTextFiles;
 using ::testing::HasSubstr;
-
-std::vector<std::string> Sorted(std::vector<std::string> v) {
-  std::sort(v.begin(), v.end());
-  return v;
-}
 
 std::vector<std::string> Repeat(const std::vector<std::string>& v, int times) {
   std::vector<std::string> out;

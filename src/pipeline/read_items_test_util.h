@@ -1,16 +1,25 @@
 // Test-only: the pipeline the ReadItems tests build over a WorkQueue, by
-// configuration (read_items_test.cc, read_items_completion_test.cc).
+// configuration, and how they compare what it read (read_items_test.cc,
+// read_items_completion_test.cc).
 #ifndef SHARDQ_SRC_PIPELINE_READ_ITEMS_TEST_UTIL_H_
 #define SHARDQ_SRC_PIPELINE_READ_ITEMS_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shardq/pipeline/dataset.h"
 #include "shardq/pipeline/record_reader.h"
 #include "shardq/work_queue.h"
 
 namespace shardq::pipeline::testutil {
+
+// `v` in ascending order (records compared regardless of read order).
+inline std::vector<std::string> Sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
 
 struct Config {
   std::string label;
