@@ -1,17 +1,23 @@
 #include "src/io/file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "src/io/mapped_read.h"
 #include "src/io/s3/s3_file.h"
 #include "src/io/s3/s3_url.h"
 
@@ -87,6 +93,23 @@ absl::Status ReadFully(RandomAccessFile& file, int64_t offset, size_t n,
   return absl::OkStatus();
 }
 
+absl::Status MappedReadFailure(RandomAccessFile& file, const int64_t offset,
+                               size_t n) {
+  std::vector<char> bytes(std::min<size_t>(n, 64 << 10));
+  for (int64_t at = offset; n > 0;) {
+    const size_t take = std::min(n, bytes.size());
+    if (absl::Status s = ReadFully(file, at, take, bytes.data()); !s.ok()) {
+      return s;
+    }
+    at += static_cast<int64_t>(take);
+    n -= take;
+  }
+  return absl::DataLossError(absl::StrCat(
+      "'", file.path(), "': bytes of the mapped file at byte offset ", offset,
+      " could not be read, though reading them again succeeds (the file "
+      "changed while it was read?)"));
+}
+
 namespace {
 
 // capacity + one page, or std::bad_alloc (as new[] of too much) when that
@@ -137,11 +160,49 @@ absl::StatusOr<size_t> ReadUpTo(RandomAccessFile& file, int64_t offset,
 
 namespace {
 
+// SHARDQ_READ_MMAP=0 turns mapping off (file systems where mmap is slow or
+// unreliable, such as some FUSE mounts); read once.
+bool MappingAllowed() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("SHARDQ_READ_MMAP");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return allowed;
+}
+
 class PosixFile final : public RandomAccessFile {
  public:
   PosixFile(std::string path, int64_t size, int fd)
       : RandomAccessFile(std::move(path), size), fd_(fd) {}
-  ~PosixFile() override { ::close(fd_); }
+  ~PosixFile() override {
+    if (mapping_ != nullptr) ::munmap(mapping_, static_cast<size_t>(size()));
+    ::close(fd_);
+  }
+
+  const char* Mapping() override {
+    absl::MutexLock lock(&mu_);
+    if (!map_tried_) {
+      map_tried_ = true;
+      if (size() >= kMinMappedBytes && MappingAllowed()) {
+        void* m = ::mmap(nullptr, static_cast<size_t>(size()), PROT_READ,
+                         MAP_SHARED, fd_, 0);
+        if (m != MAP_FAILED) {
+          InstallMappedReadGuard();
+          mapping_ = static_cast<char*>(m);
+          AdviseLocked();
+        }
+      }
+    }
+    return mapping_;
+  }
+
+  // Sequential read-ahead over the range a mapped reader walks.
+  void WillRead(int64_t start, int64_t end) override {
+    absl::MutexLock lock(&mu_);
+    will_start_ = start;
+    will_end_ = end;
+    AdviseLocked();
+  }
 
   absl::StatusOr<size_t> ReadSome(int64_t offset, size_t n,
                                   char* dst) override {
@@ -153,7 +214,21 @@ class PosixFile final : public RandomAccessFile {
   }
 
  private:
+  void AdviseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (mapping_ == nullptr || will_start_ < 0) return;
+    const int64_t end = will_end_ < 0 ? size() : std::min(will_end_, size());
+    const int64_t start =
+        will_start_ - will_start_ % static_cast<int64_t>(AlignedReadBuffer::kPageBytes);
+    if (end <= start) return;
+    ::madvise(mapping_ + start, static_cast<size_t>(end - start), MADV_SEQUENTIAL);
+  }
+
   const int fd_;
+  absl::Mutex mu_;
+  bool map_tried_ ABSL_GUARDED_BY(mu_) = false;
+  char* mapping_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int64_t will_start_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t will_end_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 class PosixFileSystem final : public FileSystem {

@@ -47,10 +47,32 @@ class RandomAccessFile {
   // read asks); local files ignore it.
   virtual void WillRead(int64_t start, int64_t end) {}
 
+  // The file's size() bytes mapped into memory (read only), for readers
+  // that copy records straight out of the page cache; null when the file
+  // is not mapped: remote and test files, local files under
+  // kMinMappedBytes, mapping turned off (SHARDQ_READ_MMAP=0) or refused.
+  // Mapped the first time it is asked for, and for the file's life.
+  // Touch the bytes only through src/io/mapped_read.h, whose guard turns
+  // the SIGBUS of a file cut shorter while mapped into a false return
+  // (the reader then reads the same bytes with ReadSome for its error).
+  virtual const char* Mapping() { return nullptr; }
+
  private:
   const std::string path_;
   const int64_t size_;
 };
+
+// The error to report for the n bytes at `offset` of `file`'s mapping when
+// a guarded read of them failed (their pages vanished: SIGBUS): the same
+// bytes read with ReadSome give it (a file that now ends sooner:
+// DATA_LOSS "... (truncated while being read?)", as ReadFully; EIO). If
+// they read fine now, DATA_LOSS "'PATH': bytes of the mapped file at byte
+// offset O could not be read, though reading them again succeeds ...".
+absl::Status MappedReadFailure(RandomAccessFile& file, int64_t offset, size_t n);
+
+// Local files smaller than this are read with pread only: a mapping of a
+// few pages costs more (mmap, faults, munmap) than it saves.
+inline constexpr int64_t kMinMappedBytes = 256 << 10;
 
 // Reads exactly `n` bytes at `offset` (all inside the file as opened),
 // over as many short reads as it takes. A file that ends before them was

@@ -39,9 +39,10 @@ shardq_cc_test(NAME split_coverage_test
   LABELS concurrency)
 
 # The file interface under injected faults (short reads, EIO, ENOSPC, a file
-# cut shorter while read), through every reader of files.
+# cut shorter while read), through every reader of files; and reads out of
+# a mapped file (a SIGBUS in them is an error, not a crash).
 shardq_cc_test(NAME file_fault_test
-  SRCS file_test.cc item_readers_test.cc
+  SRCS file_test.cc item_readers_test.cc mapped_read_test.cc
   DEPS shardq_io_formats ZLIB::ZLIB)
 
 # DownloadItem (issue 21's download_dir): whole works byte for byte, slices

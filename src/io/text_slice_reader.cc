@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/io/file.h"
 #include "src/io/format_sniff.h"
+#include "src/io/mapped_read.h"
 
 namespace shardq {
 namespace {
@@ -72,9 +73,17 @@ absl::StatusOr<std::unique_ptr<TextSliceReader>> TextSliceReader::Open(
     // The line at `start` belongs here only if a line starts exactly there,
     // i.e. the byte before it ends a line. Otherwise it is the previous
     // slice's: skip to the first line that starts after `start`.
-    absl::StatusOr<bool> ok = reader->Fill(start - 1);
-    if (!ok.ok()) return ok.status();
-    if (reader->buffer_[static_cast<size_t>(start - 1 - reader->buffer_offset_)] != '\n') {
+    char before = '\n';
+    if (reader->map_ != nullptr) {
+      if (!GuardedCopy(reader->map_ + start - 1, 1, &before)) {
+        return MappedReadFailure(*reader->file_, start - 1, 1);
+      }
+    } else {
+      absl::StatusOr<bool> ok = reader->Fill(start - 1);
+      if (!ok.ok()) return ok.status();
+      before = reader->buffer_[static_cast<size_t>(start - 1 - reader->buffer_offset_)];
+    }
+    if (before != '\n') {
       if (absl::Status s = reader->SkipPastNewline(); !s.ok()) return s;
     }
   }
@@ -86,6 +95,7 @@ TextSliceReader::TextSliceReader(std::unique_ptr<RandomAccessFile> file,
     : file_(std::move(file)),
       file_size_(file_->size()),
       end_(end),
+      map_(file_->Mapping()),
       storage_(kBufferBytes),
       buffer_(storage_.Window(0)) {}
 
@@ -110,6 +120,15 @@ absl::StatusOr<bool> TextSliceReader::Fill(int64_t offset) {
 }
 
 absl::Status TextSliceReader::SkipPastNewline() {
+  if (map_ != nullptr && position_ < file_size_) {
+    const size_t left = static_cast<size_t>(file_size_ - position_);
+    const char* nl = nullptr;
+    if (!GuardedFindNewline(map_ + position_, left, &nl)) {
+      return MappedReadFailure(*file_, position_, left);
+    }
+    position_ = nl != nullptr ? nl - map_ + 1 : file_size_;
+    return absl::OkStatus();
+  }
   while (true) {
     absl::StatusOr<bool> more = Fill(position_);
     if (!more.ok()) return more.status();
@@ -125,8 +144,37 @@ absl::Status TextSliceReader::SkipPastNewline() {
   }
 }
 
+absl::StatusOr<bool> TextSliceReader::NextMapped(std::string* line,
+                                                 int64_t* offset) {
+  const char* const begin = map_ + position_;
+  const size_t left = static_cast<size_t>(file_size_ - position_);
+  const char* nl = nullptr;
+  if (!GuardedFindNewline(begin, left, &nl)) {
+    return MappedReadFailure(*file_, position_, left);
+  }
+  const size_t n = nl != nullptr ? static_cast<size_t>(nl - begin) : left;
+  if (nl == nullptr) {
+    // The last line runs to the end of the file as opened. A file cut
+    // shorter since reads as zeros up to the end of its last mapped page,
+    // with no SIGBUS to tell: check that the last byte is still there.
+    char last;
+    if (absl::Status s = ReadFully(*file_, file_size_ - 1, 1, &last); !s.ok()) {
+      return s;
+    }
+  }
+  line->resize(n);  // a reused string: only its growth is zero-filled
+  if (n > 0 && !GuardedCopy(begin, n, line->data())) {
+    return MappedReadFailure(*file_, position_, n);
+  }
+  *offset = position_;
+  position_ += static_cast<int64_t>(n) + (nl != nullptr ? 1 : 0);
+  if (nl != nullptr && n > 0 && line->back() == '\r') line->pop_back();
+  return true;
+}
+
 absl::StatusOr<bool> TextSliceReader::Next(std::string* line, int64_t* offset) {
   if (position_ >= end_ || position_ >= file_size_) return false;
+  if (map_ != nullptr) return NextMapped(line, offset);
   *offset = position_;
   line->clear();
   bool newline = false;

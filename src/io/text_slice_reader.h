@@ -48,11 +48,15 @@ class TextSliceReader {
   absl::StatusOr<bool> Fill(int64_t offset);
   // Advances position_ past the next '\n' (or to the end of the file).
   absl::Status SkipPastNewline();
+  // Next() of a mapped file: each line found and copied straight out of
+  // the mapping (src/io/mapped_read.h).
+  absl::StatusOr<bool> NextMapped(std::string* line, int64_t* offset);
 
   const std::unique_ptr<RandomAccessFile> file_;
   const int64_t file_size_;
   const int64_t end_;
   int64_t position_ = 0;
+  const char* const map_;  // the file's mapping, or null: read with pread
   AlignedReadBuffer storage_;
   const char* buffer_;         // the current window of storage_
   int64_t buffer_offset_ = 0;  // file offset of buffer_[0]

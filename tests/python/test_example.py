@@ -1,4 +1,5 @@
 """parse_example and the TFRecord/Table readers from Python."""
+import os
 import sqlite3
 import uuid
 
@@ -143,3 +144,31 @@ def test_uint8_images_through_the_cpp_pipeline(tmp_path):
     labels = np.concatenate([b["label"] for b in batches])
     np.testing.assert_array_equal(got, images[labels])
     assert sorted(labels.tolist()) == list(range(10))
+
+
+def test_a_large_file_cut_shorter_while_read_is_data_loss_not_a_crash(tmp_path):
+    # Files of 256 KiB and more are read out of a memory mapping, where a cut
+    # file is a SIGBUS under the reader (pytest's faulthandler holds SIGBUS
+    # too): it must surface as DataLossError naming the file, in a process
+    # that goes on. And the same for text lines.
+    tfrecord = str(tmp_path / "big.tfrecord")
+    with shardq.TFRecordWriter(tfrecord) as w:
+        for i in range(400):
+            w.write(bytes([i % 251]) * 1000)
+    text = str(tmp_path / "big.txt")
+    with open(text, "w") as f:
+        f.write("".join(f"line {i} " + "x" * 990 + "\n" for i in range(400)))
+    for path, reader in ((tfrecord, shardq.TFRecordReader()),
+                         (text, shardq.TextLineReader())):
+        size = os.path.getsize(path)
+        assert size >= 256 * 1024
+        queue = shardq.WorkQueue([path], name=f"cut-{uuid.uuid4().hex[:8]}")
+        _, first = reader.read_up_to(queue, 5)
+        assert len(first) == 5
+        os.truncate(path, 50 * 1024)
+        got = len(first)
+        with pytest.raises(shardq.DataLossError, match="truncated while being read") as err:
+            while True:
+                got += len(reader.read_up_to(queue, 5)[1])
+        assert path in str(err.value)
+        assert got < 400
