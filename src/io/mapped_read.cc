@@ -19,9 +19,14 @@ thread_local Guard* t_guard = nullptr;
 // leaves it set; the next guarded call on the thread clears it.)
 thread_local bool t_chaining = false;
 
-// The handler ours replaced, kept for the life of the process (a handler
-// may read it at any time; a replaced copy is never freed).
-std::atomic<const struct sigaction*> g_chained{nullptr};
+// The handler ours replaced, kept for the life of the process: a handler
+// may read it at any time, so a copy replaced by a later install is never
+// freed (each links to the one before it).
+struct Chained {
+  struct sigaction action;
+  const Chained* replaced;
+};
+std::atomic<const Chained*> g_chained{nullptr};
 
 void DefaultAction(const siginfo_t* info) {
   struct sigaction dfl;
@@ -43,11 +48,12 @@ void OnSigbus(int signo, siginfo_t* info, void* context) {
       siglongjmp(guard->env, 1);
     }
   }
-  const struct sigaction* chained = g_chained.load(std::memory_order_acquire);
-  if (chained == nullptr || t_chaining) {
+  const Chained* const link = g_chained.load(std::memory_order_acquire);
+  if (link == nullptr || t_chaining) {
     DefaultAction(info);
     return;
   }
+  const struct sigaction* const chained = &link->action;
   if ((chained->sa_flags & SA_SIGINFO) != 0) {
     if (chained->sa_sigaction == nullptr) {
       DefaultAction(info);
@@ -92,7 +98,8 @@ void InstallMappedReadGuard() {
   if ((current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == &OnSigbus) {
     return;
   }
-  g_chained.store(new struct sigaction(current), std::memory_order_release);
+  g_chained.store(new Chained{current, g_chained.load(std::memory_order_relaxed)},
+                  std::memory_order_release);
   struct sigaction ours;
   std::memset(&ours, 0, sizeof ours);
   sigemptyset(&ours.sa_mask);
