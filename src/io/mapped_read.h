@@ -48,9 +48,10 @@ void InstallMappedReadGuard();
 // Runs fn() so that a SIGBUS raised by touching [src, src + n) returns
 // false instead of ending the process. fn must touch no other mapped bytes
 // and be a leaf as far as the fault goes: nothing it creates may need a
-// destructor, and it must not allocate or lock (a fault jumps out of it).
-// Write its results through references and read them only after a true
-// return. Not for code that throws.
+// destructor, and it must not allocate or lock (a fault jumps out of it;
+// a std::string append into room reserved before is fine: a fault leaves
+// the string as it was). Write its results through references and read
+// them only after a true return. Not for code that throws.
 template <typename Fn>
 bool RunMappedGuarded(const char* src, size_t n, Fn&& fn) {
   mapped_read_internal::Guard guard;

@@ -162,10 +162,16 @@ absl::StatusOr<bool> TextSliceReader::NextMapped(std::string* line,
       return s;
     }
   }
-  line->resize(n);  // a reused string: only its growth is zero-filled
-  if (n > 0 && !GuardedCopy(begin, n, line->data())) {
-    return MappedReadFailure(*file_, position_, n);
+  bool read = true;
+  if (line->size() >= n) {  // a reused string: cut to size and copied into
+    line->resize(n);
+    read = n == 0 || GuardedCopy(begin, n, line->data());
+  } else {  // appended into room reserved first: no zero-fill, no allocation
+    line->clear();        // inside the guard
+    line->reserve(n);
+    read = RunMappedGuarded(begin, n, [&] { line->append(begin, n); });
   }
+  if (!read) return MappedReadFailure(*file_, position_, n);
   *offset = position_;
   position_ += static_cast<int64_t>(n) + (nl != nullptr ? 1 : 0);
   if (nl != nullptr && n > 0 && line->back() == '\r') line->pop_back();

@@ -254,13 +254,25 @@ class ReadBuffer {
     uint32_t crc = 0;
     char footer[kTFRecordFooterBytes];
     bool read;
-    if (data != nullptr) {
-      data->resize(length);  // a reused string: only its growth is zero-filled
+    if (data != nullptr && data->size() >= length) {
+      // A reused string: cut to size, copied into and checksummed in one pass.
+      data->resize(length);
       char* const out = data->data();
       read = RunMappedGuarded(body, length + sizeof footer, [&] {
         crc = Crc32cExtendCopy(0, body, length, out);
         std::memcpy(footer, body + length, sizeof footer);
       });
+    } else if (data != nullptr) {
+      // A shorter (often new) string grows by an append into room reserved
+      // first (no allocation inside the guard), not a zero-fill and a copy;
+      // the copy is checksummed while it is in cache.
+      data->clear();
+      data->reserve(length);
+      read = RunMappedGuarded(body, length + sizeof footer, [&] {
+        data->append(body, length);
+        std::memcpy(footer, body + length, sizeof footer);
+      });
+      if (read) crc = Crc32cExtend(0, data->data(), length);
     } else {
       read = RunMappedGuarded(body, length + sizeof footer, [&] {
         crc = Crc32cExtend(0, body, length);
