@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -170,12 +171,29 @@ bool MappingAllowed() {
   return allowed;
 }
 
+// Mappings alive at once, and their bound (see kMaxFileMappings).
+std::atomic<int64_t> g_max_mappings{kMaxFileMappings};
+std::atomic<int64_t> g_live_mappings{0};
+
+// Takes a place for one more mapping; false when all are taken.
+bool ReserveMapping() {
+  if (g_live_mappings.fetch_add(1, std::memory_order_relaxed) <
+      g_max_mappings.load(std::memory_order_relaxed)) {
+    return true;
+  }
+  g_live_mappings.fetch_sub(1, std::memory_order_relaxed);
+  return false;
+}
+
 class PosixFile final : public RandomAccessFile {
  public:
   PosixFile(std::string path, int64_t size, int fd)
       : RandomAccessFile(std::move(path), size), fd_(fd) {}
   ~PosixFile() override {
-    if (mapping_ != nullptr) ::munmap(mapping_, static_cast<size_t>(size()));
+    if (mapping_ != nullptr) {
+      ::munmap(mapping_, static_cast<size_t>(size()));
+      g_live_mappings.fetch_sub(1, std::memory_order_relaxed);
+    }
     ::close(fd_);
   }
 
@@ -183,13 +201,15 @@ class PosixFile final : public RandomAccessFile {
     absl::MutexLock lock(&mu_);
     if (!map_tried_) {
       map_tried_ = true;
-      if (size() >= kMinMappedBytes && MappingAllowed()) {
+      if (size() >= kMinMappedBytes && MappingAllowed() && ReserveMapping()) {
         void* m = ::mmap(nullptr, static_cast<size_t>(size()), PROT_READ,
                          MAP_SHARED, fd_, 0);
         if (m != MAP_FAILED) {
           InstallMappedReadGuard();
           mapping_ = static_cast<char*>(m);
           AdviseLocked();
+        } else {
+          g_live_mappings.fetch_sub(1, std::memory_order_relaxed);
         }
       }
     }
@@ -275,6 +295,14 @@ class DefaultFileSystem final : public FileSystem {
 };
 
 }  // namespace
+
+int64_t LiveFileMappings() {
+  return g_live_mappings.load(std::memory_order_relaxed);
+}
+
+void SetMaxFileMappingsForTesting(int64_t max) {
+  g_max_mappings.store(max, std::memory_order_relaxed);
+}
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> FileSystem::OpenForRange(
     const std::string& path, int64_t start, int64_t end) {

@@ -74,6 +74,18 @@ absl::Status MappedReadFailure(RandomAccessFile& file, int64_t offset, size_t n)
 // few pages costs more (mmap, faults, munmap) than it saves.
 inline constexpr int64_t kMinMappedBytes = 256 << 10;
 
+// The most local files mapped at once: each mapping is one entry of the
+// process's memory map (vm.max_map_count, 65,530 by default, shared with
+// malloc's own mappings), so a process holding a great many large files
+// open at once reads those past this bound with pread instead of running
+// that table out.
+inline constexpr int64_t kMaxFileMappings = 4096;
+
+// Local files mapped at this moment (RandomAccessFile::Mapping), at most
+// kMaxFileMappings. Tests may lower the bound (and must restore it).
+int64_t LiveFileMappings();
+void SetMaxFileMappingsForTesting(int64_t max);
+
 // Reads exactly `n` bytes at `offset` (all inside the file as opened),
 // over as many short reads as it takes. A file that ends before them was
 // cut shorter while it was read: DATA_LOSS "'PATH' ends at byte offset O

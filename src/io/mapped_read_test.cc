@@ -195,6 +195,29 @@ TEST(MappedTFRecordReader, ALargeLocalFileIsReadThroughItsMapping) {
   EXPECT_EQ((*FileSystem::Default()->Open(small.path()))->Mapping(), nullptr);
 }
 
+TEST(MappedTFRecordReader, FilesPastTheBoundOnMappingsAreReadWithPread) {
+  TempPath path(".tfrecord");
+  const std::vector<std::string> records = ManyRecords(7);
+  WriteBytes(path.path(), testing_util::EncodeAll(records));
+  const int64_t before = LiveFileMappings();
+  SetMaxFileMappingsForTesting(before + 2);
+  std::vector<std::unique_ptr<TFRecordSliceReader>> readers;
+  for (int i = 0; i < 4; ++i) {
+    readers.push_back(*TFRecordSliceReader::Open(path.path(), 0, -1));
+  }
+  EXPECT_EQ(LiveFileMappings(), before + 2);  // two mapped, two with pread
+  for (auto& reader : readers) {  // every one reads the whole file all the same
+    std::string record;
+    int64_t offset = 0;
+    size_t n = 0;
+    while (*reader->Next(&record, &offset)) ASSERT_EQ(record, records[n++]);
+    EXPECT_EQ(n, records.size());
+  }
+  readers.clear();
+  EXPECT_EQ(LiveFileMappings(), before);  // closing gives the places back
+  SetMaxFileMappingsForTesting(kMaxFileMappings);
+}
+
 TEST(MappedTFRecordReader, SameRecordsAndErrorsAsPread) {
   const std::vector<std::string> records = ManyRecords(2);
   const std::string clean = testing_util::EncodeAll(records);
