@@ -396,5 +396,28 @@ TEST(MappedTextReader, ALastLineCutInsideItsPageIsDataLossNotZeros) {
   EXPECT_THAT(more.status().message(), HasSubstr("truncated while being read?"));
 }
 
+TEST(MappedTextReader, ASliceStartingWhereTheFileWasCutIsDataLossNotEmpty) {
+  // The file shrinks between its open and the reader's: the slice's start
+  // then lies in the zeros a mapping reads past the new end of the file.
+  TempPath path(".txt");
+  std::string text(300u << 10, 'a');
+  text.back() = '\n';
+  text += std::string(3000, 'z') + "\n" + std::string(500, 'y') + "\n";
+  ASSERT_NE(text.size() % kPage, 0u);
+  WriteBytes(path.path(), text);
+  std::unique_ptr<RandomAccessFile> file = *FileSystem::Default()->Open(path.path());
+  ASSERT_EQ(::truncate(path.path().c_str(), static_cast<off_t>(text.size() - 2000)), 0);
+  const int64_t start = static_cast<int64_t>(text.size()) - 1000;
+  auto reader = TextSliceReader::Open(std::move(file), start, -1);
+  absl::Status status = reader.status();
+  if (reader.ok()) {
+    std::string line;
+    int64_t offset = 0;
+    status = (*reader)->Next(&line, &offset).status();
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status.message(), HasSubstr("truncated while being read?"));
+}
+
 }  // namespace
 }  // namespace shardq

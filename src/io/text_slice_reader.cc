@@ -126,6 +126,11 @@ absl::Status TextSliceReader::SkipPastNewline() {
     if (!GuardedFindNewline(map_ + position_, left, &nl)) {
       return MappedReadFailure(*file_, position_, left);
     }
+    if (nl == nullptr) {
+      // No line starts in the rest of the file: unless it was cut shorter
+      // since it was opened (see NextMapped).
+      if (absl::Status s = CheckLastByte(); !s.ok()) return s;
+    }
     position_ = nl != nullptr ? nl - map_ + 1 : file_size_;
     return absl::OkStatus();
   }
@@ -144,6 +149,11 @@ absl::Status TextSliceReader::SkipPastNewline() {
   }
 }
 
+absl::Status TextSliceReader::CheckLastByte() {
+  char last;
+  return ReadFully(*file_, file_size_ - 1, 1, &last);
+}
+
 absl::StatusOr<bool> TextSliceReader::NextMapped(std::string* line,
                                                  int64_t* offset) {
   const char* const begin = map_ + position_;
@@ -154,13 +164,8 @@ absl::StatusOr<bool> TextSliceReader::NextMapped(std::string* line,
   }
   const size_t n = nl != nullptr ? static_cast<size_t>(nl - begin) : left;
   if (nl == nullptr) {
-    // The last line runs to the end of the file as opened. A file cut
-    // shorter since reads as zeros up to the end of its last mapped page,
-    // with no SIGBUS to tell: check that the last byte is still there.
-    char last;
-    if (absl::Status s = ReadFully(*file_, file_size_ - 1, 1, &last); !s.ok()) {
-      return s;
-    }
+    // The last line runs to the end of the file as opened.
+    if (absl::Status s = CheckLastByte(); !s.ok()) return s;
   }
   bool read = true;
   if (line->size() >= n) {  // a reused string: cut to size and copied into

@@ -51,6 +51,11 @@ class TextSliceReader {
   // Next() of a mapped file: each line found and copied straight out of
   // the mapping (src/io/mapped_read.h).
   absl::StatusOr<bool> NextMapped(std::string* line, int64_t* offset);
+  // A mapped file cut shorter since it was opened reads as zeros up to the
+  // end of its last page, with no SIGBUS to tell: a mapped read that runs
+  // to the end of the file checks with a pread that its last byte is still
+  // there (DATA_LOSS "... (truncated while being read?)" if not).
+  absl::Status CheckLastByte();
 
   const std::unique_ptr<RandomAccessFile> file_;
   const int64_t file_size_;
