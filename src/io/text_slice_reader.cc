@@ -167,16 +167,13 @@ absl::StatusOr<bool> TextSliceReader::NextMapped(std::string* line,
     // The last line runs to the end of the file as opened.
     if (absl::Status s = CheckLastByte(); !s.ok()) return s;
   }
-  bool read = true;
-  if (line->size() >= n) {  // a reused string: cut to size and copied into
-    line->resize(n);
-    read = n == 0 || GuardedCopy(begin, n, line->data());
-  } else {  // appended into room reserved first: no zero-fill, no allocation
-    line->clear();        // inside the guard
-    line->reserve(n);
-    read = RunMappedGuarded(begin, n, [&] { line->append(begin, n); });
+  // Appended into room reserved first: one write of each byte (no
+  // zero-fill first), and no allocation inside the guard.
+  line->clear();
+  line->reserve(n);
+  if (!RunMappedGuarded(begin, n, [&] { line->append(begin, n); })) {
+    return MappedReadFailure(*file_, position_, n);
   }
-  if (!read) return MappedReadFailure(*file_, position_, n);
   *offset = position_;
   position_ += static_cast<int64_t>(n) + (nl != nullptr ? 1 : 0);
   if (nl != nullptr && n > 0 && line->back() == '\r') line->pop_back();

@@ -254,8 +254,9 @@ class ReadBuffer {
     uint32_t crc = 0;
     char footer[kTFRecordFooterBytes];
     bool read;
-    if (data != nullptr && data->size() >= length) {
-      // A reused string: cut to size, copied into and checksummed in one pass.
+    if (data != nullptr && data->capacity() >= length) {
+      // A string with room (a reused one): sized (zero-filling only what it
+      // grows by), then copied into and checksummed in one pass.
       data->resize(length);
       char* const out = data->data();
       read = RunMappedGuarded(body, length + sizeof footer, [&] {
@@ -263,9 +264,9 @@ class ReadBuffer {
         std::memcpy(footer, body + length, sizeof footer);
       });
     } else if (data != nullptr) {
-      // A shorter (often new) string grows by an append into room reserved
-      // first (no allocation inside the guard), not a zero-fill and a copy;
-      // the copy is checksummed while it is in cache.
+      // A string without room (a new one) grows by an append into room
+      // reserved first (no allocation inside the guard), not a zero-fill of
+      // fresh memory and a copy; the copy is checksummed while in cache.
       data->clear();
       data->reserve(length);
       read = RunMappedGuarded(body, length + sizeof footer, [&] {
