@@ -6,7 +6,7 @@ find_package(SQLite3 REQUIRED)
 
 shardq_cc_library(
   NAME shardq_io_formats
-  SRCS tfrecord.cc compression.cc compressed_tfrecord.cc
+  SRCS tfrecord.cc tfrecord_writer.cc compression.cc compressed_tfrecord.cc
        item_readers.cc tfrecord_reader.cc sqlite_table.cc table_reader.cc
        download.cc
   DEPS shardq_io shardq_core absl::status absl::statusor absl::strings

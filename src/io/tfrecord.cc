@@ -1,9 +1,5 @@
 #include "src/io/tfrecord.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -19,117 +15,9 @@
 namespace shardq {
 namespace {
 
-constexpr size_t kWriteBufferBytes = 256 << 10;
 constexpr size_t kMinReadBufferBytes = 64;
-constexpr int64_t kFramingBytes = kTFRecordHeaderBytes + kTFRecordFooterBytes;
-
-void AppendHeader(uint64_t length, std::string* out) {
-  char bytes[8];
-  EncodeLittleEndian64(length, bytes);
-  out->append(bytes, sizeof(bytes));
-  AppendLittleEndian32(MaskCrc(Crc32c(absl::string_view(bytes, sizeof(bytes)))),
-                       out);
-}
-
-// "op 'path' at byte offset N: strerror", with the code that errno implies.
-absl::Status IoError(int error, absl::string_view op, const std::string& path,
-                     int64_t offset) {
-  return absl::Status(absl::ErrnoToStatusCode(error),
-                      absl::StrCat(op, " '", path, "' at byte offset ", offset,
-                                   ": ", std::strerror(error)));
-}
-
-absl::Status OpenError(int error, absl::string_view op,
-                       const std::string& path) {
-  return absl::Status(absl::ErrnoToStatusCode(error),
-                      absl::StrCat(op, " '", path, "': ", std::strerror(error)));
-}
 
 }  // namespace
-
-std::string EncodeTFRecord(absl::string_view data) {
-  std::string out;
-  out.reserve(data.size() + kFramingBytes);
-  AppendHeader(data.size(), &out);
-  out.append(data.data(), data.size());
-  AppendLittleEndian32(MaskCrc(Crc32c(data)), &out);
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// TFRecordWriter
-
-absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::Create(
-    const std::string& path) {
-  const int fd =
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) return OpenError(errno, "create", path);
-  return std::unique_ptr<TFRecordWriter>(new TFRecordWriter(path, fd));
-}
-
-TFRecordWriter::TFRecordWriter(std::string path, int fd)
-    : path_(std::move(path)), fd_(fd) {
-  buffer_.reserve(kWriteBufferBytes + 4096);
-}
-
-TFRecordWriter::~TFRecordWriter() { Close().IgnoreError(); }
-
-absl::Status TFRecordWriter::Write(absl::string_view record) {
-  if (fd_ < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("write to '", path_, "' after Close()"));
-  }
-  if (!error_.ok()) return error_;
-  AppendHeader(record.size(), &buffer_);
-  if (record.size() >= kWriteBufferBytes) {
-    // Large records skip the buffer rather than being copied into it.
-    if (absl::Status s = Flush(); !s.ok()) return s;
-    if (absl::Status s = WriteToFile(record.data(), record.size()); !s.ok()) {
-      return s;
-    }
-  } else {
-    buffer_.append(record.data(), record.size());
-  }
-  AppendLittleEndian32(MaskCrc(Crc32c(record)), &buffer_);
-  if (buffer_.size() >= kWriteBufferBytes) return Flush();
-  return absl::OkStatus();
-}
-
-absl::Status TFRecordWriter::Flush() {
-  if (fd_ < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("flush of '", path_, "' after Close()"));
-  }
-  if (!error_.ok()) return error_;
-  absl::Status status = WriteToFile(buffer_.data(), buffer_.size());
-  buffer_.clear();
-  return status;
-}
-
-absl::Status TFRecordWriter::Close() {
-  if (fd_ < 0) return absl::OkStatus();
-  absl::Status status = Flush();
-  if (::close(fd_) != 0 && status.ok()) {
-    status = IoError(errno, "close", path_, flushed_);
-  }
-  fd_ = -1;
-  return status;
-}
-
-absl::Status TFRecordWriter::WriteToFile(const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t written = ::write(fd_, data, n);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      error_ = IoError(errno, "write", path_, flushed_);
-      return error_;
-    }
-    data += written;
-    n -= static_cast<size_t>(written);
-    flushed_ += written;
-  }
-  return absl::OkStatus();
-}
 
 // ---------------------------------------------------------------------------
 // ReadBuffer: a window of the file, refilled with pread. Peeked views stay
@@ -244,7 +132,7 @@ class ReadBuffer {
       return probe;
     }
     // Trust the length only once it fits in the file: never allocate first.
-    const int64_t room = left - kFramingBytes;
+    const int64_t room = left - kTFRecordFramingBytes;
     if (room < 0 || probe.length > static_cast<uint64_t>(room)) {
       probe.check = RecordCheck::kLengthPastEnd;
       return probe;
@@ -495,7 +383,7 @@ absl::StatusOr<bool> TFRecordSliceReader::NextImpl(std::string* record,
     if (!probe.ok()) return probe.status();
     if (probe->check == Check::kValid) {
       if (offset != nullptr) *offset = position_;
-      position_ += kFramingBytes + static_cast<int64_t>(probe->length);
+      position_ += kTFRecordFramingBytes + static_cast<int64_t>(probe->length);
       position_validated_ = false;
       ++stats_.records;
       stats_.bytes += static_cast<int64_t>(probe->length);
@@ -570,7 +458,7 @@ absl::StatusOr<TFRecordSliceReader::Probe> TFRecordSliceReader::ProbeAt(
   }
   if (!tfrecord_internal::DecodeRecordHeader(*header, &probe)) return probe;
   // Trust the length only once it fits in the file: never allocate first.
-  const int64_t room = file_size_ - offset - kFramingBytes;
+  const int64_t room = file_size_ - offset - kTFRecordFramingBytes;
   if (room < 0 || probe.length > static_cast<uint64_t>(room)) {
     probe.check = Check::kLengthPastEnd;
     return probe;
@@ -599,14 +487,14 @@ absl::StatusOr<TFRecordSliceReader::Probe> TFRecordSliceReader::ProbeAt(
 absl::StatusOr<int64_t> TFRecordSliceReader::Scan(int64_t from,
                                                   int64_t limit) {
   // An offset can start a record only if an empty record fits after it.
-  const int64_t last = std::min(limit, file_size_ - kFramingBytes + 1);
+  const int64_t last = std::min(limit, file_size_ - kTFRecordFramingBytes + 1);
   int64_t p = from;
   while (p < last) {
     absl::StatusOr<absl::string_view> chunk = buffer_->Peek(
         p, static_cast<size_t>(std::min<int64_t>(
                buffer_->capacity(), last - p + kTFRecordHeaderBytes - 1)));
     if (!chunk.ok()) return chunk.status();
-    // At least kFramingBytes remain after p, so every offset in
+    // At least kTFRecordFramingBytes remain after p, so every offset in
     // [p, p + positions) has a whole header inside chunk.
     const int64_t positions =
         std::min<int64_t>(static_cast<int64_t>(chunk->size()) -
@@ -617,7 +505,7 @@ absl::StatusOr<int64_t> TFRecordSliceReader::Scan(int64_t from,
       const char* header = chunk->data() + i;
       // The cheap test first: random and text bytes make huge lengths.
       const uint64_t length = DecodeLittleEndian64(header);
-      if (length > static_cast<uint64_t>(file_size_ - (p + i) - kFramingBytes)) {
+      if (length > static_cast<uint64_t>(file_size_ - (p + i) - kTFRecordFramingBytes)) {
         continue;
       }
       if (!TFRecordLengthCrcMatches(header)) continue;

@@ -62,6 +62,8 @@ namespace shardq {
 // Bytes of framing around each record's data.
 inline constexpr int64_t kTFRecordHeaderBytes = 12;  // length + length CRC
 inline constexpr int64_t kTFRecordFooterBytes = 4;   // data CRC
+inline constexpr int64_t kTFRecordFramingBytes =
+    kTFRecordHeaderBytes + kTFRecordFooterBytes;
 
 // Returns `data` framed as one TFRecord (header, data, footer).
 std::string EncodeTFRecord(absl::string_view data);
