@@ -43,7 +43,7 @@ shardq_cc_test(NAME split_coverage_test
 # a mapped file (a SIGBUS in them is an error, not a crash).
 shardq_cc_test(NAME file_fault_test
   SRCS file_test.cc item_readers_test.cc mapped_read_test.cc
-  DEPS shardq_io_formats ZLIB::ZLIB)
+  DEPS shardq_io_formats ZLIB::ZLIB absl::cleanup)
 
 # DownloadItem (issue 21's download_dir): whole works byte for byte, slices
 # as their records.
