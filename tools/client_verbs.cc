@@ -46,7 +46,10 @@ CLI::App* AddCreate(CLI::App& app, CreateOptions* o) {
                   "is set aside as failed")
       ->check(CLI::Range(int64_t{1}, kMaxAttemptsLimit))
       ->capture_default_str();
-  cmd->add_option("works", o->works, "files (or table URIs) to hand out")->required();
+  cmd->add_option("works", o->works,
+                  "what to hand out: files, s3://BUCKET/KEY objects, s3:// patterns or "
+                  "prefixes/, or table URIs")
+      ->required();
   return cmd;
 }
 
@@ -235,6 +238,10 @@ int RunStatus(const StatusOptions& o) {
                            {"term", l->term},
                            {"standbys", l->standbys},
                            {"failovers", l->failovers}};
+      // The three a reader looks for first, at the top level as well.
+      out["leader"] = l->leader;
+      out["standbys"] = l->standbys;
+      out["term"] = l->term;
     }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;

@@ -167,7 +167,10 @@ CLI::App* AddCount(CLI::App& app, CountOptions* o) {
                "directories); "
                "prints one line per item and the total");
   AddReadFlags(cmd, &o->read);
-  cmd->add_option("items", o->items, "items to count")->required();
+  cmd->add_option("items", o->items,
+                  "items to count: files, slices (PATH?start=S&end=E), globs, directories, "
+                  "sqlite: tables, s3:// objects, patterns or prefixes/")
+      ->required();
   return cmd;
 }
 
@@ -197,7 +200,8 @@ CLI::App* AddCat(CLI::App& app, CatOptions* o) {
       ->check(CLI::IsMember({"lines", "hex", "len"}))
       ->capture_default_str();
   cmd->add_flag("--keys", o->keys, "prefix each record with its key and a tab");
-  cmd->add_option("item", o->item, "the item to read")->required();
+  cmd->add_option("item", o->item, "the item to read: a file, a slice of one, a table, an s3:// object")
+      ->required();
   return cmd;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "src/client/coordinator_address.h"
 #include "src/observe/report.h"
 #include "tools/client_flags.h"
 #include "tools/verbs.h"
@@ -31,7 +33,9 @@ CLI::App* AddReport(CLI::App& app, ReportOptions* o) {
       "report", "Write a self-contained HTML file (timeline, charts, workers) of one queue");
   cmd->add_option("--address", o->address,
                   "HOST:PORT of the coordinator's status page (serve --http), or its gRPC "
-                  "address (then its Status answer names the page)")
+                  "address (then its Status answer names the page): one coordinator, a "
+                  "job's list H1:P1,H2:P2 or etcd://E1:P1[,E2:P2...]/JOB (then the "
+                  "leader's page)")
       ->required();
   cmd->add_option("--name", o->name, "the queue")->required();
   cmd->add_option("--out", o->out, "the HTML file to write")->required();
@@ -111,9 +115,24 @@ absl::StatusOr<std::string> PageOfCoordinator(const ReportOptions& o) {
   const size_t colon = page.rfind(':');
   const std::string host = page.substr(0, colon);
   if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
-    page = absl::StrCat(o.address.substr(0, o.address.rfind(':')), page.substr(colon));
+    // The host of the coordinator that answered: the leader's advertised
+    // address when --address named a job (a list or etcd://), else the one
+    // dialled.
+    std::string answered = o.address;
+    if (std::optional<Leadership> l = connected->backend->LastLeadership();
+        l.has_value() && !l->leader.empty()) {
+      answered = l->leader;
+    }
+    page = absl::StrCat(answered.substr(0, answered.rfind(':')), page.substr(colon));
   }
   return page;
+}
+
+// True when --address names a job's coordinators (a list, or etcd://):
+// there is no one HOST:PORT to try as a status page first.
+bool NamesAJob(const std::string& address) {
+  absl::StatusOr<CoordinatorAddress> parsed = ParseCoordinatorAddress(address);
+  return parsed.ok() && !parsed->single();
 }
 
 }  // namespace
@@ -132,6 +151,13 @@ int RunReport(const ReportOptions& o) {
     std::stringstream token;
     token << in.rdbuf();
     source.token = std::string(absl::StripAsciiWhitespace(token.str()));
+  }
+  if (NamesAJob(o.address)) {
+    // The leader's Status answer names its page.
+    absl::StatusOr<std::string> page = PageOfCoordinator(o);
+    if (!page.ok()) return ReportError("report", page.status());
+    source.address = *page;
+    source.page_of_grpc_address = nullptr;
   }
   absl::StatusOr<std::string> html = FetchReport(source);
   if (!html.ok()) return ReportError("report", html.status());

@@ -891,6 +891,11 @@ def main():
     device = args.device
     if device == "auto":
         device = "cuda" if _cuda_available() else "cpu"
+    elif device == "cuda" and not _cuda_available():
+        # Said before the data set (GBs) is written, not by every row after it.
+        print("gpu_feed: --device cuda, but torch sees no CUDA device here "
+              "(use --device cpu to try the benchmark out)", file=sys.stderr)
+        return 2
     minutes = args.minutes if args.minutes is not None else (7.0 if device == "cuda" else 3.0)
     end = t0 + minutes * 60 - 10  # the report and the exit fit in the rest
     out = os.path.abspath(args.out or "gpu_feed_out")

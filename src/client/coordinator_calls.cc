@@ -65,7 +65,8 @@ absl::Status CoordinatorCalls::Unary(absl::string_view method, Rpc rpc,
                        });
 }
 
-absl::Status CoordinatorCalls::Attempt(Rpc rpc, absl::Duration timeout) {
+absl::Status CoordinatorCalls::Attempt(Rpc rpc, absl::Duration timeout,
+                                       std::string* leader_hint) {
   absl::StatusOr<CoordinatorChannels::Target> target = channels_->Current();
   if (!target.ok()) {
     // etcd names no leader now (UNAVAILABLE: retried) or an unusable one.
@@ -82,7 +83,9 @@ absl::Status CoordinatorCalls::Attempt(Rpc rpc, absl::Duration timeout) {
   if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
     // A timed-out call is retried like a refused one: the coordinator may
     // be restarting.
-    channels_->Failed(target->address, LeaderHint(ctx));
+    const std::string hint = LeaderHint(ctx);
+    if (leader_hint != nullptr) *leader_hint = hint;
+    channels_->Failed(target->address, hint);
     return absl::UnavailableError(
         absl::StrCat("coordinator ", target->address, " unavailable: ", s.message()));
   }
@@ -100,13 +103,21 @@ absl::Status CoordinatorCalls::FirstContact(absl::string_view method, Rpc rpc,
       return ready;
     }
     if (contacted_.load()) break;
-    absl::Status s = Attempt(rpc, timeout);
+    std::string leader_hint;
+    absl::Status s = Attempt(rpc, timeout, &leader_hint);
     if (!absl::IsUnavailable(s)) return s;
-    // Connected, yet no answer: not a coordinator, one going away, or a
-    // standby of a highly available job ("not leader", naming the
-    // leader). The connect timeout bounds this wait too (the channel
-    // stays ready, so AwaitReady does not).
     reason = ReasonOf(s);
+    if (channels_->single() && !leader_hint.empty()) {
+      // A standby of a highly available job, named alone: it serves
+      // nothing, and waiting does not change who leads. Said at once.
+      return absl::UnavailableError(absl::StrCat(
+          method, ": the coordinator at ", options_.address, " is a standby (", reason,
+          "): give the leader's address ", leader_hint,
+          ", the job's coordinators as a list H1:P1,H2:P2, or etcd://ENDPOINTS/JOB"));
+    }
+    // Connected, yet no answer: not a coordinator, or one going away. The
+    // connect timeout bounds this wait too (the channel stays ready, so
+    // AwaitReady does not).
     if (absl::Now() >= give_up) {
       return absl::UnavailableError(absl::StrCat(
           method, ": no answer from the coordinator at ", options_.address, " within ",

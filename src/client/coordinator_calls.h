@@ -70,7 +70,9 @@ class CoordinatorCalls {
   // UNAVAILABLE naming the coordinator, and the next attempt goes to the
   // one channels_ names then (the same one for a single address); any
   // other answer marks the coordinator as contacted.
-  absl::Status Attempt(Rpc rpc, absl::Duration timeout);
+  // *leader_hint (when not null) gets the leader a standby's "not leader"
+  // answer names ("" for any other answer).
+  absl::Status Attempt(Rpc rpc, absl::Duration timeout, std::string* leader_hint = nullptr);
 
   // The call before the coordinator's first answer: waits for a connection,
   // tries, and repeats until an answer or connect_timeout.

@@ -151,7 +151,10 @@ absl::Status ExpandS3Work(const std::string& path, std::vector<std::string>* out
   absl::StatusOr<std::vector<std::pair<std::string, S3ObjectInfo>>> objects =
       S3Glob(directory ? path + "*" : path);
   if (!objects.ok()) {
-    if (directory && absl::IsNotFound(objects.status())) {
+    // An empty listing says so in the directory's words; an HTTP answer
+    // (no such bucket) keeps its URL and status.
+    if (directory && absl::IsNotFound(objects.status()) &&
+        !absl::StrContains(objects.status().message(), ": HTTP ")) {
       return absl::NotFoundError(
           absl::StrCat("'", path, "' holds no objects to read"));
     }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -60,6 +62,25 @@ std::unique_ptr<WorkQueue::Impl> ImplFromInfo(std::shared_ptr<QueueBackend> back
   return impl;
 }
 
+// A worker connected as `options` say (address, token, TLS, worker id,
+// connect timeout) to the queue `info_of` answers for, given the backend: a
+// lookup (Attach) or a restore (RestoreCheckpoint).
+absl::StatusOr<std::unique_ptr<WorkQueue::Impl>> ConnectedImpl(
+    const WorkQueueOptions& options,
+    const std::function<absl::StatusOr<QueueInfo>(QueueBackend&)>& info_of) {
+  absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
+      options.address, options.token, options.tls_ca_file, options.worker_id,
+      options.connect_timeout);
+  if (!connected.ok()) return connected.status();
+  absl::StatusOr<QueueInfo> info = info_of(*connected->backend);
+  if (!info.ok()) return info.status();
+  std::unique_ptr<WorkQueue::Impl> impl =
+      ImplFromInfo(std::move(connected->backend), connected->worker_id, *info);
+  impl->heartbeat_interval_ = options.heartbeat_interval;
+  impl->take_ahead_ = std::max<int64_t>(0, options.take_ahead);
+  return impl;
+}
+
 }  // namespace
 
 WorkQueue::WorkQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -77,17 +98,10 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Create(
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::Attach(
     const WorkQueueOptions& options) {
-  absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
-      options.address, options.token, options.tls_ca_file, options.worker_id,
-      options.connect_timeout);
-  if (!connected.ok()) return connected.status();
-  absl::StatusOr<QueueInfo> info = connected->backend->GetQueue(options.name);
-  if (!info.ok()) return info.status();
-  std::unique_ptr<Impl> impl =
-      ImplFromInfo(std::move(connected->backend), connected->worker_id, *info);
-  impl->heartbeat_interval_ = options.heartbeat_interval;
-  impl->take_ahead_ = std::max<int64_t>(0, options.take_ahead);
-  return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
+  absl::StatusOr<std::unique_ptr<Impl>> impl = ConnectedImpl(
+      options, [&](QueueBackend& backend) { return backend.GetQueue(options.name); });
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<WorkQueue>(new WorkQueue(*std::move(impl)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Attach(
@@ -480,17 +494,11 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
     const WorkQueueOptions& options, const std::string& path, const std::string& name) {
   absl::StatusOr<journal::Checkpoint> checkpoint = ReadCheckpointFile(path);
   if (!checkpoint.ok()) return checkpoint.status();
-  absl::StatusOr<ConnectedBackend> connected = ConnectBackend(
-      options.address, options.token, options.tls_ca_file, options.worker_id,
-      options.connect_timeout);
-  if (!connected.ok()) return connected.status();
-  absl::StatusOr<QueueInfo> info = connected->backend->RestoreCheckpoint(*checkpoint, name);
-  if (!info.ok()) return info.status();
-  std::unique_ptr<Impl> impl =
-      ImplFromInfo(std::move(connected->backend), connected->worker_id, *info);
-  impl->heartbeat_interval_ = options.heartbeat_interval;
-  impl->take_ahead_ = std::max<int64_t>(0, options.take_ahead);
-  return std::unique_ptr<WorkQueue>(new WorkQueue(std::move(impl)));
+  absl::StatusOr<std::unique_ptr<Impl>> impl = ConnectedImpl(options, [&](QueueBackend& backend) {
+    return backend.RestoreCheckpoint(*checkpoint, name);
+  });
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<WorkQueue>(new WorkQueue(*std::move(impl)));
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::RestoreCheckpoint(

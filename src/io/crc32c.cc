@@ -523,6 +523,22 @@ uint32_t Crc32cExtend(uint32_t crc, const char* data, size_t n) {
   return ~extend(~crc, data, n);
 }
 
+#ifdef SHARDQ_CRC32C_X86
+namespace {
+__attribute__((target("sse4.2"))) uint32_t HardwareCrc32cOf8(const char* data) {
+  return ~static_cast<uint32_t>(
+      _mm_crc32_u64(0xffffffffu, DecodeLittleEndian64(data)));
+}
+}  // namespace
+#endif
+
+uint32_t Crc32cOf8(const char* data) {
+#ifdef SHARDQ_CRC32C_X86
+  if (HardwareCrc32cAvailable()) return HardwareCrc32cOf8(data);
+#endif
+  return Crc32cExtend(0, data, 8);
+}
+
 uint32_t Crc32cExtendCopy(uint32_t crc, const char* data, size_t n, char* dst) {
   static const CopyRegisterFn copy = ChooseCopy();
   return ~copy(~crc, data, n, dst);

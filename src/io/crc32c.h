@@ -31,6 +31,11 @@ uint32_t Crc32cExtend(uint32_t crc, const char* data, size_t n);
 // then the checksum of the copied bytes (still in cache) elsewhere.
 uint32_t Crc32cExtendCopy(uint32_t crc, const char* data, size_t n, char* dst);
 
+// Crc32cExtend(0, data, 8): the checksum of a TFRecord length, with one
+// crc32 instruction where the CPU has it (once per record, so the general
+// path's dispatch and loop set-up would cost more than the checksum).
+uint32_t Crc32cOf8(const char* data);
+
 // Returns the CRC32C of `data`.
 inline uint32_t Crc32c(absl::string_view data) {
   return Crc32cExtend(0, data.data(), data.size());

@@ -155,6 +155,20 @@ TEST(Crc32c, ExtendCopyCopiesAndChecksums) {
   }
 }
 
+TEST(Crc32c, OfEightBytesEqualsThePortableTables) {
+  std::mt19937_64 rng(13);
+  std::string data(8 * 1000 + 7, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  // Every alignment, and lengths a TFRecord header really holds.
+  for (size_t at = 0; at + 8 <= data.size(); at += 7) {
+    ASSERT_EQ(Crc32cOf8(data.data() + at),
+              Crc32cPortable(0, data.data() + at, 8))
+        << at;
+  }
+  const std::string zeros(8, '\0');
+  EXPECT_EQ(Crc32cOf8(zeros.data()), Crc32c(zeros));
+}
+
 TEST(Crc32c, ExtendingPieceByPieceEqualsOneShot) {
   std::mt19937_64 rng(7);
   std::string data(20000, '\0');

@@ -42,10 +42,26 @@ inline void SetRecordKey(const std::string& prefix, int64_t offset,
   char* p = end;
   uint64_t v = offset < 0 ? 0 - static_cast<uint64_t>(offset)
                           : static_cast<uint64_t>(offset);
-  do {
-    *--p = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
+  // Two digits a step (one division by 100), from a table of "00".."99".
+  static constexpr char kPairs[] =
+      "0001020304050607080910111213141516171819"
+      "2021222324252627282930313233343536373839"
+      "4041424344454647484950515253545556575859"
+      "6061626364656667686970717273747576777879"
+      "8081828384858687888990919293949596979899";
+  while (v >= 100) {
+    const size_t pair = static_cast<size_t>(v % 100) * 2;
+    v /= 100;
+    *--p = kPairs[pair + 1];
+    *--p = kPairs[pair];
+  }
+  if (v >= 10) {
+    const size_t pair = static_cast<size_t>(v) * 2;
+    *--p = kPairs[pair + 1];
+    *--p = kPairs[pair];
+  } else {
+    *--p = static_cast<char>('0' + v);
+  }
   if (offset < 0) *--p = '-';
   const size_t n = static_cast<size_t>(end - p);
   if (key->capacity() < prefix.size() + sizeof(digits)) {

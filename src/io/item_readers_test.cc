@@ -59,6 +59,13 @@ TEST(SetRecordKey, WritesPrefixAndOffsetOverWhatTheKeyHeld) {
     SetRecordKey(prefix, offset, &key);
     EXPECT_EQ(key, absl::StrCat(prefix, offset));
   }
+  // Every digit count, at both ends of it (the digits go two at a time).
+  for (int64_t ten = 1; ten <= std::numeric_limits<int64_t>::max() / 10; ten *= 10) {
+    for (int64_t offset : {ten - 1, ten, ten * 10 - 1, -ten, 1 - ten}) {
+      SetRecordKey(prefix, offset, &key);
+      EXPECT_EQ(key, absl::StrCat(prefix, offset));
+    }
+  }
   std::string fresh;  // and an empty one
   SetRecordKey("t:", 99, &fresh);
   EXPECT_EQ(fresh, "t:99");

@@ -124,53 +124,67 @@ class ReadBuffer {
       return probe;
     }
     const char* const header_at = map_ + offset;
-    char header[kTFRecordHeaderBytes];
-    if (!GuardedCopy(header_at, sizeof header, header)) {
-      return MappedReadFailure(*file_, offset, sizeof header);
-    }
-    if (!DecodeRecordHeader(absl::string_view(header, sizeof header), &probe)) {
-      return probe;
-    }
+    const char* const body = header_at + kTFRecordHeaderBytes;
     // Trust the length only once it fits in the file: never allocate first.
     const int64_t room = left - kTFRecordFramingBytes;
-    if (room < 0 || probe.length > static_cast<uint64_t>(room)) {
+    const auto length_fits = [&] {
+      if (room >= 0 && probe.length <= static_cast<uint64_t>(room)) return true;
       probe.check = RecordCheck::kLengthPastEnd;
-      return probe;
-    }
-    const size_t length = static_cast<size_t>(probe.length);
-    const char* const body = header_at + kTFRecordHeaderBytes;
+      return false;
+    };
     uint32_t crc = 0;
     char footer[kTFRecordFooterBytes];
-    bool read;
-    if (data != nullptr && data->capacity() >= length) {
-      // A string with room (a reused one): sized (zero-filling only what it
-      // grows by), then copied into and checksummed in one pass.
-      data->resize(length);
-      char* const out = data->data();
-      read = RunMappedGuarded(body, length + sizeof footer, [&] {
-        crc = Crc32cExtendCopy(0, body, length, out);
-        std::memcpy(footer, body + length, sizeof footer);
-      });
-    } else if (data != nullptr) {
-      // A string without room (a new one) grows by an append into room
-      // reserved first (no allocation inside the guard), not a zero-fill of
-      // fresh memory and a copy; the copy is checksummed while in cache.
-      data->clear();
-      data->reserve(length);
-      read = RunMappedGuarded(body, length + sizeof footer, [&] {
-        data->append(body, length);
-        std::memcpy(footer, body + length, sizeof footer);
-      });
-      if (read) crc = Crc32cExtend(0, data->data(), length);
-    } else {
-      read = RunMappedGuarded(body, length + sizeof footer, [&] {
-        crc = Crc32cExtend(0, body, length);
-        std::memcpy(footer, body + length, sizeof footer);
-      });
+    // The common case in one guarded touch: a record whose data fits in the
+    // string's room (a reused one) is decoded, sized (zero-filling only
+    // what the string grows by), copied and checksummed in one pass.
+    enum class Got { kNothing, kHeader, kRecord };
+    Got got = Got::kNothing;
+    bool read = RunMappedGuarded(header_at, static_cast<size_t>(left), [&] {
+      if (!DecodeRecordHeader(absl::string_view(header_at, kTFRecordHeaderBytes),
+                              &probe) ||
+          !length_fits()) {
+        return;
+      }
+      got = Got::kHeader;
+      const size_t length = static_cast<size_t>(probe.length);
+      if (data == nullptr || data->capacity() < length) return;
+      data->resize(length);  // within its capacity: no allocation
+      crc = Crc32cExtendCopy(0, body, length, data->data());
+      std::memcpy(footer, body + length, sizeof footer);
+      got = Got::kRecord;
+    });
+    if (!read && got == Got::kNothing) {
+      return MappedReadFailure(*file_, offset, kTFRecordHeaderBytes);
     }
-    if (!read) {
+    if (!read) {  // the header was read: the data or footer could not be
       return MappedReadFailure(*file_, offset + kTFRecordHeaderBytes,
-                              length + sizeof footer);
+                              static_cast<size_t>(probe.length) + sizeof footer);
+    }
+    if (got == Got::kNothing) return probe;  // a bad header or length
+    const size_t length = static_cast<size_t>(probe.length);
+    if (got == Got::kHeader) {
+      if (data != nullptr) {
+        // A string without room (a new one) grows by an append into room
+        // reserved first (no allocation inside the guard), not a zero-fill
+        // of fresh memory and a copy; the copy is checksummed while in
+        // cache.
+        data->clear();
+        data->reserve(length);
+        read = RunMappedGuarded(body, length + sizeof footer, [&] {
+          data->append(body, length);
+          std::memcpy(footer, body + length, sizeof footer);
+        });
+        if (read) crc = Crc32cExtend(0, data->data(), length);
+      } else {
+        read = RunMappedGuarded(body, length + sizeof footer, [&] {
+          crc = Crc32cExtend(0, body, length);
+          std::memcpy(footer, body + length, sizeof footer);
+        });
+      }
+      if (!read) {
+        return MappedReadFailure(*file_, offset + kTFRecordHeaderBytes,
+                                length + sizeof footer);
+      }
     }
     probe.computed_crc = crc;
     probe.stored_crc = UnmaskCrc(DecodeLittleEndian32(footer));

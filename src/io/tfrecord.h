@@ -188,7 +188,7 @@ std::string CorruptRecordMessage(const RecordProbe& probe,
 inline bool DecodeRecordHeader(absl::string_view header, RecordProbe* probe) {
   probe->length = DecodeLittleEndian64(header.data());
   probe->stored_crc = UnmaskCrc(DecodeLittleEndian32(header.data() + 8));
-  probe->computed_crc = Crc32c(header.substr(0, 8));
+  probe->computed_crc = Crc32cOf8(header.data());
   if (probe->stored_crc == probe->computed_crc) return true;
   probe->check = RecordCheck::kBadLengthCrc;
   return false;

@@ -177,22 +177,37 @@ def test_a_standby_answers_not_leader_naming_the_leader_and_takes_over_on_a_clea
             page = json.loads(r.read().decode())["leadership"]
         assert page["job"] == job and not page["leading"] and page["leader"] == a.address, page
         assert page["term"] > 0
-        # A standby serves nothing: every call is refused naming the leader.
-        refused = run("status", "--address", b.address, "--connect-timeout", "1", check=False)
-        assert refused.returncode != 0
-        assert "not leader" in refused.stderr and a.address in refused.stderr, refused.stderr
+        # A standby serves nothing: every call is refused naming the leader,
+        # at once for a client given only the standby's address (not after
+        # its connect timeout: the run's own timeout is far below it).
+        for verb in (["status"], ["create", "--name", "q0", "--slices", "1", str(tmp_path)]):
+            refused = run(*verb, "--address", b.address, "--connect-timeout", "600",
+                          check=False, timeout=120)
+            assert refused.returncode != 0
+            assert "not leader" in refused.stderr and a.address in refused.stderr, refused.stderr
+            assert "is a standby" in refused.stderr, refused.stderr
         files = make_text_files(tmp_path, 4, 20)
         run("create", "--address", a.address, "--name", "q", "--slices", "8", *files)
         taken = run("take", "--address", a.address, "--name", "q", "--worker", "t1")
         item = taken.stdout.strip()
         assert item
         # status --json of the leader: who leads, its term, the standbys.
-        leadership = status_json(a.address)["leadership"]
+        shown = status_json(a.address)
+        leadership = shown["leadership"]
         assert leadership["job"] == job
+        # The leader, the standbys and the term at the top level too.
+        assert (shown["leader"], shown["standbys"], shown["term"]) == (
+            leadership["leader"], leadership["standbys"], leadership["term"])
         assert leadership["leader"] == a.address
         assert leadership["term"] > 0
         assert leadership["standbys"] == [b.address]
         first_term = leadership["term"]
+        # report finds the leader's page from a job's address forms too.
+        for address in (f"etcd://{etcd_single.endpoints}/{job}", f"{b.address},{a.address}"):
+            out = tmp_path / "report.html"
+            run("report", "--address", address, "--name", "q", "--out", str(out))
+            assert "<html" in out.read_text().lower()
+            out.unlink()
         # A clean stop gives the lease up: b takes over, with the state.
         a.stop()
         wait_for("b leads", b.leading, bound=10 * TTL)

@@ -52,6 +52,15 @@ def test_errors_name_the_object_and_the_http_status(minio):
                  env=env_of(minio, AWS_SECRET_ACCESS_KEY="wrong"))
     assert denied.returncode != 0
     assert "PERMISSION_DENIED" in denied.stderr and f"bucket '{bucket}'" in denied.stderr
+    # A bucket that does not exist, named as a directory: the listing's 404.
+    no_bucket = run("count", "s3://no-such-bucket-here/x/", check=False, env=env_of(minio))
+    assert no_bucket.returncode != 0
+    assert "404" in no_bucket.stderr and "no bucket 'no-such-bucket-here'" in no_bucket.stderr, \
+        no_bucket.stderr
+    # An empty directory of a bucket that exists says so.
+    empty = run("count", f"s3://{bucket}/nothing-here/", check=False, env=env_of(minio))
+    assert empty.returncode != 0
+    assert "holds no objects" in empty.stderr, empty.stderr
 
 
 def test_workers_run_a_command_on_every_s3_slice(minio, coordinator, tmp_path):

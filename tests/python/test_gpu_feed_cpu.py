@@ -90,3 +90,20 @@ def test_the_python_peer_decodes_what_shardq_parses():
         ex = gpu_feed.decode_example(memoryview(record))
         assert ex["label"] == [labels[i]]
         assert bytes(ex["image"][0]) == images[i] == parsed["image"][i].tobytes()
+
+
+def test_gpu_feed_cuda_without_a_gpu_stops_before_writing_data(tmp_path):
+    import pytest
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out, data = tmp_path / "out", tmp_path / "data"
+    env = dict(os.environ)
+    env["SHARDQ_PYTHONPATH"] = str(pathlib.Path(shardq.__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [str(REPO / "bench" / "gpu_feed" / "run"), "--device", "cuda",
+         "--out", str(out), "--data", str(data)],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "sees no CUDA device" in proc.stderr
+    assert not data.exists()
