@@ -104,7 +104,8 @@ int RunTake(const ClientFlags& o) {
   if (!session.ok()) return ReportError("take", session.status());
   while (true) {
     absl::StatusOr<std::vector<WorkItem>> items = connected->backend->Take(
-        o.name, worker, 1 + o.take_ahead, absl::Now() + absl::Seconds(10));
+        o.name, worker, 1 + o.take_ahead, absl::Now() + absl::Seconds(10),
+        std::min<int64_t>(o.take_ahead, kMaxTakeAhead));
     if (absl::IsOutOfRange(items.status())) return kExitEndOfInput;
     if (!items.ok()) return ReportError("take", items.status());
     if (items->empty()) continue;  // held elsewhere: wait on

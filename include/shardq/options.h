@@ -62,10 +62,12 @@ struct WorkQueueOptions {
   // How many granted items a worker keeps ready beyond the ones it reads,
   // so that it never waits a round trip for its next item (the completion
   // of one item and the take of the next then travel together). Ready items
-  // count against num_clients; one not started yet is given back whole when
-  // the coordinator rebalances the tail, and ready items are released when
-  // the WorkQueue closes. 0: take each item when it is asked for. Items
-  // are handed out in the coordinator's order with or without it, so a
+  // do not count against num_clients, which bounds the items a worker
+  // reads at once: the coordinator lets it hold num_clients + take_ahead
+  // (at most 64 more). One not started yet is given back whole when the
+  // coordinator rebalances the tail, and ready items are released when the
+  // WorkQueue closes. 0: take each item when it is asked for. Items are
+  // handed out in the coordinator's order with or without it, so a
   // pipeline's record order stays a function of its seeds.
   int64_t take_ahead = 1;
 

@@ -139,8 +139,9 @@ class WorkQueue:
     smallest range split off: bytes, rows for tables). ``stats()`` reports
     ``splits``. ``take_ahead`` (default 1): items kept granted and ready
     beyond the one being read, so that the next item never waits for the
-    coordinator (they count against ``num_clients``; one not started yet is
-    given back whole when the tail is rebalanced; 0: none).
+    coordinator (they do not count against ``num_clients``, the items read
+    at once: the worker may hold ``take_ahead`` more; one not started yet
+    is given back whole when the tail is rebalanced; 0: none).
     In a job of several processes that names no coordinator (TF_CONFIG
     without a "shardq" job, torchrun), one task serves the queue from its
     own process and the others connect (see shardq/cluster.py);

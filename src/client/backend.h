@@ -57,11 +57,20 @@ class QueueBackend {
   virtual absl::StatusOr<QueueInfo> GetQueue(absl::string_view queue) = 0;
 
   // Leases up to max_items items; blocks at most until `deadline`, then
-  // returns an empty vector. OUT_OF_RANGE at end of input.
+  // returns an empty vector. OUT_OF_RANGE at end of input. `ahead`: the
+  // items the worker keeps ready beyond those it reads (its take_ahead),
+  // which it may hold beyond num_clients (QueueState::Take).
   virtual absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue,
                                                      absl::string_view worker,
                                                      int64_t max_items,
-                                                     absl::Time deadline) = 0;
+                                                     absl::Time deadline,
+                                                     int64_t ahead) = 0;
+  // The same, keeping nothing ready (ahead 0): a client that takes items
+  // one by one.
+  absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue, absl::string_view worker,
+                                             int64_t max_items, absl::Time deadline) {
+    return Take(queue, worker, max_items, deadline, /*ahead=*/0);
+  }
   // `records`: how many records the worker read from the item (0: not
   // counted; see QueueState::Complete).
   virtual absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
@@ -77,10 +86,10 @@ class QueueBackend {
   virtual CompleteAndTakeReply CompleteAndTake(absl::string_view queue,
                                                absl::string_view worker, uint64_t lease_id,
                                                int64_t records, int64_t max_items,
-                                               absl::Time deadline) {
+                                               absl::Time deadline, int64_t ahead) {
     CompleteAndTakeReply reply;
     reply.completed = Complete(queue, worker, lease_id, records);
-    reply.taken = Take(queue, worker, max_items, deadline);
+    reply.taken = Take(queue, worker, max_items, deadline, ahead);
     return reply;
   }
   // Opens `worker`'s session with `queue`. True: from now on this backend

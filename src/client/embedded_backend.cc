@@ -18,9 +18,9 @@ class CoordinatorBackend final : public QueueBackend {
   }
   absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue,
                                              absl::string_view worker,
-                                             int64_t max_items,
-                                             absl::Time deadline) override {
-    return coordinator_->Take(queue, worker, max_items, deadline);
+                                             int64_t max_items, absl::Time deadline,
+                                             int64_t ahead) override {
+    return coordinator_->Take(queue, worker, max_items, deadline, ahead);
   }
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue,
                                            absl::string_view worker,

@@ -68,15 +68,16 @@ class RemoteBackend final : public QueueBackend {
 
   absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue,
                                              absl::string_view worker,
-                                             int64_t max_items,
-                                             absl::Time deadline) override {
+                                             int64_t max_items, absl::Time deadline,
+                                             int64_t ahead) override {
     if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
-      return session->Take(max_items, deadline);
+      return session->Take(max_items, deadline, ahead);
     }
     v1::TakeRequest req;
     req.set_queue(std::string(queue));
     req.set_worker(std::string(worker));
     req.set_max_items(max_items);
+    req.set_ahead(ahead);
     const absl::Duration wait =
         std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kLongPoll);
     req.set_wait_ms(absl::ToInt64Milliseconds(wait));
@@ -295,12 +296,12 @@ class RemoteBackend final : public QueueBackend {
 
   CompleteAndTakeReply CompleteAndTake(absl::string_view queue, absl::string_view worker,
                                        uint64_t lease_id, int64_t records, int64_t max_items,
-                                       absl::Time deadline) override {
+                                       absl::Time deadline, int64_t ahead) override {
     if (std::shared_ptr<SessionClient> session = SessionOf(queue, worker)) {
-      return session->CompleteAndTake(lease_id, records, max_items, deadline);
+      return session->CompleteAndTake(lease_id, records, max_items, deadline, ahead);
     }
     return QueueBackend::CompleteAndTake(queue, worker, lease_id, records, max_items,
-                                         deadline);
+                                         deadline, ahead);
   }
 
   absl::StatusOr<bool> BeginSession(absl::string_view queue, absl::string_view worker,

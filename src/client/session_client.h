@@ -86,9 +86,10 @@ class SessionClient {
   // The operations, as the QueueBackend methods of the same names (the
   // queue and worker are the session's). Each is retried across re-opens
   // of the stream until the retry budget is spent.
-  absl::StatusOr<std::vector<WorkItem>> Take(int64_t max_items, absl::Time deadline);
+  absl::StatusOr<std::vector<WorkItem>> Take(int64_t max_items, absl::Time deadline,
+                                             int64_t ahead = 0);
   CompleteAndTakeReply CompleteAndTake(uint64_t lease_id, int64_t records, int64_t max_items,
-                                       absl::Time deadline);
+                                       absl::Time deadline, int64_t ahead = 0);
   absl::StatusOr<CompleteOutcome> Complete(uint64_t lease_id, int64_t records);
   absl::Status Release(uint64_t lease_id);
   absl::StatusOr<bool> Fail(uint64_t lease_id, absl::string_view reason);

@@ -43,9 +43,10 @@ int64_t WaitMs(absl::Time deadline) {
 }  // namespace
 
 absl::StatusOr<std::vector<WorkItem>> SessionClient::Take(int64_t max_items,
-                                                          absl::Time deadline) {
+                                                          absl::Time deadline, int64_t ahead) {
   v1::SessionRequest request;
   request.set_take(max_items);
+  request.set_take_ahead(ahead);
   request.set_take_wait_ms(WaitMs(deadline));
   absl::StatusOr<v1::SessionResponse> answer =
       Call(request, absl::Milliseconds(request.take_wait_ms()));
@@ -54,11 +55,13 @@ absl::StatusOr<std::vector<WorkItem>> SessionClient::Take(int64_t max_items,
 }
 
 CompleteAndTakeReply SessionClient::CompleteAndTake(uint64_t lease_id, int64_t records,
-                                                    int64_t max_items, absl::Time deadline) {
+                                                    int64_t max_items, absl::Time deadline,
+                                                    int64_t ahead) {
   v1::SessionRequest request;
   request.add_complete_lease_ids(lease_id);
   if (records > 0) request.add_complete_records(records);
   request.set_take(max_items);
+  request.set_take_ahead(ahead);
   request.set_take_wait_ms(WaitMs(deadline));
   absl::StatusOr<v1::SessionResponse> answer =
       Call(request, absl::Milliseconds(request.take_wait_ms()));

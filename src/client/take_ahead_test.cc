@@ -1,6 +1,7 @@
 // Take-ahead (WorkQueueOptions::take_ahead) over an in-process coordinator:
-// items kept ready count against num_clients, go back at close, and one not
-// started goes to an idle worker when the tail is rebalanced.
+// items kept ready are held beyond num_clients (which bounds the items
+// read), go back at close, and one not started goes to an idle worker when
+// the tail is rebalanced.
 #include <atomic>
 #include <fstream>
 #include <map>
@@ -59,13 +60,14 @@ WorkQueueOptions Options(const std::string& name, std::vector<std::string> works
   return o;
 }
 
-TEST(TakeAhead, KeepsTakeAheadItemsReadyWithinNumClients) {
+TEST(TakeAhead, KeepsTakeAheadItemsReadyBeyondTheOnesItReads) {
   Fixture f;
   WorkQueueOptions o = Options("k", Files("k", 8, 4));
   o.num_clients = 3;
   o.take_ahead = 2;
   std::unique_ptr<WorkQueue> q = f.Worker(o, "w");
-  ASSERT_TRUE(q->Take().ok());
+  absl::StatusOr<WorkItem> first = q->Take();
+  ASSERT_TRUE(first.ok());
   EXPECT_EQ(q->ready(), 2);
   EXPECT_EQ(q->held(), 3);
   EXPECT_EQ(f.coordinator->Stats("k")->leased, 3);
@@ -74,24 +76,85 @@ TEST(TakeAhead, KeepsTakeAheadItemsReadyWithinNumClients) {
   ASSERT_TRUE(q->Take().ok());
   EXPECT_EQ(q->ready(), 0);
   EXPECT_EQ(f.coordinator->Stats("k")->leased, 3);
-  // At the limit the coordinator's refusal comes through.
-  EXPECT_EQ(q->Take().status().code(), absl::StatusCode::kFailedPrecondition);
+  // Reading num_clients items: no more.
+  absl::Status refused = q->Take().status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("the limit (num_clients=3)"), std::string::npos) << refused;
+  // A completion refills the items kept ready, beyond num_clients, for
+  // the take that follows it.
+  ASSERT_TRUE(q->Complete(*first).ok());
+  EXPECT_EQ(q->ready(), 3);
+  EXPECT_EQ(q->held(), 5);
+  EXPECT_EQ(f.coordinator->Stats("k")->leased, 5);
+  ASSERT_TRUE(q->Take().ok());
+  EXPECT_EQ(q->ready(), 2);
 }
 
-TEST(TakeAhead, ReadyItemsCountAgainstNumClients) {
+TEST(TakeAhead, TheDefaultsKeepOneReadyBesideTheOneRead) {
   Fixture f;
-  WorkQueueOptions o = Options("cap", Files("cap", 8, 4));
-  o.num_clients = 2;
-  o.take_ahead = 5;
+  WorkQueueOptions o = Options("d", Files("d", 8, 4));
+  ASSERT_EQ(o.num_clients, 1);
+  ASSERT_EQ(o.take_ahead, 1);
   std::unique_ptr<WorkQueue> q = f.Worker(o, "w");
   absl::StatusOr<WorkItem> item = q->Take();
   ASSERT_TRUE(item.ok());
   EXPECT_EQ(q->held(), 2);
   EXPECT_EQ(q->ready(), 1);
-  // A completion refills within the limit too.
+  EXPECT_EQ(f.coordinator->Stats("d")->leased, 2);
+  // One item read at a time (num_clients=1), whatever is kept ready.
+  EXPECT_EQ(q->Take().status().code(), absl::StatusCode::kFailedPrecondition);
+  // The completion and the refill travel together: the next item is ready.
   ASSERT_TRUE(q->Complete(*item).ok());
+  EXPECT_EQ(q->ready(), 2);
+  EXPECT_EQ(f.coordinator->Stats("d")->leased, 2);
+  ASSERT_TRUE(q->Take().ok());
+  EXPECT_EQ(q->ready(), 1);
+  EXPECT_EQ(f.coordinator->Stats("d")->leased, 2);
+}
+
+TEST(TakeAhead, AWorkerWithoutTakeAheadHoldsNumClientsAtMost) {
+  // The coordinator's own limit, for a take that keeps nothing ready (an
+  // older client's too).
+  Fixture f;
+  WorkQueueOptions o = Options("n", Files("n", 8, 4));
+  o.num_clients = 2;
+  o.take_ahead = 0;
+  std::unique_ptr<WorkQueue> q = f.Worker(o, "w");
+  ASSERT_TRUE(q->Take().ok());
+  ASSERT_TRUE(q->Take().ok());
   EXPECT_EQ(q->held(), 2);
-  EXPECT_EQ(f.coordinator->Stats("cap")->leased, 2);
+  absl::StatusOr<std::vector<WorkItem>> more = f.backend->Take("n", "w", 1, absl::Now());
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition) << more.status();
+  // Asking with an allowance gets one more lease per item kept ready.
+  more = f.backend->Take("n", "w", 5, absl::Now(), /*ahead=*/1);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(more->size(), 1u);
+}
+
+TEST(TakeAhead, ALoneReadyItemOfAnIdleHolderGoesToAWorkerThatAsks) {
+  // a keeps one item ready and reads nothing (its reader is done or slow
+  // to ask); with nothing pending, b's take gets that item whole.
+  Fixture f;
+  WorkQueueOptions o = Options("lone", Files("lone", 2, 4));
+  o.num_slices = 2;
+  o.heartbeat_interval = absl::Milliseconds(20);
+  std::unique_ptr<WorkQueue> a = f.Worker(o, "a");
+  std::unique_ptr<WorkQueue> b = f.Worker(o, "b");
+  absl::StatusOr<WorkItem> first = a->Take();
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(a->ready(), 1);
+  ASSERT_TRUE(a->Complete(*first).ok());
+  ASSERT_EQ(a->held(), 1);  // the ready one, alone
+  // Generous bound; it comes as soon as a answers the proposal.
+  absl::StatusOr<WorkItem> got = b->Take(absl::Seconds(60));
+  ASSERT_TRUE(got.ok()) << got.status();
+  // a forgets the lease once its release is answered (b may be woken by
+  // that release first): wait for it, under a generous bound.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (a->held() != 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(a->held(), 0);
+  ASSERT_TRUE(b->Complete(*got).ok());
+  EXPECT_TRUE(f.coordinator->Stats("lone")->finished);
 }
 
 TEST(TakeAhead, ZeroTakesEachItemWhenAskedFor) {

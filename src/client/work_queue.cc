@@ -256,7 +256,10 @@ int64_t WorkQueue::Impl::AheadWanted(bool completing) const {
   if (take_ahead_ == 0) return 0;
   // A take is for one item beyond those kept ready; a completion refills
   // for the take that usually follows it, so that K stay ready after it.
-  const int64_t room = num_clients_ - static_cast<int64_t>(held_.size()) + (completing ? 1 : -1);
+  // Ready items do not count against num_clients: the coordinator lets
+  // this worker hold TakeAllowance() more.
+  const int64_t room = num_clients_ + TakeAllowance() - static_cast<int64_t>(held_.size()) +
+                       (completing ? 1 : -1);
   const int64_t want =
       take_ahead_ + (completing ? 1 : 0) - static_cast<int64_t>(ready_.size());
   return std::max<int64_t>(0, std::min(want, room));
@@ -307,21 +310,30 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
       // (Takes come from one thread at a time in a pipeline; concurrent
       // callers of Take get items in no particular order anyway.)
       while (ready_.empty() && refills_in_flight_ > 0) ready_changed_.Wait(&mu_);
+      // The items this worker reads (those it holds, less those kept ready
+      // or being given back) stay within num_clients; the coordinator
+      // allows it more leases, for the items kept ready.
+      const int64_t reading =
+          static_cast<int64_t>(held_.size() - ready_.size()) - giving_back_;
+      if (reading >= num_clients_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "queue '", name_, "': worker '", worker_id_, "' already holds ", reading,
+            " item(s), the limit (num_clients=", num_clients_,
+            "); complete or release one first"));
+      }
       if (!ready_.empty()) {
         // Taken ahead: no round trip.
         const uint64_t lease = ready_.front();
         ready_.pop_front();
         return held_.at(lease);
       }
-      // One more than the room left asks the coordinator anyway, so that
-      // a worker at its num_clients limit gets its error.
       ahead = AheadWanted(/*completing=*/false);
       ++takes_in_flight_;
       poll = take_poll_;
     }
     const absl::Time slice_deadline = std::min(deadline, absl::Now() + poll);
     absl::StatusOr<std::vector<WorkItem>> items =
-        backend_->Take(name_, worker_id_, 1 + ahead, slice_deadline);
+        backend_->Take(name_, worker_id_, 1 + ahead, slice_deadline, TakeAllowance());
     if (items.ok()) Prepare(*items);
     {
       absl::MutexLock lock(&mu_);
@@ -382,7 +394,8 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
     // Refill the items kept ready in the same round trip; a take that
     // answers at once (nothing to wait for here).
     CompleteAndTakeReply reply =
-        backend_->CompleteAndTake(name_, worker_id_, item.lease_id, records, ahead, absl::Now());
+        backend_->CompleteAndTake(name_, worker_id_, item.lease_id, records, ahead, absl::Now(),
+                                  TakeAllowance());
     outcome = std::move(reply.completed);
     if (reply.taken.ok()) Prepare(*reply.taken);
     {

@@ -131,9 +131,10 @@ void WorkQueue::Impl::AnswerSplits(const std::vector<SplitProposal>& proposals) 
       if (split_in_flight_.contains(p.lease_id)) continue;  // being answered
       range = it->second.range;
       auto ready = std::find(ready_.begin(), ready_.end(), p.lease_id);
-      if (ready != ready_.end() && range != nullptr) {
+      if (ready != ready_.end() && (range != nullptr || p.split_point == 0)) {
         // Taken ahead, not started: no Take may hand it out meanwhile.
         ready_.erase(ready);
+        ++giving_back_;
         WorkItem item = it->second;
         split_in_flight_.insert(p.lease_id);
         lock.Release();
@@ -163,9 +164,14 @@ void WorkQueue::Impl::GiveBackReady(const SplitProposal& proposal, const WorkIte
   // Split at its start: the whole item goes back to the queue and this
   // lease ends (the coordinator treats it as a release). Nothing more is
   // sent for the lease: a completion now would count as a late first
-  // completion of an item nobody read.
-  absl::StatusOr<bool> recorded =
-      backend_->AcceptSplit(name_, worker_id_, proposal.lease_id, item.range->start());
+  // completion of an item nobody read. An item without a range (a whole
+  // file) is released.
+  absl::StatusOr<bool> recorded = true;
+  if (item.range != nullptr) {
+    recorded = backend_->AcceptSplit(name_, worker_id_, proposal.lease_id, item.range->start());
+  } else if (absl::Status s = backend_->Release(name_, worker_id_, proposal.lease_id); !s.ok()) {
+    recorded = s;
+  }
   bool forget = true;
   if (recorded.ok() && !*recorded) {
     forget = false;  // refused: still ours, whole; ready again
@@ -175,6 +181,7 @@ void WorkQueue::Impl::GiveBackReady(const SplitProposal& proposal, const WorkIte
     backend_->Release(name_, worker_id_, proposal.lease_id).IgnoreError();
   }
   absl::MutexLock lock(&mu_);
+  --giving_back_;
   split_in_flight_.erase(proposal.lease_id);
   if (forget) {
     held_.erase(proposal.lease_id);

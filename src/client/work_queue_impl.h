@@ -5,6 +5,7 @@
 #ifndef SHARDQ_CLIENT_WORK_QUEUE_IMPL_H_
 #define SHARDQ_CLIENT_WORK_QUEUE_IMPL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "shardq/work_queue.h"
 #include "src/client/backend.h"
 #include "src/core/process.h"
+#include "src/types/queue_types.h"
 
 namespace shardq {
 
@@ -86,9 +88,13 @@ class WorkQueue::Impl final : public SessionListener {
   static void Prepare(std::vector<WorkItem>& items);
   // Holds a prepared item; `ready`: taken ahead, not started.
   void HoldLocked(const WorkItem& item, bool ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // How many items to take ahead now, within take_ahead and num_clients:
-  // beyond the one a take is for, or (`completing`) with a completion.
+  // How many items to take ahead now, within take_ahead and the leases the
+  // coordinator allows (num_clients + TakeAllowance()): beyond the one a
+  // take is for, or (`completing`) with a completion.
   int64_t AheadWanted(bool completing) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The leases beyond num_clients the coordinator lets this worker hold
+  // for the items it keeps ready (QueueState::Take's `ahead`).
+  int64_t TakeAllowance() const { return std::min<int64_t>(take_ahead_, kMaxTakeAhead); }
 
   const std::shared_ptr<QueueBackend> backend_;
   const std::string name_;
@@ -139,6 +145,9 @@ class WorkQueue::Impl final : public SessionListener {
   // short by a split the coordinator did not record.
   absl::flat_hash_set<uint64_t> split_in_flight_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> split_unrecorded_ ABSL_GUARDED_BY(mu_);
+  // Items taken ahead that are being given back whole (GiveBackReady):
+  // still in held_, neither ready nor read.
+  int64_t giving_back_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar split_settled_;
   std::thread background_thread_;
   OwnerProcess owner_;  // see src/core/process.h

@@ -229,14 +229,15 @@ class RestartableBackend final : public QueueBackend {
     return Target()->GetQueue(queue);
   }
   absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue, absl::string_view worker,
-                                             int64_t max_items, absl::Time deadline) override {
+                                             int64_t max_items, absl::Time deadline,
+                                             int64_t ahead) override {
     {
       absl::MutexLock lock(&mu_);
       ++takes_sent_;
       changed_.SignalAll();
       while (takes_held_) changed_.Wait(&mu_);
     }
-    return Target()->Take(queue, worker, max_items, deadline);
+    return Target()->Take(queue, worker, max_items, deadline, ahead);
   }
   absl::StatusOr<CompleteOutcome> Complete(absl::string_view queue, absl::string_view worker,
                                            uint64_t lease_id, int64_t records) override {

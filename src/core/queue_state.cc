@@ -364,7 +364,7 @@ absl::Status QueueState::ApplyExpire(const journal::Expire& expire) {
 }
 
 absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
-                                            absl::Time now) {
+                                            absl::Time now, int64_t ahead) {
   if (worker.empty() || worker.size() > kMaxWorkerNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queue '", config_.name, "': worker name must have 1 to ", kMaxWorkerNameBytes,
@@ -374,10 +374,12 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
   // Looked up, not inserted: only applied updates change the state.
   auto known = workers_.find(worker);
   const int64_t held = known == workers_.end() ? 0 : known->second.held;
-  if (held >= config_.num_clients) {
+  const int64_t ready = std::clamp<int64_t>(ahead, 0, kMaxTakeAhead);
+  if (held >= config_.num_clients + ready) {
     return absl::FailedPreconditionError(absl::StrCat(
         "queue '", config_.name, "': worker '", worker, "' already holds ",
         held, " item(s), the limit (num_clients=", config_.num_clients,
+        ready > 0 ? absl::StrCat(" + ", ready, " kept ready") : "",
         "); complete or release one first"));
   }
   TakeResult result;
@@ -397,6 +399,12 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
   lease->set_epoch(ref.epoch);
   lease->set_index(ref.index);
   if (absl::Status s = Commit(update); !s.ok()) return s;
+  if (held >= config_.num_clients) {
+    // Beyond the items the worker reads at once: one it keeps ready.
+    if (auto granted = leases_.find(lease->lease_id()); granted != leases_.end()) {
+      granted->second.ahead = true;
+    }
+  }
   result.outcome = TakeOutcome::kItem;
   result.item.item = ItemString(ref);
   result.item.epoch = ref.epoch;

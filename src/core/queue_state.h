@@ -215,9 +215,15 @@ class QueueState {
   // Expires overdue leases, then leases the next pending item to `worker`.
   // When nothing is pending (kWait) and splitting is on, proposes a split
   // on behalf of `worker` (ProposeSplit).
-  // FAILED_PRECONDITION when the worker already holds num_clients items.
+  // FAILED_PRECONDITION when the worker already holds num_clients items
+  // plus `ahead` (the items its client keeps ready beyond those it reads,
+  // WorkQueueOptions::take_ahead; at most kMaxTakeAhead count). An item
+  // granted beyond num_clients is one kept ready: until its holder reports
+  // reading it, it may be given back whole to an idle worker
+  // (ProposeGiveBack), even when it is the only item its holder holds.
   // INVALID_ARGUMENT for an empty worker name.
-  absl::StatusOr<TakeResult> Take(absl::string_view worker, absl::Time now);
+  absl::StatusOr<TakeResult> Take(absl::string_view worker, absl::Time now,
+                                  int64_t ahead = 0);
 
   // Picks the held item with the latest estimated finish (from its
   // holder's reported offset and rate) and records a proposed split point
@@ -366,6 +372,9 @@ class QueueState {
     int64_t proposal = -1;  // split point proposed and not yet answered
     std::string proposed_for;  // the asker of that proposal
     bool no_split = false;  // the holder refused a split
+    // Granted beyond num_clients (taken ahead) and not known to be started:
+    // may be given back whole (ProposeGiveBack). Soft state.
+    bool ahead = false;
   };
   struct WorkerRecord {
     int64_t taken = 0;

@@ -42,13 +42,16 @@ std::optional<uint64_t> QueueState::ProposeGiveBack(absl::string_view asker) {
       continue;
     }
     // Not started: no progress reported past its start (a reader reports
-    // the offset it has consumed up to).
-    if (lease.no_split || lease.start < 0 || lease.worker == asker ||
-        lease.progress > lease.start) {
+    // the offset it has consumed up to). An item without a range (a whole
+    // file) reports none: only one known to be kept ready is given back.
+    if (lease.no_split || lease.worker == asker || lease.progress > lease.start ||
+        (lease.start < 0 && !lease.ahead)) {
       continue;
     }
+    // One of several held items, or one granted beyond num_clients: a
+    // lone item granted within num_clients may be being read already.
     auto holder = workers_.find(lease.worker);
-    if (holder == workers_.end() || holder->second.held < 2) continue;
+    if (holder == workers_.end() || (holder->second.held < 2 && !lease.ahead)) continue;
     // The holder reads its items in the order it got them: the last one
     // granted is the furthest from being started (at the same time, the
     // later lease sequence number, the low bits of its id).
@@ -62,7 +65,9 @@ std::optional<uint64_t> QueueState::ProposeGiveBack(absl::string_view asker) {
     best_id = id;
   }
   if (best == nullptr) return std::nullopt;
-  best->proposal = best->start;
+  // Its start; 0 for an item without a range, which its holder gives back
+  // with a release.
+  best->proposal = std::max<int64_t>(best->start, 0);
   best->proposed_for = std::string(asker);
   return best_id;
 }
@@ -139,7 +144,13 @@ absl::StatusOr<bool> QueueState::AcceptSplit(absl::string_view worker, uint64_t 
   lease.proposal = -1;
   lease.proposed_for.clear();
   if (split_point < 0) {
-    lease.no_split = true;
+    if (proposed == std::max<int64_t>(lease.start, 0) && lease.ahead) {
+      // A give-back refused: the holder is reading the item (and has not
+      // reported it yet). It may still be split later.
+      lease.ahead = false;
+    } else {
+      lease.no_split = true;
+    }
     return false;
   }
   if (lease.start >= 0 && split_point == lease.start) {

@@ -88,6 +88,34 @@ TEST(Split, IdleWorkerGetsAProposalThatLetsBothFinishTogether) {
   EXPECT_EQ(s.Heartbeat("slow", {scene.slow.lease_id}, scene.now).splits.size(), 1u);
 }
 
+TEST(Split, ALoneItemTakenAheadIsGivenBackWholeAndARefusalKeepsItSplittable) {
+  auto s = Make(Config(2));
+  // num_clients 1: the second item is taken ahead (kept ready).
+  absl::StatusOr<TakeResult> first = s->Take("a", kT0, /*ahead=*/1);
+  absl::StatusOr<TakeResult> ready = s->Take("a", kT0, /*ahead=*/1);
+  ASSERT_TRUE(first.ok() && ready.ok());
+  ASSERT_EQ(ready->outcome, TakeOutcome::kItem);
+  ASSERT_TRUE(s->Complete("a", first->item.lease_id, kT0).ok());
+  // a holds only the ready item; b finds nothing: a give-back of it whole.
+  absl::StatusOr<TakeResult> asked = s->Take("b", kT0);
+  ASSERT_TRUE(asked.ok());
+  EXPECT_EQ(asked->outcome, TakeOutcome::kWait);
+  EXPECT_EQ(asked->proposed_lease, ready->item.lease_id);
+  std::vector<SplitProposal> proposals = s->Heartbeat("a", {ready->item.lease_id}, kT0).splits;
+  ASSERT_EQ(proposals.size(), 1u);
+  EXPECT_EQ(proposals[0].split_point, 0);  // its start: whole
+  // a had started it meanwhile and refuses: no give-back again, yet the
+  // item can still be split in the middle.
+  ASSERT_FALSE(*s->AcceptSplit("a", ready->item.lease_id, -1, kT0));
+  asked = s->Take("b", kT0 + absl::Seconds(1));
+  ASSERT_TRUE(asked.ok());
+  EXPECT_EQ(asked->proposed_lease, ready->item.lease_id);
+  proposals = s->Heartbeat("a", {ready->item.lease_id}, kT0 + absl::Seconds(1)).splits;
+  ASSERT_EQ(proposals.size(), 1u);
+  EXPECT_GT(proposals[0].split_point, 0);
+  EXPECT_LT(proposals[0].split_point, 1000);
+}
+
 TEST(Split, AcceptedSplitBecomesAnItemAndBothHalvesComplete) {
   Scene scene = SlowAndFast();
   QueueState& s = *scene.s;

@@ -172,6 +172,29 @@ TEST(QueueState, WorkerLimitIsNumClients) {
   MustTake(*s, "other", kT0);
 }
 
+TEST(QueueState, ItemsKeptReadyAreHeldBeyondNumClients) {
+  auto s = MakeState(Config(200, 1, 2));
+  // A worker that keeps 3 ready may hold 2 + 3.
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<TakeResult> r = s->Take("w", kT0, /*ahead=*/3);
+    ASSERT_TRUE(r.ok() && r->outcome == TakeOutcome::kItem) << i;
+  }
+  absl::StatusOr<TakeResult> sixth = s->Take("w", kT0, 3);
+  EXPECT_EQ(sixth.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(sixth.status().message().find("num_clients=2 + 3 kept ready"), std::string::npos)
+      << sixth.status();
+  // Without an allowance the limit is num_clients again.
+  EXPECT_FALSE(s->Take("w", kT0).ok());
+  // A huge allowance counts as kMaxTakeAhead, a negative one as none.
+  for (int64_t i = 0; i < 2 + kMaxTakeAhead; ++i) {
+    ASSERT_TRUE(s->Take("greedy", kT0, int64_t{1} << 40).ok()) << i;
+  }
+  EXPECT_FALSE(s->Take("greedy", kT0, int64_t{1} << 40).ok());
+  MustTake(*s, "n", kT0);
+  MustTake(*s, "n", kT0);
+  EXPECT_FALSE(s->Take("n", kT0, -5).ok());
+}
+
 TEST(QueueState, ReleasePutsItemBackAtTheFront) {
   auto s = MakeState(Config(4));
   WorkItem a = MustTake(*s, "w", kT0);

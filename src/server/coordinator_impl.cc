@@ -230,7 +230,7 @@ absl::StatusOr<std::shared_ptr<CoordinatorImpl::Entry>> CoordinatorImpl::Find(
 
 absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
     absl::string_view queue, absl::string_view worker, int64_t max_items,
-    absl::Time deadline) {
+    absl::Time deadline, int64_t ahead) {
   CallTimer timer(observer_, Observer::Call::kTake);
   if (absl::Status s = ValidateNames(queue, worker); !s.ok()) return s;
   if (max_items < 1 || max_items > kMaxItemsPerTake) {
@@ -255,7 +255,7 @@ absl::StatusOr<std::vector<WorkItem>> CoordinatorImpl::Take(
       while (static_cast<int64_t>(items.size()) < max_items) {
         // Only the first item may fail on the num_clients limit; once we
         // have some, the limit just ends the batch.
-        absl::StatusOr<TakeResult> r = e.state->Take(worker, now);
+        absl::StatusOr<TakeResult> r = e.state->Take(worker, now, ahead);
         if (!r.ok()) {
           if (items.empty()) result = r.status();
           break;

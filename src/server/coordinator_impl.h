@@ -140,11 +140,13 @@ class CoordinatorImpl {
   // one item is available, the queue is finished, or `deadline` passes.
   // Returns the items (empty at the deadline: "ask again"), or OUT_OF_RANGE
   // when every item of every epoch is completed. NOT_FOUND for an unknown
-  // queue; FAILED_PRECONDITION when the worker holds num_clients items.
+  // queue; FAILED_PRECONDITION when the worker holds num_clients items
+  // plus `ahead` (the items it keeps ready, see QueueState::Take).
   absl::StatusOr<std::vector<WorkItem>> Take(absl::string_view queue,
                                              absl::string_view worker,
                                              int64_t max_items,
-                                             absl::Time deadline);
+                                             absl::Time deadline,
+                                             int64_t ahead = 0);
 
   // See QueueState::Complete / Release / Heartbeat / ReportProgress.
   // `records`: as QueueState::Complete's.
@@ -391,9 +393,11 @@ class CoordinatorImpl {
   // Calls the sinks (no lock held).
   static void DeliverPushes(SplitPushes& pushes);
   // Leases up to `max_items` to `worker` into out->items (or sets
-  // out->take / out->end_of_input); true when the take must wait.
-  bool TakeLocked(Entry& e, const std::string& worker, int64_t max_items, absl::Time now,
-                  SessionResult* out, SplitPushes* pushes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // out->take / out->end_of_input); true when the take must wait. `ahead`:
+  // as QueueState::Take's.
+  bool TakeLocked(Entry& e, const std::string& worker, int64_t max_items, int64_t ahead,
+                  absl::Time now, SessionResult* out, SplitPushes* pushes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // The proposals awaiting `session`'s answer, into out->proposals.
   void AppendProposals(Entry& e, Session& session, SessionResult* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);

@@ -121,6 +121,7 @@ struct CoordinatorImpl::EntrySessions {
     std::shared_ptr<PendingStep> step;
     int64_t max_items = 1;
     absl::Time deadline;  // real time
+    int64_t ahead = 0;    // SessionOps::take_ahead
   };
   absl::flat_hash_map<std::string, std::vector<Session*>> by_worker;
   std::map<uint64_t, TakeWaiter> waiters;  // by id, i.e. in arrival order
@@ -241,12 +242,13 @@ absl::StatusOr<std::shared_ptr<CoordinatorImpl::Session>> CoordinatorImpl::OpenS
 }
 
 bool CoordinatorImpl::TakeLocked(Entry& e, const std::string& worker, int64_t max_items,
+                                 int64_t ahead,
                                  absl::Time now, SessionResult* out, SplitPushes* pushes) {
   ExpireLeases(e, now);
   while (static_cast<int64_t>(out->items.size()) < max_items) {
     // Only the first item may fail on the num_clients limit; once there
     // are some, the limit just ends the batch.
-    absl::StatusOr<TakeResult> r = e.state->Take(worker, now);
+    absl::StatusOr<TakeResult> r = e.state->Take(worker, now, ahead);
     if (!r.ok()) {
       if (out->items.empty()) out->take = r.status();
       return false;
@@ -350,7 +352,7 @@ bool CoordinatorImpl::SessionStepTimed(Session& session, const SessionOps& ops,
           "take from queue '", e.name, "': at most ", kMaxItemsPerTake,
           " items at once, asked for ", ops.take));
     } else if (ops.take > 0) {
-      wait = TakeLocked(e, worker, ops.take, now, out, &pushes);
+      wait = TakeLocked(e, worker, ops.take, ops.take_ahead, now, out, &pushes);
     }
     WaitHub* hub = wait && ops.take_wait > absl::ZeroDuration() && !shutting_down_.load()
                        ? Hub()
@@ -364,7 +366,8 @@ bool CoordinatorImpl::SessionStepTimed(Session& session, const SessionOps& ops,
       if (e.sessions == nullptr) e.sessions = std::make_shared<EntrySessions>();
       const uint64_t id = e.sessions->next_waiter++;
       const absl::Time deadline = absl::Now() + ops.take_wait;
-      e.sessions->Add(id, EntrySessions::TakeWaiter{&session, pending, ops.take, deadline});
+      e.sessions->Add(id, EntrySessions::TakeWaiter{&session, pending, ops.take, deadline,
+                                                    ops.take_ahead});
       session.waiting_.push_back(id);
       hub->WakeBy(&e, std::min(deadline, absl::Now() + kMaxWaitSlice));
     }
@@ -424,7 +427,9 @@ absl::Time CoordinatorImpl::ServeWaiters(Entry& e) {
     while (!sessions.waiters.empty() && !shutting_down) {
       auto it = sessions.waiters.begin();
       EntrySessions::TakeWaiter& w = it->second;
-      if (TakeLocked(e, w.session->worker_, w.max_items, now, w.step->out, &pushes)) break;
+      if (TakeLocked(e, w.session->worker_, w.max_items, w.ahead, now, w.step->out, &pushes)) {
+        break;
+      }
       answer(it);
     }
     // Those whose wait is over (all of them when shutting down) get what

@@ -163,7 +163,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Take(grpc::CallbackServerContext* 
   };
   // First without waiting, on this callback thread.
   absl::StatusOr<std::vector<WorkItem>> items =
-      coordinator_->Take(req->queue(), req->worker(), req->max_items(), absl::InfinitePast());
+      coordinator_->Take(req->queue(), req->worker(), req->max_items(), absl::InfinitePast(),
+                         req->ahead());
   if (!items.ok() || !items->empty() || absl::Now() >= deadline) {
     answer(std::move(items));
     return reactor;
@@ -180,9 +181,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Take(grpc::CallbackServerContext* 
   }
   auto wait = [coordinator = coordinator_, waiters = take_waiters_, answer,
                queue = req->queue(), worker = req->worker(), max_items = req->max_items(),
-               deadline] {
+               ahead = req->ahead(), deadline] {
     NameThisThread("take-wait");
-    answer(coordinator->Take(queue, worker, max_items, deadline));
+    answer(coordinator->Take(queue, worker, max_items, deadline, ahead));
     absl::MutexLock lock(&waiters->mu);
     if (--waiters->running == 0) waiters->done.SignalAll();
   };

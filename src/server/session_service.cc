@@ -31,6 +31,7 @@ void ToOps(const v1::SessionRequest& req, SessionOps* ops) {
     ops->releases.push_back({r.lease_id(), r.failed(), r.reason()});
   }
   ops->take = req.take();
+  ops->take_ahead = req.take_ahead();
   ops->take_wait = absl::Milliseconds(std::clamp<int64_t>(req.take_wait_ms(), 0, kMaxTakeWaitMs));
 }
 

@@ -42,6 +42,8 @@ struct SessionOps {
   // remaining item is held by other workers.
   int64_t take = 0;
   absl::Duration take_wait;
+  // Items the worker keeps ready beyond those it reads (QueueState::Take).
+  int64_t take_ahead = 0;
 
   void Clear() {
     split_answers.clear();
@@ -51,6 +53,7 @@ struct SessionOps {
     releases.clear();
     take = 0;
     take_wait = absl::ZeroDuration();
+    take_ahead = 0;
   }
 };
 

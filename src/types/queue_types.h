@@ -15,6 +15,11 @@
 
 namespace shardq {
 
+// The most leases a worker may hold beyond num_clients for the items its
+// client keeps ready (WorkQueueOptions::take_ahead; QueueState::Take): a
+// larger take_ahead counts as this many.
+inline constexpr int64_t kMaxTakeAhead = 64;
+
 // Everything that defines a queue. Two clients naming the same queue must
 // agree on it (see ConfigDifferences in src/core/queue_state.h, which also
 // holds the limits ValidateConfig enforces).
