@@ -388,6 +388,11 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
     result.outcome = Finished() ? TakeOutcome::kEndOfInput : TakeOutcome::kWait;
     if (result.outcome == TakeOutcome::kWait && config_.split) {
       result.proposed_lease = ProposeSplit(worker, now);
+    } else if (result.outcome == TakeOutcome::kWait) {
+      // Splitting off: an item another worker keeps ready and has not
+      // started still goes back whole (nothing is cut), so take-ahead does
+      // not make a long tail.
+      result.proposed_lease = ProposeGiveBack(worker).value_or(0);
     }
     return result;
   }

@@ -213,8 +213,9 @@ class QueueState {
                               int64_t offset, absl::Time now);
 
   // Expires overdue leases, then leases the next pending item to `worker`.
-  // When nothing is pending (kWait) and splitting is on, proposes a split
-  // on behalf of `worker` (ProposeSplit).
+  // When nothing is pending (kWait), proposes on behalf of `worker` a split
+  // (ProposeSplit) or, with splitting off, the give-back of an item another
+  // worker keeps ready and has not started (ProposeGiveBack).
   // FAILED_PRECONDITION when the worker already holds num_clients items
   // plus `ahead` (the items its client keeps ready beyond those it reads,
   // WorkQueueOptions::take_ahead; at most kMaxTakeAhead count). An item
@@ -290,11 +291,10 @@ class QueueState {
   // Returns how many expired.
   int64_t ExpireLeases(absl::Time now);
 
-  // True while splits may be proposed: splitting is on, nothing is pending
-  // and items are held (a take would be told to wait).
-  bool SplitsPossible() const {
-    return config_.split && !leases_.empty() && !PeekFront().has_value();
-  }
+  // True while proposals may come: nothing is pending and items are held
+  // (a take would be told to wait), so a take may propose a split or, with
+  // splitting off too, the give-back of an item kept ready.
+  bool SplitsPossible() const { return !leases_.empty() && !PeekFront().has_value(); }
 
   // Earliest lease deadline; InfiniteFuture when nothing is leased.
   absl::Time NextDeadline() const;

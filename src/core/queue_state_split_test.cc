@@ -116,6 +116,27 @@ TEST(Split, ALoneItemTakenAheadIsGivenBackWholeAndARefusalKeepsItSplittable) {
   EXPECT_LT(proposals[0].split_point, 1000);
 }
 
+TEST(Split, WithSplittingOffAnItemKeptReadyIsStillGivenBackWhole) {
+  QueueConfig c = Config(2);
+  c.split = false;
+  auto s = Make(c);
+  absl::StatusOr<TakeResult> first = s->Take("a", kT0, /*ahead=*/1);
+  absl::StatusOr<TakeResult> ready = s->Take("a", kT0, /*ahead=*/1);
+  ASSERT_TRUE(first.ok() && ready.ok());
+  ASSERT_EQ(ready->outcome, TakeOutcome::kItem);
+  EXPECT_TRUE(s->SplitsPossible());
+  absl::StatusOr<TakeResult> asked = s->Take("b", kT0);
+  ASSERT_TRUE(asked.ok());
+  EXPECT_EQ(asked->outcome, TakeOutcome::kWait);
+  EXPECT_EQ(asked->proposed_lease, ready->item.lease_id);
+  // Given back whole: b gets it; the item being read is never cut.
+  ASSERT_TRUE(*s->AcceptSplit("a", ready->item.lease_id, 0, kT0));
+  EXPECT_EQ(Take(*s, "b", kT0).index, ready->item.index);
+  asked = s->Take("c", kT0);
+  ASSERT_TRUE(asked.ok());
+  EXPECT_EQ(asked->proposed_lease, 0u);
+}
+
 TEST(Split, AcceptedSplitBecomesAnItemAndBothHalvesComplete) {
   Scene scene = SlowAndFast();
   QueueState& s = *scene.s;
