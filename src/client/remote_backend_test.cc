@@ -139,6 +139,31 @@ TEST(RemoteBackend, EndOfInputIsOutOfRange) {
   EXPECT_TRUE(absl::IsOutOfRange(backend->Take("eoi", "w", 1, absl::Now()).status()));
 }
 
+TEST(RemoteBackend, TheItemsKeptReadyTravelWithATake) {
+  std::unique_ptr<CoordinatorServer> server = StartServer();
+  std::shared_ptr<QueueBackend> backend = Connect(server->port());
+  QueueConfig config;
+  config.name = "ahead";
+  config.items = {"a", "b", "c", "d", "e"};
+  config.num_clients = 1;
+  ASSERT_TRUE(backend->CreateQueue(config).ok());
+  // Unary takes: num_clients alone, then one more per item kept ready.
+  ASSERT_EQ(backend->Take("ahead", "u", 1, absl::Now())->size(), 1u);
+  EXPECT_EQ(backend->Take("ahead", "u", 1, absl::Now()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::vector<WorkItem>> more =
+      backend->Take("ahead", "u", 5, absl::Now(), /*ahead=*/2);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(more->size(), 2u);
+  // Over a session: a WorkQueue with the defaults keeps one item ready.
+  absl::StatusOr<std::unique_ptr<WorkQueue>> q = WorkQueueFactory::Attach("ahead", backend, "s");
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_TRUE((*q)->Take().ok());
+  EXPECT_EQ((*q)->held(), 2);
+  EXPECT_EQ((*q)->ready(), 1);
+  EXPECT_EQ(server->coordinator()->Stats("ahead")->leased, 5);
+}
+
 TEST_P(RemoteBackendBothModes, MissingOrWrongTokenIsUnauthenticated) {
   std::unique_ptr<CoordinatorServer> server = StartServer("tok", StateDir("token"));
   EXPECT_EQ(Connect(server->port())->AllStats().status().code(),
