@@ -6,7 +6,12 @@ objects) on a local MinIO, read in one run by
     worker threads; records parsed and both CRC32Cs checked);
   - boto3 get_object(...)["Body"].read() of whole objects (1 and 4 threads;
     bytes only, no record parsing);
-  - shardq's reader over the same files on local disk (1 and 4 workers).
+  - shardq's reader over the same files on local disk (1 and 4 workers);
+  - the same reader from C++ (bench/object_store/object_read.cc: no Python
+    bytes per record), over s3:// and local files, 1 and 4 workers;
+  - curl GETs of the byte ranges shardq's slices fetch (each slice plus
+    the 256 KiB look-ahead), 4 at once: the server's throughput for reads
+    cut as shardq cuts them, which no reader of those slices can pass.
 Each contender runs in a child process, REPEATS times interleaved; the best
 run counts. CPU per GB is the child's user+sys seconds per 1e9 bytes, and
 MinIO's own seconds per 1e9 bytes beside it."""
@@ -117,6 +122,14 @@ def write_data(local_dir, objects, object_bytes, record_bytes):
     return paths
 
 
+def slice_ranges(size, slices_per_object):
+    """The byte ranges (curl's first-last) a reader of an object cut into
+    equal slices fetches: each slice and the look-ahead past its end."""
+    look_ahead = 256 << 10
+    cuts = [size * i // slices_per_object for i in range(slices_per_object + 1)]
+    return [f"{a}-{min(b + look_ahead, size) - 1}" for a, b in zip(cuts, cuts[1:])]
+
+
 def timed(cmd, env, minio_pid):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     server_before = proc_cpu(minio_pid)
@@ -172,8 +185,32 @@ def main():
                 "-o /dev/null -o /dev/null -o /dev/null -o /dev/null "
                 f"< {data_dir / 'urls.txt'} && echo {total_bytes}"]
         (data_dir / "urls.txt").write_text(url_list)
+        # The slices' ranges, 4 curl processes (one connection each) at once.
+        auth = ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+                f"{server.env()['AWS_ACCESS_KEY_ID']}:{server.env()['AWS_SECRET_ACCESS_KEY']}"]
+        ranged = [[] for _ in range(4)]
+        per_object = max(1, args.slices // args.objects)
+        n = 0
+        for key, path in zip(keys, paths):
+            for r in slice_ranges(path.stat().st_size, per_object):
+                part = ranged[n % 4]
+                if part:
+                    part.append("--next")
+                part += ["-sf", *auth, "-r", r, "-o", "/dev/null",
+                         f"{server.endpoint}/{bucket}/{key}"]
+                n += 1
+        ranged_cmd = ["sh", "-c", " ".join(
+            "curl " + " ".join(f"'{a}'" for a in part) + ' & pids="$pids $!";' for part in ranged)
+            + f" for p in $pids; do wait $p || exit 1; done; echo {total_bytes}"]
+        object_read = str(REPO / "build" / "bin" / "object_read")
         contenders = [
             ("plain parallel GET loop (curl, 4 at once)", curl),
+            (f"curl, the {per_object * args.objects} slices' ranges (+ look-ahead), 4 at once",
+             ranged_cmd),
+            ("shardq reader from C++, s3://, 1 worker",
+             [object_read, "--workers", "1", "--slices", str(args.slices), *s3_works]),
+            ("shardq reader from C++, s3://, 4 workers",
+             [object_read, "--workers", "4", "--slices", str(args.slices), *s3_works]),
             ("shardq reader, s3://, 1 worker", me + ["--mode", "shardq", "--workers", "1",
                                                      "--slices", str(args.slices), "--works", *s3_works]),
             ("shardq reader, s3://, 4 workers", me + ["--mode", "shardq", "--workers", "4",
@@ -189,11 +226,20 @@ def main():
                                                             "--slices", str(args.slices), "--works",
                                                             *map(str, paths)]),
         ]
+        contenders += [
+            ("shardq reader from C++, local files, 1 worker",
+             [object_read, "--workers", "1", "--slices", str(args.slices), *map(str, paths)]),
+            ("shardq reader from C++, local files, 4 workers",
+             [object_read, "--workers", "4", "--slices", str(args.slices), *map(str, paths)]),
+        ]
         best = {}
         for _ in range(args.repeats):
             for label, cmd in contenders:
                 wall, cpu, server_cpu, out = timed(cmd, env, server.proc.pid)
-                got = int(out.split()[-1])
+                # object_read prints "records bytes plan_seconds"; the
+                # others print the bytes last.
+                fields = out.split()
+                got = int(fields[1] if len(fields) == 3 else fields[-1])
                 if label not in best or wall < best[label][0]:
                     best[label] = (wall, cpu, server_cpu, got)
         raw_rate = total_bytes / best[contenders[0][0]][0] / 1e9

@@ -31,6 +31,8 @@ class InputProducer final : public ItemSource {
   absl::Status ItemDone(const WorkItem& item) override;
   // Forwards to the queue.
   void NoteProgress(const WorkItem& item, int64_t offset) override;
+  // The oldest buffered item, else the queue's next item taken ahead.
+  std::optional<WorkItem> PeekNextItem() override;
 
   int64_t size() const;
   int64_t capacity() const { return capacity_; }

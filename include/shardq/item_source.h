@@ -4,6 +4,7 @@
 #define SHARDQ_ITEM_SOURCE_H_
 
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,14 @@ class ItemSource {
   // item's start/end). A WorkQueue sends it with its next heartbeat, so a
   // checkpoint can resume the item where reading stopped. Default: ignored.
   virtual void NoteProgress(const WorkItem& item, int64_t offset) {}
+
+  // The item NextItem would return next, when the source has it at hand
+  // already (an item a WorkQueue took ahead, one an input producer
+  // buffered); nullopt when it has none yet or cannot tell. A hint, never
+  // a promise (the item may still go elsewhere): a reader uses it to start
+  // fetching a remote item's bytes while it reads the one before. Does not
+  // block. Default: nullopt.
+  virtual std::optional<WorkItem> PeekNextItem() { return std::nullopt; }
 };
 
 // Hands out a fixed list of item strings once, in order. ItemDone is a

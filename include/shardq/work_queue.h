@@ -179,6 +179,8 @@ class WorkQueue final : public ItemSource {
   // ItemSource: NextItem() is Take(), ItemDone() is Complete().
   absl::StatusOr<WorkItem> NextItem() override { return Take(); }
   absl::Status ItemDone(const WorkItem& item) override { return Complete(item); }
+  // The oldest item taken ahead (the one Take hands out next), if any.
+  std::optional<WorkItem> PeekNextItem() override;
 
   const std::string& name() const;
   const std::string& worker_id() const;

@@ -29,14 +29,27 @@ closed, drained queue ``OutOfRangeError``, and a ``timeout=`` that runs out
 thread Ctrl-C interrupts them. QueueRunner, Coordinator and the batching
 functions are in shardq/queue_runners.py.
 """
-import numpy as np
-
 from shardq import _shardq
 from shardq.errors import InvalidArgumentError
 
 __all__ = ["FIFOQueue", "RandomShuffleQueue", "PriorityQueue"]
 
 _BYTES = "bytes"  # the dtype of a string component
+
+
+class _Numpy:
+    """numpy, imported at the first use of a queue rather than by `import
+    shardq` (about 70 ms, and OpenBLAS starts threads that spin a while: a
+    process that only reads records pays for neither). The first attribute
+    looked up replaces this stand-in with the module."""
+
+    def __getattr__(self, name):
+        import numpy
+        globals()["np"] = numpy
+        return getattr(numpy, name)
+
+
+np = _Numpy()
 
 
 def _dtype(d):

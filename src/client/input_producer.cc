@@ -126,6 +126,14 @@ void InputProducer::NoteProgress(const WorkItem& item, int64_t offset) {
   queue_->NoteProgress(item, offset);
 }
 
+std::optional<WorkItem> InputProducer::PeekNextItem() {
+  {
+    absl::MutexLock lock(&state_->mu_);
+    if (!state_->buffer_.empty()) return state_->buffer_.front();
+  }
+  return queue_->PeekNextItem();
+}
+
 int64_t InputProducer::size() const {
   absl::MutexLock lock(&state_->mu_);
   return static_cast<int64_t>(state_->buffer_.size());

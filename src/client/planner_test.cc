@@ -25,6 +25,27 @@ TEST(PlanWorks, MissingFileIsNotFoundWithItsPath) {
             absl::StatusCode::kNotFound);
 }
 
+// Works are measured several at once; the error reported is still the
+// first in the works' order, and the plan keeps their order.
+TEST(PlanWorks, ManyWorksKeepTheirOrderAndTheFirstMissingOneIsNamed) {
+  std::vector<std::string> works;
+  for (int i = 0; i < 100; ++i) {
+    works.push_back(WriteFile("pm-" + std::to_string(i) + ".txt", std::string(10 + i, 'x') + "\n"));
+  }
+  absl::StatusOr<std::vector<std::string>> plan = PlanWorks(works, "", std::nullopt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, works);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::string> missing = works;
+    missing[37] = "/no/such/shardq-first.txt";
+    missing[38] = "/no/such/shardq-second.txt";
+    missing[99] = "/no/such/shardq-last.txt";
+    absl::Status s = PlanWorks(missing, "", 10).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+    EXPECT_NE(s.message().find("shardq-first.txt"), std::string::npos) << s;
+  }
+}
+
 TEST(PlanWorks, PrefixIsPutBeforeEveryWork) {
   WriteFile("pa.txt", "hello\n");
   absl::StatusOr<std::vector<std::string>> plan =

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,6 +59,28 @@ WorkQueueOptions Options(const std::string& name, std::vector<std::string> works
   o.works = std::move(works);
   o.seed = 5;
   return o;
+}
+
+// PeekNextItem names the item the next Take hands out (the oldest kept
+// ready), without taking it; nothing when none is ready.
+TEST(TakeAhead, PeekNextItemIsTheItemTheNextTakeHandsOut) {
+  Fixture f;
+  WorkQueueOptions o = Options("p", Files("p", 6, 2));
+  o.num_clients = 3;
+  o.take_ahead = 2;
+  std::unique_ptr<WorkQueue> q = f.Worker(o, "w");
+  EXPECT_FALSE(q->PeekNextItem().has_value());  // nothing taken yet
+  ASSERT_TRUE(q->Take().ok());
+  for (int i = 0; i < 2; ++i) {
+    std::optional<WorkItem> next = q->PeekNextItem();
+    ASSERT_TRUE(next.has_value());
+    EXPECT_EQ(q->ready(), 2 - i);  // a peek takes nothing
+    absl::StatusOr<WorkItem> taken = q->Take();
+    ASSERT_TRUE(taken.ok());
+    EXPECT_EQ(taken->item, next->item);
+    EXPECT_EQ(taken->lease_id, next->lease_id);
+  }
+  EXPECT_FALSE(q->PeekNextItem().has_value());
 }
 
 TEST(TakeAhead, KeepsTakeAheadItemsReadyBeyondTheOnesItReads) {

@@ -245,6 +245,14 @@ int64_t WorkQueue::Impl::ready() const {
   return static_cast<int64_t>(ready_.size());
 }
 
+std::optional<WorkItem> WorkQueue::Impl::PeekReady() const {
+  absl::MutexLock lock(&mu_);
+  if (ready_.empty()) return std::nullopt;
+  auto it = held_.find(ready_.front());
+  if (it == held_.end()) return std::nullopt;
+  return it->second;
+}
+
 absl::StatusOr<bool> WorkQueue::Impl::EnsureSession() {
   absl::call_once(session_once_, [this] {
     session_ = backend_->BeginSession(name_, worker_id_, this);
@@ -534,6 +542,7 @@ absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view rea
 }
 int64_t WorkQueue::lost_leases() const { return impl_->lost_leases(); }
 void WorkQueue::ReleaseReady() { impl_->ReleaseReady(); }
+std::optional<WorkItem> WorkQueue::PeekNextItem() { return impl_->PeekReady(); }
 absl::StatusOr<bool> WorkQueue::EndTakesIf(absl::FunctionRef<absl::StatusOr<bool>()> over) {
   return impl_->EndTakesIf(over);
 }

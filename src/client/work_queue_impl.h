@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -47,6 +48,7 @@ class WorkQueue::Impl final : public SessionListener {
   int64_t lost_leases() const;
   int64_t held() const;
   int64_t ready() const;
+  std::optional<WorkItem> PeekReady() const;
   void ReleaseReady();
   absl::StatusOr<bool> EndTakesIf(absl::FunctionRef<absl::StatusOr<bool>()> over);
   void SetTakePoll(absl::Duration poll);

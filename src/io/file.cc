@@ -295,6 +295,10 @@ class DefaultFileSystem final : public FileSystem {
     return posix_.OpenForRange(path, start, end);
   }
 
+  void WillOpen(const std::string& path, int64_t start, int64_t end) override {
+    if (IsS3Path(path)) S3FileSystem::Default()->WillOpen(path, start, end);
+  }
+
  private:
   PosixFileSystem posix_;
 };

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -186,13 +187,20 @@ TEST(FaultyFile, HasTheVersionOfTheWrappedFile) {
   EXPECT_THAT(replaced.status().message(), HasSubstr("ETag now v7, planned v6"));
 }
 
-// Hands out the given items once each; counts completions.
+// Hands out the given items once each; counts completions. With `peek`,
+// says which item comes next (PeekNextItem), as a WorkQueue with items
+// taken ahead does.
 class Items final : public ItemSource {
  public:
-  explicit Items(std::vector<std::string> items) : items_(std::move(items)) {}
+  explicit Items(std::vector<std::string> items, bool peek = false)
+      : items_(std::move(items)), peek_(peek) {}
   absl::StatusOr<WorkItem> NextItem() override {
     if (next_ == items_.size()) return absl::OutOfRangeError("end");
     return Parsed(items_[next_++]);
+  }
+  std::optional<WorkItem> PeekNextItem() override {
+    if (!peek_ || next_ == items_.size()) return std::nullopt;
+    return Parsed(items_[next_]);
   }
   absl::Status ItemDone(const WorkItem&) override {
     ++done;
@@ -202,7 +210,20 @@ class Items final : public ItemSource {
 
  private:
   std::vector<std::string> items_;
+  const bool peek_;
   size_t next_ = 0;
+};
+
+// The local file system, writing down the opens it was told of (WillOpen).
+class HintedFileSystem final : public FileSystem {
+ public:
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override {
+    return FileSystem::Default()->Open(path);
+  }
+  void WillOpen(const std::string& path, int64_t start, int64_t end) override {
+    hints.push_back(absl::StrCat(path, " [", start, ", ", end, ")"));
+  }
+  std::vector<std::string> hints;
 };
 
 // An I/O fault inside an item: the records before it come first, then the
@@ -259,6 +280,69 @@ TEST(ReadLoop, CompletesEachItemAfterItsLastRecord) {
   EXPECT_EQ(loop.ReadUpTo(source, 1).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(loop.records(), 7);
   EXPECT_EQ(loop.items_done(), 2);
+}
+
+// The item after the one being read is announced to the file system once,
+// with the range its reader will open, while the one before is read.
+TEST(ReadLoop, AnnouncesTheNextItemOnceWhileTheOneBeforeIsRead) {
+  TempPath a(".tfrecord");
+  WriteRecords(a.path(), FileCompression::kNone, 30);
+  const std::string first = a.path() + "?start=0&end=100";
+  const std::string second = a.path() + "?start=100&end=250";
+  const std::string third = a.path() + "?start=250";
+  HintedFileSystem fs;
+  ReadLoop<Record> loop(
+      [&](const WorkItem& item) -> absl::StatusOr<std::unique_ptr<ItemReader<Record>>> {
+        auto reader = TFRecordItemReader::Open(item, {}, &fs);
+        if (!reader.ok()) return reader.status();
+        return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
+      },
+      nullptr, [&](const WorkItem& item) { OpenTFRecordItemAhead(item, &fs); });
+  Items source({first, second, third}, /*peek=*/true);
+  ASSERT_TRUE(loop.ReadUpTo(source, 1).ok());
+  EXPECT_THAT(fs.hints, ::testing::ElementsAre(a.path() + " [100, 250)"));
+  ASSERT_TRUE(loop.ReadUpTo(source, 1).ok());  // the same item: no new hint
+  EXPECT_EQ(fs.hints.size(), 1u);
+  int64_t records = 2;
+  while (true) {
+    absl::StatusOr<std::vector<Record>> got = loop.ReadUpTo(source, 1);
+    if (absl::IsOutOfRange(got.status())) break;
+    ASSERT_TRUE(got.ok()) << got.status();
+    records += static_cast<int64_t>(got->size());
+  }
+  EXPECT_EQ(records, 30);
+  // The last item has none after it.
+  EXPECT_THAT(fs.hints, ::testing::ElementsAre(a.path() + " [100, 250)",
+                                                a.path() + " [250, -1)"));
+}
+
+// A text item's reader opens from the byte before its range.
+TEST(ReadLoop, ATextItemIsAnnouncedFromTheByteBeforeItsRange) {
+  HintedFileSystem fs;
+  OpenTextItemAhead(Parsed("/data/x.txt?start=40&end=90"), &fs);
+  OpenTextItemAhead(Parsed("/data/x.txt?start=0&end=90"), &fs);
+  OpenTFRecordItemAhead(Parsed("/data/x.tfrecord"), &fs);
+  EXPECT_THAT(fs.hints, ::testing::ElementsAre("/data/x.txt [39, 90)", "/data/x.txt [0, 90)",
+                                               "/data/x.tfrecord [0, -1)"));
+}
+
+// A source that never says what comes next gets no hints.
+TEST(ReadLoop, ASourceWithoutPeeksGetsNoHints) {
+  TempPath a(".tfrecord");
+  WriteRecords(a.path(), FileCompression::kNone, 5);
+  HintedFileSystem fs;
+  ReadLoop<Record> loop(
+      [&](const WorkItem& item) -> absl::StatusOr<std::unique_ptr<ItemReader<Record>>> {
+        auto reader = TFRecordItemReader::Open(item, {}, &fs);
+        if (!reader.ok()) return reader.status();
+        return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
+      },
+      nullptr, [&](const WorkItem& item) { OpenTFRecordItemAhead(item, &fs); });
+  Items source({a.path() + "?start=0&end=30", a.path() + "?start=30"});
+  absl::StatusOr<std::vector<Record>> got = loop.ReadUpTo(source, 100);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->size(), 5u);
+  EXPECT_TRUE(fs.hints.empty());
 }
 
 }  // namespace

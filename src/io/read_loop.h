@@ -32,8 +32,17 @@ class ReadLoop {
   // before the reader is dropped.
   using OnItemEnd = std::function<void(ItemReader<R>&)>;
 
-  explicit ReadLoop(Opener open, OnItemEnd on_item_end = nullptr)
-      : open_(std::move(open)), on_item_end_(std::move(on_item_end)) {}
+  // Called with the item the source will most likely hand out next
+  // (ItemSource::PeekNextItem), once per item being read, so that the
+  // item's bytes start on their way (a remote file's first GET) while the
+  // one before is read.
+  using OpenAhead = std::function<void(const WorkItem&)>;
+
+  explicit ReadLoop(Opener open, OnItemEnd on_item_end = nullptr,
+                    OpenAhead open_ahead = nullptr)
+      : open_(std::move(open)),
+        on_item_end_(std::move(on_item_end)),
+        open_ahead_(std::move(open_ahead)) {}
 
   // The contract of the public readers' ReadUpTo: up to n (>= 1) records,
   // fewer only at end of input, OUT_OF_RANGE when the source is exhausted
@@ -95,6 +104,8 @@ class ReadLoop {
         item_ = *std::move(next);
         reader_ = *std::move(opened);
         item_records_ = 0;
+        opened_ahead_ = false;
+        OpenNextAhead(source);
       }
       if (got == out->size()) out->emplace_back();
       absl::StatusOr<bool> more = reader_->Next(&(*out)[got]);
@@ -121,6 +132,8 @@ class ReadLoop {
     if (reader_ != nullptr && reader_->resume_offset() >= 0) {
       source.NoteProgress(*item_, reader_->resume_offset());
     }
+    // The next item may have arrived since this one was opened.
+    OpenNextAhead(source);
     return finish();
   }
 
@@ -130,8 +143,20 @@ class ReadLoop {
   int64_t items_done() const { return items_done_; }
 
  private:
+  // Once per item being read: hints the item after it, when the source
+  // has it at hand.
+  void OpenNextAhead(ItemSource& source) {
+    if (!open_ahead_ || reader_ == nullptr || opened_ahead_) return;
+    std::optional<WorkItem> next = source.PeekNextItem();
+    if (!next.has_value()) return;
+    opened_ahead_ = true;
+    open_ahead_(*next);
+  }
+
   const Opener open_;
   const OnItemEnd on_item_end_;
+  const OpenAhead open_ahead_;
+  bool opened_ahead_ = false;  // for the item being read
   std::optional<WorkItem> item_;
   std::unique_ptr<ItemReader<R>> reader_;
   absl::Status deferred_error_;

@@ -48,11 +48,9 @@ absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
     const WorkItem& item, FileSystem* file_system, RecordKeys keys) {
   absl::StatusOr<SliceSpec> spec = SpecOf(item);
   if (!spec.ok()) return spec.status();
-  // The byte before the range decides where its first line starts.
-  const int64_t start = spec->start.value_or(0);
+  const OpenedRange range = TextOpenedRange(*spec);
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-      OrDefault(file_system)->OpenForRange(spec->work, start > 0 ? start - 1 : 0,
-                                           spec->end.value_or(-1));
+      OrDefault(file_system)->OpenForRange(spec->work, range.start, range.end);
   if (!file.ok()) return file.status();
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
     return s;
@@ -65,7 +63,9 @@ absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
 
 TextLineReader::TextLineReader()
     : loop_(std::make_unique<ReadLoop<Record>>(
-          [](const WorkItem& item) { return OpenTextItem(item); })) {}
+          [](const WorkItem& item) { return OpenTextItem(item); },
+          /*on_item_end=*/nullptr,
+          [](const WorkItem& item) { OpenTextItemAhead(item); })) {}
 TextLineReader::~TextLineReader() = default;
 
 absl::StatusOr<std::vector<Record>> TextLineReader::ReadUpTo(ItemSource& source,

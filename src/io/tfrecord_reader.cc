@@ -22,7 +22,8 @@ TFRecordReader::TFRecordReader(TFRecordReaderOptions options)
                 static_cast<TFRecordItemReader&>(ended).stats();
             finished_.skipped_bytes += item.skipped_bytes;
             finished_.corrupt_regions += item.corrupt_regions;
-          })) {}
+          },
+          [](const WorkItem& item) { OpenTFRecordItemAhead(item); })) {}
 
 TFRecordReader::~TFRecordReader() = default;
 

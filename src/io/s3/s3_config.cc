@@ -60,6 +60,7 @@ bool S3Config::operator==(const S3Config& o) const {
          retry.initial_backoff == o.retry.initial_backoff &&
          retry.max_backoff == o.retry.max_backoff &&
          chunk_bytes == o.chunk_bytes && park_after == o.park_after &&
+         open_ahead == o.open_ahead &&
          stall_timeout == o.stall_timeout &&
          connect_timeout == o.connect_timeout;
 }
@@ -105,6 +106,14 @@ absl::StatusOr<S3Config> S3ConfigFromEnv(const EnvLookup& getenv) {
                      absl::ToInt64Milliseconds(config.park_after));
   if (!park_ms.ok()) return park_ms.status();
   config.park_after = absl::Milliseconds(*park_ms);
+  if (std::optional<std::string> ahead = getenv("SHARDQ_S3_OPEN_AHEAD");
+      ahead && !ahead->empty()) {
+    if (*ahead != "0" && *ahead != "1") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SHARDQ_S3_OPEN_AHEAD='", *ahead, "' must be 1 or 0"));
+    }
+    config.open_ahead = *ahead == "1";
+  }
   return config;
 }
 

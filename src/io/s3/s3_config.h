@@ -62,6 +62,11 @@ struct S3Config {
   // (SHARDQ_S3_PARK_AFTER_MS; S3StreamOptions::park_after says the
   // trade-off).
   absl::Duration park_after = absl::Seconds(5);
+  // Whether a reader's next item starts on its way while the one before
+  // is read (S3FileSystem::WillOpen; SHARDQ_S3_OPEN_AHEAD, 1 or 0): one
+  // more open object's buffer and connection per reader, no wait for the
+  // server's first byte between items.
+  bool open_ahead = true;
   // A transfer slower than 1 KiB/s for this long is a timeout (retried).
   absl::Duration stall_timeout = absl::Seconds(30);
   absl::Duration connect_timeout = absl::Seconds(10);

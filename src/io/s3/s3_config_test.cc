@@ -45,6 +45,19 @@ TEST(S3Config, DefaultsWithAnEmptyEnvironment) {
   EXPECT_TRUE(config->anonymous());
   EXPECT_EQ(config->retry.max_attempts, 6);
   EXPECT_EQ(config->park_after, absl::Seconds(5));
+  EXPECT_TRUE(config->open_ahead);
+}
+
+TEST(S3Config, OpenAheadIsTurnedOffByZeroOnly) {
+  absl::StatusOr<S3Config> off = S3ConfigFromEnv(Env({{"SHARDQ_S3_OPEN_AHEAD", "0"}}));
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->open_ahead);
+  absl::StatusOr<S3Config> on = S3ConfigFromEnv(Env({{"SHARDQ_S3_OPEN_AHEAD", "1"}}));
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE(on->open_ahead);
+  EXPECT_FALSE(*off == *on);
+  EXPECT_THAT(S3ConfigFromEnv(Env({{"SHARDQ_S3_OPEN_AHEAD", "yes"}})).status().message(),
+              HasSubstr("SHARDQ_S3_OPEN_AHEAD='yes' must be 1 or 0"));
 }
 
 TEST(S3Config, ServiceSpecificEndpointWinsAndRegionFallsBack) {

@@ -8,6 +8,9 @@
 #include <optional>
 #include <tuple>
 #include <utility>
+#include <vector>
+
+#include <unistd.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -77,7 +80,102 @@ class S3HeadCache {
   std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
 
+// Streams started by WillOpen for an open that has not come yet, oldest
+// first. Thread-safe. A stream is dropped (its GET ended, its thread
+// joined) outside the lock. In a child that inherited the cache through
+// fork() the streams' threads do not exist: they are abandoned, never
+// used or joined.
+class S3OpenedAhead {
+ public:
+  using Stream = std::shared_ptr<S3RangeStream>;
+
+  explicit S3OpenedAhead(absl::Duration life) : life_(life) {}
+
+  // True when a stream for [start, end) of `path` waits already.
+  bool Has(const std::string& path, int64_t start, int64_t end) {
+    std::vector<Stream> dropped;
+    absl::MutexLock lock(&mu_);
+    DropStaleLocked(&dropped);
+    for (const Entry& e : entries_) {
+      if (e.path == path && e.start == start && e.end >= end) return true;
+    }
+    return false;
+  }
+
+  void Add(const std::string& path, int64_t start, int64_t end,
+           std::shared_ptr<S3Client> client, Stream stream) {
+    std::vector<Stream> dropped;
+    absl::MutexLock lock(&mu_);
+    DropStaleLocked(&dropped);
+    for (const Entry& e : entries_) {
+      if (e.path == path && e.start == start && e.end >= end) {
+        dropped.push_back(std::move(stream));  // another thread was first
+        return;
+      }
+    }
+    entries_.push_back(Entry{path, start, end, std::move(client), std::move(stream),
+                             absl::Now() + life_});
+    while (entries_.size() > S3FileSystem::kMaxOpenedAhead) {
+      dropped.push_back(std::move(entries_.front().stream));
+      entries_.pop_front();
+    }
+  }
+
+  // The stream waiting for [start, end) of `path` through `client` (one
+  // that fetches up to `end` or further), taken out; null when none does.
+  Stream Take(const std::string& path, int64_t start, int64_t end,
+              const std::shared_ptr<S3Client>& client) {
+    std::vector<Stream> dropped;
+    absl::MutexLock lock(&mu_);
+    DropStaleLocked(&dropped);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->path != path || it->start != start || it->end < end) continue;
+      if (it->client != client) continue;  // the environment changed since
+      Stream stream = std::move(it->stream);
+      entries_.erase(it);
+      return stream;
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Entry {
+    std::string path;
+    int64_t start;
+    int64_t end;
+    std::shared_ptr<S3Client> client;
+    Stream stream;
+    absl::Time expires;
+  };
+
+  void DropStaleLocked(std::vector<Stream>* dropped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (::getpid() != owner_) {  // inherited through fork(): see above
+      for (Entry& e : entries_) new Stream(std::move(e.stream));  // NOLINT: leaked
+      entries_.clear();
+      owner_ = ::getpid();
+    }
+    const absl::Time now = absl::Now();
+    while (!entries_.empty() && entries_.front().expires <= now) {
+      dropped->push_back(std::move(entries_.front().stream));
+      entries_.pop_front();
+    }
+  }
+
+  const absl::Duration life_;
+  absl::Mutex mu_;
+  std::deque<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  pid_t owner_ ABSL_GUARDED_BY(mu_) = ::getpid();
+};
+
 namespace {
+
+// The end of the stream an open for [start, end) fetches: the range and
+// the look-ahead past it (to the end of the object for end < 0).
+int64_t StreamEnd(int64_t start, int64_t end) {
+  return end < 0 || end > std::numeric_limits<int64_t>::max() - kBoundaryBytes
+             ? std::numeric_limits<int64_t>::max()
+             : std::max(start, end) + kBoundaryBytes;
+}
 
 S3StreamOptions StreamOptions(const S3Config& config) {
   S3StreamOptions options;
@@ -204,8 +302,11 @@ class S3File final : public RandomAccessFile {
 
 }  // namespace
 
-S3FileSystem::S3FileSystem(std::shared_ptr<S3Client> client)
-    : client_(std::move(client)), heads_(std::make_shared<S3HeadCache>()) {}
+S3FileSystem::S3FileSystem(std::shared_ptr<S3Client> client,
+                           absl::Duration opened_ahead_life)
+    : client_(std::move(client)),
+      heads_(std::make_shared<S3HeadCache>()),
+      ahead_(std::make_unique<S3OpenedAhead>(opened_ahead_life)) {}
 
 S3FileSystem::~S3FileSystem() = default;
 
@@ -244,13 +345,15 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3FileSystem::OpenForRange(
   absl::StatusOr<std::shared_ptr<S3Client>> client = Client();
   if (!client.ok()) return client.status();
   start = std::max<int64_t>(start, 0);
-  const int64_t stream_end =
-      end < 0 || end > std::numeric_limits<int64_t>::max() - kBoundaryBytes
-          ? std::numeric_limits<int64_t>::max()
-          : std::max(start, end) + kBoundaryBytes;
-  auto stream = std::make_shared<S3RangeStream>(
-      *client, *url, start, stream_end, /*etag=*/"",
-      StreamOptions((*client)->config()));
+  const int64_t stream_end = StreamEnd(start, end);
+  // A stream WillOpen started for this range, unless its first answer
+  // failed: then this open asks again, and reports its own answer.
+  std::shared_ptr<S3RangeStream> stream = ahead_->Take(path, start, stream_end, *client);
+  if (stream != nullptr && !stream->Answer().ok()) stream.reset();
+  if (stream == nullptr) {
+    stream = std::make_shared<S3RangeStream>(*client, *url, start, stream_end,
+                                             /*etag=*/"", StreamOptions((*client)->config()));
+  }
   absl::StatusOr<std::optional<S3ObjectInfo>> answer = stream->Answer();
   if (!answer.ok()) return answer.status();
   S3ObjectInfo info;
@@ -270,6 +373,19 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3FileSystem::OpenForRange(
   return std::unique_ptr<RandomAccessFile>(
       new S3File(*std::move(client), *std::move(url), info, heads_,
                  std::move(stream), start, end));
+}
+
+void S3FileSystem::WillOpen(const std::string& path, int64_t start, int64_t end) {
+  absl::StatusOr<S3Url> url = ParseS3Url(path);
+  if (!url.ok()) return;  // the open says why
+  absl::StatusOr<std::shared_ptr<S3Client>> client = Client();
+  if (!client.ok() || !(*client)->config().open_ahead) return;
+  start = std::max<int64_t>(start, 0);
+  const int64_t stream_end = StreamEnd(start, end);
+  if (ahead_->Has(path, start, stream_end)) return;
+  auto stream = std::make_shared<S3RangeStream>(*client, *url, start, stream_end,
+                                                /*etag=*/"", StreamOptions((*client)->config()));
+  ahead_->Add(path, start, stream_end, *std::move(client), std::move(stream));
 }
 
 S3FileSystem* S3FileSystem::Default() {

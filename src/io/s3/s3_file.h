@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "src/io/file.h"
 #include "src/io/s3/s3_client.h"
 
@@ -30,11 +31,19 @@ namespace shardq {
 
 // Opens s3:// objects through `client` (S3Client::Default() when null, as
 // the environment says at each Open). Thread-safe.
-class S3HeadCache;  // s3_file.cc
+class S3HeadCache;     // s3_file.cc
+class S3OpenedAhead;   // s3_file.cc
 
 class S3FileSystem final : public FileSystem {
  public:
-  explicit S3FileSystem(std::shared_ptr<S3Client> client = nullptr);
+  // Streams WillOpen keeps waiting at most, and for how long (by default).
+  static constexpr size_t kMaxOpenedAhead = 8;
+  static constexpr absl::Duration kOpenedAheadLife = absl::Seconds(10);
+
+  // `opened_ahead_life`: how long a stream WillOpen started waits for its
+  // open (tests lengthen it; see WillOpen).
+  explicit S3FileSystem(std::shared_ptr<S3Client> client = nullptr,
+                        absl::Duration opened_ahead_life = kOpenedAheadLife);
   ~S3FileSystem() override;
 
   // INVALID_ARGUMENT for a name that is not s3://bucket/key; the first
@@ -47,6 +56,16 @@ class S3FileSystem final : public FileSystem {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRange(
       const std::string& path, int64_t start, int64_t end) override;
 
+  // Starts the first GET of OpenForRange(path, start, end) now, for such
+  // an OpenForRange that comes soon (the next item of a reader): it then
+  // takes this stream, already answered and filling, instead of starting
+  // its own (also for an `end` that moved closer since, as a split does).
+  // At most kMaxOpenedAhead wait at once (a new one drops the oldest),
+  // each for at most the opened-ahead life, each buffering at most what an open
+  // object does. A stream whose first answer failed is dropped by the
+  // open, which asks again, so errors are the open's own. Nothing when
+  // the client's config turns it off (S3Config::open_ahead).
+  void WillOpen(const std::string& path, int64_t start, int64_t end) override;
   // The object as `info` (from a listing or a HEAD: its size and ETag)
   // says it is, opened without a request of its own: every read is pinned
   // to that ETag, so an object replaced since is refused at the first read
@@ -63,6 +82,7 @@ class S3FileSystem final : public FileSystem {
   absl::StatusOr<std::shared_ptr<S3Client>> Client() const;
   const std::shared_ptr<S3Client> client_;
   const std::shared_ptr<S3HeadCache> heads_;
+  const std::unique_ptr<S3OpenedAhead> ahead_;
 };
 
 // Size and ETag of an object (a HEAD), for planning. Errors as Open.

@@ -1,8 +1,12 @@
 #include "src/io/s3/s3_stream.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "src/core/process.h"
@@ -16,8 +20,61 @@ constexpr int64_t kDrainBytes = 1 << 20;
 // A read of at least this many bytes that finds the buffer empty has the
 // bytes copied straight into it as they arrive (one copy fewer).
 constexpr size_t kDirectReadBytes = 64 << 10;
+// Buffers of ended streams kept for the next streams, at most.
+constexpr size_t kIdleBuffers = 4;
+
+// Stream buffers, mapped from the kernel (not malloc's heap) and kept for
+// the next stream when one ends. A new buffer per slice costs a page fault
+// per 4 KiB (a thousand for 4 MiB) on its first fill; and malloc serving
+// them from its heap let a reader's own allocations (Python's record
+// bytes, between two streams alive at once) cut the freed buffers up, so
+// that each new one took fresh pages from the kernel again: 160,000 page
+// faults per GiB read through Python, against 8,000. Thread-safe.
+class BufferPool {
+ public:
+  static BufferPool& Get() {
+    static BufferPool* const pool = new BufferPool();
+    return *pool;
+  }
+
+  // Throws std::bad_alloc when the kernel refuses the mapping.
+  char* Take(size_t bytes) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        if (it->second != bytes) continue;
+        char* data = it->first;
+        idle_.erase(it);
+        return data;
+      }
+    }
+    void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) throw std::bad_alloc();
+    return static_cast<char*>(data);
+  }
+
+  void Give(char* data, size_t bytes) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (idle_.size() < kIdleBuffers) {
+        idle_.emplace_back(data, bytes);
+        return;
+      }
+    }
+    ::munmap(data, bytes);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::pair<char*, size_t>> idle_ ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace
+
+void S3RangeStream::BufferReturn::operator()(char* data) const {
+  BufferPool::Get().Give(data, bytes);
+}
 
 // Takes a GET's bytes into the buffer; blocks while it is full.
 class S3RangeStream::Sink final : public S3RangeSink {
@@ -118,7 +175,7 @@ S3RangeStream::S3RangeStream(std::shared_ptr<S3Client> client, S3Url url,
       end_(std::max(begin, end)),
       options_(options),
       capacity_(std::max<size_t>(options.buffer_bytes, 1)),
-      buffer_(new char[capacity_]),
+      buffer_(BufferPool::Get().Take(capacity_), BufferReturn{capacity_}),
       held_start_(begin),
       arrived_(begin),
       drop_until_(begin),

@@ -26,7 +26,8 @@ namespace shardq {
 
 struct S3StreamOptions {
   // Bytes held between the connection and the reader, at most: the
-  // stream's memory. A GET waits while the buffer is full.
+  // stream's memory (a few buffers of ended streams are kept for the next
+  // ones). A GET waits while the buffer is full.
   size_t buffer_bytes = 4 << 20;
   // Bytes one GET asks for; a longer range is fetched by several GETs, one
   // after the other (each pinned to the same ETag).
@@ -94,7 +95,12 @@ class S3RangeStream {
   // buffer_[offset % capacity_] holds the byte at `offset`, for offsets in
   // [held_start_, arrived_). The thread writes only outside that window and
   // the reader reads only inside it, so neither copies under mu_.
-  const std::unique_ptr<char[]> buffer_;
+  // Gives a buffer of `bytes` back to the pool it came from (s3_stream.cc).
+  struct BufferReturn {
+    size_t bytes;
+    void operator()(char* data) const;
+  };
+  const std::unique_ptr<char[], BufferReturn> buffer_;
   std::atomic<bool> cancel_{false};
 
   absl::Mutex read_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // serialises Read
