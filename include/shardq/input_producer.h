@@ -33,6 +33,8 @@ class InputProducer final : public ItemSource {
   void NoteProgress(const WorkItem& item, int64_t offset) override;
   // The oldest buffered item, else the queue's next item taken ahead.
   std::optional<WorkItem> PeekNextItem() override;
+  // True: NextItem waits while `capacity` items are out and not done.
+  bool NextWaitsForItemsDone() const override { return true; }
 
   int64_t size() const;
   int64_t capacity() const { return capacity_; }

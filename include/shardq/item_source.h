@@ -8,10 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "shardq/work_item.h"
 
 namespace shardq {
+
+class LeaseSource;
 
 // Implementations say whether they are thread-safe.
 class ItemSource {
@@ -40,6 +44,36 @@ class ItemSource {
   // fetching a remote item's bytes while it reads the one before. Does not
   // block. Default: nullopt.
   virtual std::optional<WorkItem> PeekNextItem() { return std::nullopt; }
+
+  // True when NextItem waits until items handed out before are done (an
+  // input producer at its capacity): a reader that holds several items
+  // before it finishes one, as the pipeline does, cannot read from it.
+  virtual bool NextWaitsForItemsDone() const { return false; }
+
+  // This source as a LeaseSource, when its items are leases of a shared
+  // queue; null otherwise.
+  virtual LeaseSource* leases() { return nullptr; }
+};
+
+// A source whose items are leases of a shared queue (a WorkQueue): a reader
+// may also take with a deadline, give an item back unread, and knows how
+// many items it may hold at once. The pipeline reads through this
+// interface, so it needs no particular queue.
+class LeaseSource : public ItemSource {
+ public:
+  LeaseSource* leases() final { return this; }
+
+  // The next item, waiting at most `timeout` (DEADLINE_EXCEEDED then);
+  // otherwise as NextItem.
+  virtual absl::StatusOr<WorkItem> TakeWithin(absl::Duration timeout) = 0;
+  // Gives an item back unread: it goes to the front of the queue.
+  virtual absl::Status Release(const WorkItem& item) = 0;
+  // Gives back the items taken ahead and not handed out yet.
+  virtual void ReleaseReady() = 0;
+  // How many items this reader may hold at once (being read).
+  virtual int64_t num_clients() const = 0;
+  // The queue's name, for messages.
+  virtual const std::string& name() const = 0;
 };
 
 // Hands out a fixed list of item strings once, in order. ItemDone is a

@@ -38,7 +38,7 @@ namespace shardq {
 class InputProducer;
 class ItemStream;
 
-class WorkQueue final : public ItemSource {
+class WorkQueue final : public LeaseSource {
  public:
   // Plans the slices (the files must exist: NOT_FOUND names a missing one),
   // then creates the queue or attaches to the queue of the same name.
@@ -86,7 +86,7 @@ class WorkQueue final : public ItemSource {
   // also when the coordinator no longer holds the lease for this worker
   // (it expired, or was lost in a coordinator crash): the item is back in
   // the queue either way.
-  absl::Status Release(const WorkItem& item);
+  absl::Status Release(const WorkItem& item) override;
 
   // Reports a failed attempt at the item (`reason` is shown by `shardq
   // status --failed`): it goes to the back of the queue, or, after the
@@ -99,7 +99,7 @@ class WorkQueue final : public ItemSource {
   // Take has not handed out yet, as if released: for a reader that stops
   // for good while this WorkQueue lives on (a pipeline being destroyed).
   // Best effort: an item whose lease is gone is back in the queue anyway.
-  void ReleaseReady();
+  void ReleaseReady() override;
 
   // For a reader that may stop before the queue is finished, such as a
   // DataLoader worker of shardq.torch whose siblings hold the rest
@@ -181,13 +181,15 @@ class WorkQueue final : public ItemSource {
   absl::Status ItemDone(const WorkItem& item) override { return Complete(item); }
   // The oldest item taken ahead (the one Take hands out next), if any.
   std::optional<WorkItem> PeekNextItem() override;
+  // LeaseSource: TakeWithin(timeout) is Take(timeout).
+  absl::StatusOr<WorkItem> TakeWithin(absl::Duration timeout) override { return Take(timeout); }
 
-  const std::string& name() const;
+  const std::string& name() const override;
   const std::string& worker_id() const;
   uint64_t seed() const;
   int64_t num_items() const;
   int64_t num_epochs() const;
-  int64_t num_clients() const;
+  int64_t num_clients() const override;
   // Leases held by this worker right now (items being read and items
   // taken ahead, see WorkQueueOptions::take_ahead).
   int64_t held() const;

@@ -12,13 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "shardq/work_queue.h"
+#include "shardq/item_source.h"
 
 namespace shardq::pipeline::internal {
 
-ItemLedger::ItemLedger(ItemSource* source, WorkQueue* work_queue,
+ItemLedger::ItemLedger(ItemSource* source, LeaseSource* leases,
                        LedgerOptions options)
-    : source_(source), work_queue_(work_queue), options_(std::move(options)) {}
+    : source_(source), leases_(leases), options_(std::move(options)) {}
 
 void ItemLedger::Start(ThreadCoordinator* coordinator) {
   coordinator_ = coordinator;
@@ -60,7 +60,7 @@ absl::Status ItemLedger::FetchLoop() {
     fetching_ = false;
     dry_ = false;
     if (item.ok()) {
-      if (work_queue_ != nullptr) held_items_[item->lease_id] = *item;
+      if (leases_ != nullptr) held_items_[item->lease_id] = *item;
       fetched_ = *std::move(item);
       ++stats_.items_taken;
     } else {
@@ -80,14 +80,14 @@ absl::Status ItemLedger::FetchLoop() {
 }
 
 absl::StatusOr<WorkItem> ItemLedger::FetchOne(bool* stopped) {
-  if (work_queue_ == nullptr) return source_->NextItem();
+  if (leases_ == nullptr) return source_->NextItem();
   absl::StatusOr<WorkItem> item = TakeFromQueue(stopped);
   if (!item.ok() || options_.max_epoch < 0 || item->epoch <= options_.max_epoch) {
     return item;
   }
   // The next item belongs to a later epoch: this pass is over. Given back
   // whole, so that the pass of its epoch reads it.
-  if (absl::Status s = work_queue_->Release(*item); !s.ok()) return s;
+  if (absl::Status s = leases_->Release(*item); !s.ok()) return s;
   return absl::OutOfRangeError(absl::StrCat(
       options_.name, ": the items of epochs <= ", options_.max_epoch,
       " are all taken (the next one is of epoch ", item->epoch, ")"));
@@ -96,7 +96,7 @@ absl::StatusOr<WorkItem> ItemLedger::FetchOne(bool* stopped) {
 absl::StatusOr<WorkItem> ItemLedger::TakeFromQueue(bool* stopped) {
   // A first take that does not wait tells "dry" (nothing to hand out now)
   // from "an item is on its way".
-  absl::StatusOr<WorkItem> item = work_queue_->Take(absl::ZeroDuration());
+  absl::StatusOr<WorkItem> item = leases_->TakeWithin(absl::ZeroDuration());
   if (!absl::IsDeadlineExceeded(item.status())) return item;
   {
     absl::MutexLock lock(&mu_);
@@ -111,7 +111,7 @@ absl::StatusOr<WorkItem> ItemLedger::TakeFromQueue(bool* stopped) {
         return absl::CancelledError("pipeline stopping");
       }
     }
-    item = work_queue_->Take(options_.take_poll_interval);
+    item = leases_->TakeWithin(options_.take_poll_interval);
     if (!absl::IsDeadlineExceeded(item.status())) return item;
   }
 }
@@ -332,9 +332,9 @@ void ItemLedger::ReleaseHeld() {
   }
   // Best effort, as in ~WorkQueue: an item whose lease is gone meanwhile
   // is back in the queue anyway.
-  for (const auto& [lease, item] : held) work_queue_->Release(item).IgnoreError();
+  for (const auto& [lease, item] : held) leases_->Release(item).IgnoreError();
   // And the items the queue took ahead for this reader.
-  if (work_queue_ != nullptr) work_queue_->ReleaseReady();
+  if (leases_ != nullptr) leases_->ReleaseReady();
 }
 
 LedgerStats ItemLedger::stats() const {

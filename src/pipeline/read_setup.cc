@@ -8,8 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "shardq/input_producer.h"
-#include "shardq/work_queue.h"
+#include "shardq/item_source.h"
 #include "shardq/pipeline/internal/item_ledger.h"
 
 namespace shardq::pipeline::internal {
@@ -37,7 +36,7 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
         "ReadItems '", options.name,
         "': a pipeline may read from one source only"));
   }
-  if (dynamic_cast<InputProducer*>(source) != nullptr) {
+  if (source->NextWaitsForItemsDone()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ReadItems '", options.name,
         "': an InputProducer cannot be a source (its NextItem waits for "
@@ -76,22 +75,22 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
   }
 
   InterleaveOptions resolved = options;
-  WorkQueue* work_queue = dynamic_cast<WorkQueue*>(source);
-  if (options.max_epoch >= 0 && work_queue == nullptr) {
+  LeaseSource* leases = source->leases();
+  if (options.max_epoch >= 0 && leases == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ReadItems '", options.name, "': max_epoch = ", options.max_epoch,
         " needs a WorkQueue source (an item of a later epoch is given back "
         "to the queue, which other sources cannot do)"));
   }
-  if (work_queue != nullptr) {
-    if (options.max_items_held > work_queue->num_clients()) {
+  if (leases != nullptr) {
+    if (options.max_items_held > leases->num_clients()) {
       return BadOption(options, "max_items_held", options.max_items_held,
                        absl::StrCat("<= the num_clients of WorkQueue '",
-                                    work_queue->name(), "' (",
-                                    work_queue->num_clients(), ")"));
+                                    leases->name(), "' (",
+                                    leases->num_clients(), ")"));
     }
     if (resolved.max_items_held == 0) {
-      resolved.max_items_held = work_queue->num_clients();
+      resolved.max_items_held = leases->num_clients();
     }
   }
   if (resolved.cycle_length == 0) {
@@ -122,7 +121,7 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
   ledger_options.complete_when_read = resolved.complete_when_read;
   ledger_options.max_epoch = resolved.max_epoch;
   context->ledger =
-      std::make_unique<ItemLedger>(source, work_queue, ledger_options);
+      std::make_unique<ItemLedger>(source, leases, ledger_options);
   ItemLedger* ledger = context->ledger.get();
   ThreadCoordinator* coordinator = &context->coordinator;
   context->starters.push_back([ledger, coordinator] { ledger->Start(coordinator); });

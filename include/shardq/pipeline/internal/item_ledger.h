@@ -53,7 +53,6 @@
 #include "shardq/work_item.h"
 
 namespace shardq {
-class WorkQueue;
 }  // namespace shardq
 
 namespace shardq::pipeline::internal {
@@ -208,9 +207,10 @@ struct LedgerStats {
 
 class ItemLedger {
  public:
-  // `source` must outlive the ledger's threads. `work_queue` is `source`
-  // when it is a WorkQueue (taken from with a timeout), else null.
-  ItemLedger(ItemSource* source, WorkQueue* work_queue, LedgerOptions options);
+  // `source` must outlive the ledger's threads. `leases` is `source` when
+  // its items are leases of a queue (a WorkQueue: taken from with a
+  // timeout, given back when not read), else null.
+  ItemLedger(ItemSource* source, LeaseSource* leases, LedgerOptions options);
   ItemLedger(const ItemLedger&) = delete;
   ItemLedger& operator=(const ItemLedger&) = delete;
 
@@ -293,7 +293,7 @@ class ItemLedger {
     const int64_t records_;
   };
 
-  // Gives the items still held back to a WorkQueue source (Release: to the
+  // Gives the items still held back to a lease source (Release: to the
   // front of the queue, for this or another worker to read again), as
   // ~WorkQueue would. Call after every thread using the ledger was joined.
   // Other sources have no way to take items back; they keep them.
@@ -307,7 +307,7 @@ class ItemLedger {
   absl::Status FetchLoop();
   // One fetch from the source (no lock held).
   absl::StatusOr<WorkItem> FetchOne(bool* dry);
-  // FetchOne from a WorkQueue, before the max_epoch check.
+  // FetchOne from a lease source, before the max_epoch check.
   absl::StatusOr<WorkItem> TakeFromQueue(bool* stopped);
   bool AtLimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts consumed records of `ticket`; true when the item is now done.
@@ -325,7 +325,7 @@ class ItemLedger {
   void AddWaitingHold(int64_t records) ABSL_LOCKS_EXCLUDED(mu_);
 
   ItemSource* const source_;
-  WorkQueue* const work_queue_;
+  LeaseSource* const leases_;
   const LedgerOptions options_;
   ThreadCoordinator* coordinator_ = nullptr;
 
