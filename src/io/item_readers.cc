@@ -71,9 +71,9 @@ absl::StatusOr<std::unique_ptr<TFRecordItemReader>> TFRecordItemReader::Open(
   if (!spec.ok()) return spec.status();
   // One open, for the item's range (a remote file starts fetching it): the
   // compression is judged from the open file's first bytes.
-  const OpenedRange range = TFRecordOpenedRange(*spec);
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-      OrDefault(file_system)->OpenForRange(spec->work, range.start, range.end);
+      OrDefault(file_system)->OpenForRange(spec->work, spec->start.value_or(0),
+                                           spec->end.value_or(-1));
   if (!file.ok()) return file.status();
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
     return s;

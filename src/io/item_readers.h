@@ -81,20 +81,11 @@ inline std::string PlannedVersion(const SliceSpec& spec) {
   return it == spec.params.end() ? std::string() : it->second;
 }
 
-// The byte range of its work an item's reader opens (OpenForRange): the
-// item's range for TFRecords; for text, from the byte before the range
-// (it decides where the range's first line starts). end -1: to the end.
-struct OpenedRange {
-  int64_t start;
-  int64_t end;
-};
-OpenedRange TFRecordOpenedRange(const SliceSpec& spec);
-OpenedRange TextOpenedRange(const SliceSpec& spec);
-
-// Tells the file system that the reader of `item` opens it soon
-// (FileSystem::WillOpen of the range above): a ReadLoop's OpenAhead.
-void OpenTFRecordItemAhead(const WorkItem& item, FileSystem* file_system = nullptr);
-void OpenTextItemAhead(const WorkItem& item, FileSystem* file_system = nullptr);
+// Tells the file system that a reader opens `item` soon
+// (FileSystem::WillOpen of its range, from the byte before it): a
+// ReadLoop's OpenAhead, and the pipeline's for the item after the one it
+// takes. Does nothing for local files.
+void OpenItemAhead(const WorkItem& item, FileSystem* file_system = nullptr);
 
 // Text lines of an item (see TextLineReader for keys and errors).
 // resume_offset() is the byte offset of the next line.

@@ -48,9 +48,11 @@ absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
     const WorkItem& item, FileSystem* file_system, RecordKeys keys) {
   absl::StatusOr<SliceSpec> spec = SpecOf(item);
   if (!spec.ok()) return spec.status();
-  const OpenedRange range = TextOpenedRange(*spec);
+  // The byte before the range decides where its first line starts.
+  const int64_t start = spec->start.value_or(0);
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-      OrDefault(file_system)->OpenForRange(spec->work, range.start, range.end);
+      OrDefault(file_system)->OpenForRange(spec->work, start > 0 ? start - 1 : 0,
+                                           spec->end.value_or(-1));
   if (!file.ok()) return file.status();
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
     return s;
@@ -65,7 +67,7 @@ TextLineReader::TextLineReader()
     : loop_(std::make_unique<ReadLoop<Record>>(
           [](const WorkItem& item) { return OpenTextItem(item); },
           /*on_item_end=*/nullptr,
-          [](const WorkItem& item) { OpenTextItemAhead(item); })) {}
+          [](const WorkItem& item) { OpenItemAhead(item); })) {}
 TextLineReader::~TextLineReader() = default;
 
 absl::StatusOr<std::vector<Record>> TextLineReader::ReadUpTo(ItemSource& source,

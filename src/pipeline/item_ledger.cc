@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardq/item_source.h"
+#include "src/io/item_readers.h"
 
 namespace shardq::pipeline::internal {
 
@@ -56,6 +58,11 @@ absl::Status ItemLedger::FetchLoop() {
     }
     bool stopped = false;
     absl::StatusOr<WorkItem> item = FetchOne(&stopped);
+    // The item after this one is on its way (a remote object's first
+    // bytes) while this one is read, when the source has it at hand.
+    if (item.ok()) {
+      if (std::optional<WorkItem> next = source_->PeekNextItem()) OpenItemAhead(*next);
+    }
     absl::MutexLock lock(&mu_);
     fetching_ = false;
     dry_ = false;

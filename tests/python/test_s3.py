@@ -353,6 +353,40 @@ def test_a_slice_is_one_ranged_get_of_its_bytes_and_the_look_ahead(s3, monkeypat
     assert proxy.answer_bytes < sum(sizes.values()) + slices * (look_ahead + 4096)
 
 
+@pytest.mark.parametrize("how", ["TextLineReader", "from_queue"])
+def test_the_next_slice_opened_ahead_is_the_get_its_reader_uses(s3, monkeypatch, how):
+    """Each reader hints the slice after the one it reads (its GET starts
+    early); the open that follows takes that GET, so a slice is still one
+    GET: the text reader's (it opens a byte before its range) and the
+    pipeline's alike, and the lines come out exactly once."""
+    minio, bucket = s3
+    lines = []
+    for i in range(2):
+        body = "".join(f"ahead {i} {j} {'z' * (j % 700)}\n" for j in range(5000))  # ~1.8 MB
+        lines += body.encode().splitlines()
+        minio.admin.put(bucket, f"a/part-{i}.txt", body)
+    proxy = Proxy(minio.port)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("SHARDQ_S3_CHUNK_BYTES", str(64 << 20))
+        q = queue([f"s3://{bucket}/a/*.txt"], num_slices=10, shuffle=False)
+        slices = q.num_items
+        planned = len(proxy.requests)
+        if how == "TextLineReader":
+            got = read_all(q, shardq.TextLineReader(), n=40)
+        else:
+            got = list(shardq.data.from_queue(q, reader="text"))
+        q.close()
+    finally:
+        proxy.close()
+    assert collections.Counter(got) == collections.Counter(lines)
+    gets = [r for method, _, r in proxy.requests[planned:] if method == "GET"]
+    assert len(gets) == slices, gets
+    # Every slice after an object's first starts a byte before its range.
+    starts = sorted(int(r.split("=")[1].split("-")[0]) for r in gets)
+    assert starts.count(0) == 2, starts
+
+
 def test_a_reader_that_pauses_longer_than_the_park_time_gets_every_record(s3, monkeypatch,
                                                                         tmp_path):
     minio, bucket = s3

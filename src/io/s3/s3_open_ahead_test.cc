@@ -95,6 +95,22 @@ TEST(S3OpenAhead, TheOpenAfterAHintTakesItsStream) {
   EXPECT_EQ(log.requests[0].last, 600000 + kLookAhead - 1);
 }
 
+// One hint serves both readers: the text reader opens a byte before its
+// range, the TFRecord reader at its start.
+TEST(S3OpenAhead, AnOpenOneByteLaterTakesTheStreamTwoBytesDoNot) {
+  const std::string object = Object(2 << 20);
+  std::unique_ptr<S3TestServer> server = Serve(object);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<S3FileSystem> fs = FileSystemOf(*server);
+  fs->WillOpen(kPath, 9999, 400000);
+  fs->WillOpen(kPath, 19999, 400000);
+  ASSERT_TRUE(AwaitGets(*server, 2));
+  ExpectRange(*fs, object, 10000, 400000);
+  EXPECT_EQ(Gets(server->log()), 2u);
+  ExpectRange(*fs, object, 20001, 400000);
+  EXPECT_EQ(Gets(server->log()), 3u);
+}
+
 TEST(S3OpenAhead, ARangeASplitShortenedStillTakesTheStream) {
   const std::string object = Object(2 << 20);
   std::unique_ptr<S3TestServer> server = Serve(object);
