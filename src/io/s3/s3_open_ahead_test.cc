@@ -160,8 +160,12 @@ TEST(S3OpenAhead, AtMostSoManyHintsWaitTheOldestGoFirst) {
   ASSERT_NE(server, nullptr);
   std::unique_ptr<S3FileSystem> fs = FileSystemOf(*server);
   const int hints = static_cast<int>(S3FileSystem::kMaxOpenedAhead) + 2;
-  for (int i = 0; i < hints; ++i) fs->WillOpen(kPath, i * 1000, i * 1000 + 500);
-  ASSERT_TRUE(AwaitGets(*server, static_cast<size_t>(hints)));
+  // Each hint's GET reaches the server before the next hint (a hint
+  // dropped before its thread sent its GET would send none).
+  for (int i = 0; i < hints; ++i) {
+    fs->WillOpen(kPath, i * 1000, i * 1000 + 500);
+    ASSERT_TRUE(AwaitGets(*server, static_cast<size_t>(i) + 1));
+  }
   // The newest is waiting; the first was dropped for it.
   ExpectRange(*fs, object, (hints - 1) * 1000, (hints - 1) * 1000 + 500);
   EXPECT_EQ(Gets(server->log()), static_cast<size_t>(hints));
