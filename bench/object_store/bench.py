@@ -3,7 +3,8 @@ objects) on a local MinIO, read in one run by
   - a plain parallel GET loop (curl --aws-sigv4, 4 at once): the server's raw
     GET throughput on this machine, the reference;
   - shardq's reader over s3:// works (WorkQueue + TFRecordReader, 1 and 4
-    worker threads; records parsed and both CRC32Cs checked);
+    worker threads; records parsed and both CRC32Cs checked), and
+    shardq.data.from_queue (the C++ pipeline that shardq.torch uses);
   - boto3 get_object(...)["Body"].read() of whole objects (1 and 4 threads;
     bytes only, no record parsing);
   - shardq's reader over the same files on local disk (1 and 4 workers);
@@ -63,6 +64,14 @@ def read_shardq(works, workers, slices):
     return sum(totals)
 
 
+def read_pipeline(works, slices):
+    """shardq.data.from_queue (the C++ pipeline, as shardq.torch uses it) over
+    one worker's queue: records as bytes, nothing else done with them."""
+    import shardq
+    queue = shardq.WorkQueue(works, num_slices=slices, name=f"bench-{uuid.uuid4().hex[:8]}")
+    return sum(len(r) for r in shardq.data.from_queue(queue, reader="tfrecord"))
+
+
 def read_boto3(bucket, keys, workers):
     import boto3
     import botocore.config
@@ -94,6 +103,8 @@ def read_boto3(bucket, keys, workers):
 def child(args):
     if args.mode == "shardq":
         n = read_shardq(args.works, args.workers, args.slices)
+    elif args.mode == "pipeline":
+        n = read_pipeline(args.works, args.slices)
     elif args.mode == "boto3":
         n = read_boto3(args.bucket, args.keys, args.workers)
     print(n)
@@ -215,6 +226,19 @@ def main():
                                                      "--slices", str(args.slices), "--works", *s3_works]),
             ("shardq reader, s3://, 4 workers", me + ["--mode", "shardq", "--workers", "4",
                                                       "--slices", str(args.slices), "--works", *s3_works]),
+            ("shardq.data.from_queue, s3://, 1 worker", me + ["--mode", "pipeline",
+                                                              "--slices", str(args.slices),
+                                                              "--works", *s3_works]),
+            # The same two with the next slice's GET started only when its
+            # reading starts.
+            ("shardq reader, s3://, 1 worker, SHARDQ_S3_OPEN_AHEAD=0",
+             ["env", "SHARDQ_S3_OPEN_AHEAD=0"] + me + ["--mode", "shardq", "--workers", "1",
+                                                      "--slices", str(args.slices),
+                                                      "--works", *s3_works]),
+            ("shardq.data.from_queue, s3://, 1 worker, SHARDQ_S3_OPEN_AHEAD=0",
+             ["env", "SHARDQ_S3_OPEN_AHEAD=0"] + me + ["--mode", "pipeline",
+                                                      "--slices", str(args.slices),
+                                                      "--works", *s3_works]),
             ("boto3 get_object, 1 thread", me + ["--mode", "boto3", "--workers", "1",
                                                  "--bucket", bucket, "--keys", *keys]),
             ("boto3 get_object, 4 threads", me + ["--mode", "boto3", "--workers", "4",

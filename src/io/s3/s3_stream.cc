@@ -153,8 +153,17 @@ class S3RangeStream::Sink final : public S3RangeSink {
       const size_t first = std::min(take, s.capacity_ - index);
       std::memcpy(s.buffer_.get() + index, data + taken, first);
       std::memcpy(s.buffer_.get(), data + taken + first, take - first);
+      if (s.options_.while_copying) s.options_.while_copying();
       s.mu_.Lock();
       s.arrived_ += static_cast<int64_t>(take);
+      // A read past the bytes that had arrived, made while these were being
+      // copied, dropped those before it (drop_until_) but could not skip
+      // them: they had not arrived. Now they have: drop them, or that
+      // reader would wait for held_start_ to reach its offset forever (and
+      // the full buffer park the GET).
+      if (s.drop_until_ > s.held_start_) {
+        s.held_start_ = std::min(s.drop_until_, s.arrived_);
+      }
       taken += take;
     }
     s.mu_.Unlock();

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,10 @@ struct S3StreamOptions {
   // step) costs fewer reconnections. InfiniteDuration(): never.
   // S3Config::park_after (SHARDQ_S3_PARK_AFTER_MS) sets it for s3:// files.
   absl::Duration park_after = absl::Seconds(5);
+  // Tests only: called on the stream's thread, with no lock held, each
+  // time it has begun copying bytes into the buffer and before they count
+  // as arrived, so that a test can land a reader's call in that moment.
+  std::function<void()> while_copying;
 };
 
 class S3RangeStream {

@@ -7,6 +7,8 @@
 #include "src/io/s3/s3_stream.h"
 
 #include <algorithm>
+#include <thread>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -142,6 +145,42 @@ TEST(S3RangeStream, DeliversEveryByteOnceInOrderAcrossOddSizedReads) {
     next = gets[i].last + 1;
   }
   EXPECT_EQ(next, end);
+}
+
+// A reader that starts a byte past the stream's beginning (a stream
+// opened ahead for the text reader, read by the TFRecord reader), and
+// whose read comes while the thread copies the first bytes in, before they
+// count as arrived: they are dropped once they are there, and the reader
+// gets the rest. (It used to wait forever for the bytes before its offset
+// to go, and the full buffer parked the GET.) The first copy waits until
+// the reader is about to read, then a moment for the read to reach its
+// wait; a slower reader only makes the test pass without meeting the copy.
+TEST(S3RangeStream, AReadMadeWhileTheFirstBytesAreCopiedInSkipsThem) {
+  const std::string object = Object(1 << 20);
+  std::unique_ptr<S3TestServer> server = Serve(object);
+  ASSERT_NE(server, nullptr);
+  const int64_t begin = 4095;
+  absl::Notification copying;
+  absl::Notification reading;
+  std::atomic<int> copies{0};
+  S3StreamOptions options = Options(64 << 10, 1 << 20);
+  options.while_copying = [&] {
+    if (copies++ > 0) return;
+    copying.Notify();
+    reading.WaitForNotification();
+    absl::SleepFor(absl::Milliseconds(50));
+  };
+  S3RangeStream stream(ClientOf(*server), kUrl, begin, begin + (300 << 10), "", options);
+  Drained got;
+  std::thread reader([&] {
+    copying.WaitForNotification();
+    reading.Notify();
+    got = ReadToEnd(stream, begin + 1);
+  });
+  reader.join();
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  ASSERT_EQ(got.bytes.size(), static_cast<size_t>((300 << 10) - 1));
+  EXPECT_TRUE(got.bytes == object.substr(begin + 1, got.bytes.size()));
 }
 
 TEST(S3RangeStream, ARangePastTheEndOfTheObjectEndsWithIt) {
