@@ -91,15 +91,13 @@ class S3OpenedAhead {
 
   explicit S3OpenedAhead(absl::Duration life) : life_(life) {}
 
-  // True when a stream for [start, end) of `path` waits already.
-  bool Has(const std::string& path, int64_t start, int64_t end) {
+  // True when a stream for [start, end) of `path` may be added: none
+  // waits for it already, and fewer than kMaxOpenedAhead wait.
+  bool Wants(const std::string& path, int64_t start, int64_t end) {
     std::vector<Stream> dropped;
     absl::MutexLock lock(&mu_);
     DropStaleLocked(&dropped);
-    for (const Entry& e : entries_) {
-      if (e.path == path && e.start == start && e.end >= end) return true;
-    }
-    return false;
+    return WantsLocked(path, start, end);
   }
 
   void Add(const std::string& path, int64_t start, int64_t end,
@@ -107,18 +105,12 @@ class S3OpenedAhead {
     std::vector<Stream> dropped;
     absl::MutexLock lock(&mu_);
     DropStaleLocked(&dropped);
-    for (const Entry& e : entries_) {
-      if (e.path == path && e.start == start && e.end >= end) {
-        dropped.push_back(std::move(stream));  // another thread was first
-        return;
-      }
+    if (!WantsLocked(path, start, end)) {  // another thread was first
+      dropped.push_back(std::move(stream));
+      return;
     }
     entries_.push_back(Entry{path, start, end, std::move(client), std::move(stream),
                              absl::Now() + life_});
-    while (entries_.size() > S3FileSystem::kMaxOpenedAhead) {
-      dropped.push_back(std::move(entries_.front().stream));
-      entries_.pop_front();
-    }
   }
 
   // The stream waiting for [start, end) of `path` through `client` (one
@@ -150,6 +142,18 @@ class S3OpenedAhead {
     Stream stream;
     absl::Time expires;
   };
+
+  // Full, a new hint is refused rather than an older one dropped: with
+  // more readers hinting than streams may wait, dropping the oldest (the
+  // nearest to its open) would waste every hint's GET.
+  bool WantsLocked(const std::string& path, int64_t start, int64_t end) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (entries_.size() >= S3FileSystem::kMaxOpenedAhead) return false;
+    for (const Entry& e : entries_) {
+      if (e.path == path && e.start == start && e.end >= end) return false;
+    }
+    return true;
+  }
 
   void DropStaleLocked(std::vector<Stream>* dropped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (::getpid() != owner_) {  // inherited through fork(): see above
@@ -385,7 +389,7 @@ void S3FileSystem::WillOpen(const std::string& path, int64_t start, int64_t end)
   if (!client.ok() || !(*client)->config().open_ahead) return;
   start = std::max<int64_t>(start, 0);
   const int64_t stream_end = StreamEnd(start, end);
-  if (ahead_->Has(path, start, stream_end)) return;
+  if (!ahead_->Wants(path, start, stream_end)) return;
   auto stream = std::make_shared<S3RangeStream>(*client, *url, start, stream_end,
                                                 /*etag=*/"", StreamOptions((*client)->config()));
   ahead_->Add(path, start, stream_end, *std::move(client), std::move(stream));

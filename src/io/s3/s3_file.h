@@ -62,7 +62,7 @@ class S3FileSystem final : public FileSystem {
   // its own; also an open from start + 1 (the stream drops that byte; one
   // hint serves the text reader, which opens a byte before its range, and
   // the TFRecord reader), and one whose `end` moved closer since (a split).
-  // At most kMaxOpenedAhead wait at once (a new one drops the oldest),
+  // At most kMaxOpenedAhead wait at once (more hints start nothing),
   // each for at most the opened-ahead life, each buffering at most what an open
   // object does. A stream whose first answer failed is dropped by the
   // open, which asks again, so errors are the open's own. Nothing when

@@ -154,23 +154,28 @@ TEST(S3OpenAhead, AHintWhoseAnswerFailedIsAskedAgainByTheOpen) {
   EXPECT_EQ(Gets(server->log()), 2u);
 }
 
-TEST(S3OpenAhead, AtMostSoManyHintsWaitTheOldestGoFirst) {
+// Past kMaxOpenedAhead waiting streams a hint starts nothing (dropping an
+// older one instead would waste the GET of every hint when more readers
+// hint than streams may wait); an open takes its stream and makes room.
+TEST(S3OpenAhead, AtMostSoManyHintsWaitMoreStartNothing) {
   const std::string object = Object(1 << 20);
   std::unique_ptr<S3TestServer> server = Serve(object);
   ASSERT_NE(server, nullptr);
   std::unique_ptr<S3FileSystem> fs = FileSystemOf(*server);
-  const int hints = static_cast<int>(S3FileSystem::kMaxOpenedAhead) + 2;
-  // Each hint's GET reaches the server before the next hint (a hint
-  // dropped before its thread sent its GET would send none).
-  for (int i = 0; i < hints; ++i) {
-    fs->WillOpen(kPath, i * 1000, i * 1000 + 500);
-    ASSERT_TRUE(AwaitGets(*server, static_cast<size_t>(i) + 1));
-  }
-  // The newest is waiting; the first was dropped for it.
-  ExpectRange(*fs, object, (hints - 1) * 1000, (hints - 1) * 1000 + 500);
-  EXPECT_EQ(Gets(server->log()), static_cast<size_t>(hints));
+  const int kept = static_cast<int>(S3FileSystem::kMaxOpenedAhead);
+  for (int i = 0; i < kept + 2; ++i) fs->WillOpen(kPath, i * 1000, i * 1000 + 500);
+  ASSERT_TRUE(AwaitGets(*server, static_cast<size_t>(kept)));
+  // The first hints wait; the last two started nothing, so their opens
+  // send their own GETs.
   ExpectRange(*fs, object, 0, 500);
-  EXPECT_EQ(Gets(server->log()), static_cast<size_t>(hints) + 1);
+  EXPECT_EQ(Gets(server->log()), static_cast<size_t>(kept));
+  ExpectRange(*fs, object, (kept + 1) * 1000, (kept + 1) * 1000 + 500);
+  EXPECT_EQ(Gets(server->log()), static_cast<size_t>(kept) + 1);
+  // The open of the first made room for a new hint.
+  fs->WillOpen(kPath, 900000, 900500);
+  ASSERT_TRUE(AwaitGets(*server, static_cast<size_t>(kept) + 2));
+  ExpectRange(*fs, object, 900000, 900500);
+  EXPECT_EQ(Gets(server->log()), static_cast<size_t>(kept) + 2);
 }
 
 // Off, a hint sends nothing: the hinted range is fetched by its open, after
