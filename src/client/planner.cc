@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -111,7 +112,13 @@ std::vector<Measured> MeasureWorks(const std::vector<std::string>& names,
   };
   const size_t threads = std::min(kMeasuredAtOnce, names.size());
   std::vector<std::thread> helpers;
-  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(run);
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(run);
+    } catch (const std::system_error&) {
+      break;  // no more threads to be had: measure with those there are
+    }
+  }
   run();
   for (std::thread& t : helpers) t.join();
   return out;
