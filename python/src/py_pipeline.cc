@@ -368,11 +368,13 @@ class PyPipeline {
     read.max_epoch = max_epoch;
     // Python gets the records' values only (RowObject): no keys are built.
     if (reader == "text") {
+      read.open_ahead = pipeline::TextOpenAhead();
       stream_ = pipeline::ReadItems(queue_->queue(),
                                     pipeline::TextReaderFactory(RecordKeys::kSkip), read);
     } else if (reader == "tfrecord") {
       TFRecordReaderOptions options;
       options.on_corrupt = ParseOnCorrupt(on_corrupt);
+      read.open_ahead = pipeline::TFRecordOpenAhead();
       stream_ =
           pipeline::ReadItems(queue_->queue(),
                               pipeline::TFRecordReaderFactory(options, RecordKeys::kSkip), read);

@@ -152,12 +152,11 @@ class FileSystem {
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenForRange(
       const std::string& path, int64_t start, int64_t end);
 
-  // A hint: OpenForRange(path, start, end), or the same from start + 1,
-  // comes soon (for the item after the one a reader reads), so a remote
-  // file system may start that open now and have the range's first bytes
-  // on their way when it comes (at most a few such opens are kept, each
-  // for a limited time). Local files: nothing. Never fails; the open
-  // reports any error.
+  // A hint: OpenForRange(path, start, end) comes soon (for the item after
+  // the one a reader reads), so a remote file system may start that open
+  // now and have the range's first bytes on their way when it comes (at
+  // most a few such opens are kept, each for a limited time). Local files:
+  // nothing. Never fails; the open reports any error.
   virtual void WillOpen(const std::string& path, int64_t start, int64_t end) {}
 
   // The operating system's files (open, fstat, pread), and s3:// objects.

@@ -81,11 +81,13 @@ inline std::string PlannedVersion(const SliceSpec& spec) {
   return it == spec.params.end() ? std::string() : it->second;
 }
 
-// Tells the file system that a reader opens `item` soon
-// (FileSystem::WillOpen of its range, from the byte before it): a
-// ReadLoop's OpenAhead, and the pipeline's for the item after the one it
-// takes. Does nothing for local files.
-void OpenItemAhead(const WorkItem& item, FileSystem* file_system = nullptr);
+// Tell the file system that a reader opens `item` soon
+// (FileSystem::WillOpen of the range that reader's open asks for: the
+// item's range for TFRecordItemReader::Open, from the byte before it for
+// OpenTextItem). A ReadLoop's OpenAhead, and the pipeline's
+// (InterleaveOptions::open_ahead). Nothing for local files.
+void OpenTFRecordItemAhead(const WorkItem& item, FileSystem* file_system = nullptr);
+void OpenTextItemAhead(const WorkItem& item, FileSystem* file_system = nullptr);
 
 // Text lines of an item (see TextLineReader for keys and errors).
 // resume_offset() is the byte offset of the next line.

@@ -297,10 +297,10 @@ TEST(ReadLoop, AnnouncesTheNextItemOnceWhileTheOneBeforeIsRead) {
         if (!reader.ok()) return reader.status();
         return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
       },
-      nullptr, [&](const WorkItem& item) { OpenItemAhead(item, &fs); });
+      nullptr, [&](const WorkItem& item) { OpenTFRecordItemAhead(item, &fs); });
   Items source({first, second, third}, /*peek=*/true);
   ASSERT_TRUE(loop.ReadUpTo(source, 1).ok());
-  EXPECT_THAT(fs.hints, ::testing::ElementsAre(a.path() + " [99, 250)"));
+  EXPECT_THAT(fs.hints, ::testing::ElementsAre(a.path() + " [100, 250)"));
   ASSERT_TRUE(loop.ReadUpTo(source, 1).ok());  // the same item: no new hint
   EXPECT_EQ(fs.hints.size(), 1u);
   int64_t records = 2;
@@ -312,18 +312,21 @@ TEST(ReadLoop, AnnouncesTheNextItemOnceWhileTheOneBeforeIsRead) {
   }
   EXPECT_EQ(records, 30);
   // The last item has none after it.
-  EXPECT_THAT(fs.hints, ::testing::ElementsAre(a.path() + " [99, 250)",
-                                                a.path() + " [249, -1)"));
+  EXPECT_THAT(fs.hints, ::testing::ElementsAre(a.path() + " [100, 250)",
+                                                a.path() + " [250, -1)"));
 }
 
-// The hint names the range from the byte before the item's (where a text
-// reader opens; a TFRecord reader's open one byte later takes the same).
-TEST(ReadLoop, AnItemIsAnnouncedFromTheByteBeforeItsRange) {
+// Each hint names the range its reader's open asks for: a TFRecord item's
+// own, a text item's from the byte before it (which decides where its
+// first line starts).
+TEST(ReadLoop, AnItemIsAnnouncedWithTheRangeItsReaderOpens) {
   HintedFileSystem fs;
-  OpenItemAhead(Parsed("/data/x.txt?start=40&end=90"), &fs);
-  OpenItemAhead(Parsed("/data/x.txt?start=0&end=90"), &fs);
-  OpenItemAhead(Parsed("/data/x.tfrecord"), &fs);
+  OpenTextItemAhead(Parsed("/data/x.txt?start=40&end=90"), &fs);
+  OpenTextItemAhead(Parsed("/data/x.txt?start=0&end=90"), &fs);
+  OpenTFRecordItemAhead(Parsed("/data/x.tfrecord?start=40&end=90"), &fs);
+  OpenTFRecordItemAhead(Parsed("/data/x.tfrecord"), &fs);
   EXPECT_THAT(fs.hints, ::testing::ElementsAre("/data/x.txt [39, 90)", "/data/x.txt [0, 90)",
+                                               "/data/x.tfrecord [40, 90)",
                                                "/data/x.tfrecord [0, -1)"));
 }
 
@@ -338,7 +341,7 @@ TEST(ReadLoop, ASourceWithoutPeeksGetsNoHints) {
         if (!reader.ok()) return reader.status();
         return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
       },
-      nullptr, [&](const WorkItem& item) { OpenItemAhead(item, &fs); });
+      nullptr, [&](const WorkItem& item) { OpenTFRecordItemAhead(item, &fs); });
   Items source({a.path() + "?start=0&end=30", a.path() + "?start=30"});
   absl::StatusOr<std::vector<Record>> got = loop.ReadUpTo(source, 100);
   ASSERT_TRUE(got.ok());

@@ -67,7 +67,7 @@ TextLineReader::TextLineReader()
     : loop_(std::make_unique<ReadLoop<Record>>(
           [](const WorkItem& item) { return OpenTextItem(item); },
           /*on_item_end=*/nullptr,
-          [](const WorkItem& item) { OpenItemAhead(item); })) {}
+          [](const WorkItem& item) { OpenTextItemAhead(item); })) {}
 TextLineReader::~TextLineReader() = default;
 
 absl::StatusOr<std::vector<Record>> TextLineReader::ReadUpTo(ItemSource& source,

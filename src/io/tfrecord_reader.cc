@@ -23,7 +23,7 @@ TFRecordReader::TFRecordReader(TFRecordReaderOptions options)
             finished_.skipped_bytes += item.skipped_bytes;
             finished_.corrupt_regions += item.corrupt_regions;
           },
-          [](const WorkItem& item) { OpenItemAhead(item); })) {}
+          [](const WorkItem& item) { OpenTFRecordItemAhead(item); })) {}
 
 TFRecordReader::~TFRecordReader() = default;
 

@@ -14,7 +14,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardq/item_source.h"
-#include "src/io/item_readers.h"
 
 namespace shardq::pipeline::internal {
 
@@ -60,8 +59,8 @@ absl::Status ItemLedger::FetchLoop() {
     absl::StatusOr<WorkItem> item = FetchOne(&stopped);
     // The item after this one is on its way (a remote object's first
     // bytes) while this one is read, when the source has it at hand.
-    if (item.ok()) {
-      if (std::optional<WorkItem> next = source_->PeekNextItem()) OpenItemAhead(*next);
+    if (item.ok() && options_.open_ahead) {
+      if (std::optional<WorkItem> next = source_->PeekNextItem()) options_.open_ahead(*next);
     }
     absl::MutexLock lock(&mu_);
     fetching_ = false;

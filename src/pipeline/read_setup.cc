@@ -120,6 +120,7 @@ absl::StatusOr<InterleaveOptions> PrepareRead(ItemSource* source,
   ledger_options.take_poll_interval = resolved.take_poll_interval;
   ledger_options.complete_when_read = resolved.complete_when_read;
   ledger_options.max_epoch = resolved.max_epoch;
+  ledger_options.open_ahead = resolved.open_ahead;
   context->ledger =
       std::make_unique<ItemLedger>(source, leases, ledger_options);
   ItemLedger* ledger = context->ledger.get();

@@ -115,6 +115,14 @@ RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options, RecordK
   };
 }
 
+std::function<void(const WorkItem&)> TextOpenAhead() {
+  return [](const WorkItem& item) { OpenTextItemAhead(item); };
+}
+
+std::function<void(const WorkItem&)> TFRecordOpenAhead() {
+  return [](const WorkItem& item) { OpenTFRecordItemAhead(item); };
+}
+
 RecordReaderFactory ReaderFactoryFor(RecordFormat format) {
   switch (format) {
     case RecordFormat::kText:

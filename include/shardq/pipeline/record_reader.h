@@ -84,6 +84,12 @@ RecordReaderFactory TFRecordReaderFactory(TFRecordReaderOptions options, RecordK
 // resume_offset() is the rank of the next row (as for TableReader).
 ItemReaderFactory<Row> TableReaderFactory(TableReaderOptions options = {});
 
+// InterleaveOptions::open_ahead for the text and the TFRecord factories:
+// the next item's range as that reader opens it (FileSystem::WillOpen), so
+// that an s3:// item's GET starts while the one before is read.
+std::function<void(const WorkItem&)> TextOpenAhead();
+std::function<void(const WorkItem&)> TFRecordOpenAhead();
+
 // The formats whose records are Records, for choosing one by name (a
 // command-line flag, a config file).
 enum class RecordFormat { kText, kTFRecord };

@@ -6,9 +6,11 @@
 #define SHARDQ_PIPELINE_STAGE_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/time/time.h"
+#include "shardq/work_item.h"
 
 namespace shardq::pipeline {
 
@@ -99,6 +101,13 @@ struct InterleaveOptions {
   // Needs a WorkQueue source (INVALID_ARGUMENT otherwise: other sources
   // cannot take an item back).
   int64_t max_epoch = -1;
+
+  // Called, each time the stage takes an item, with the item the source
+  // will hand out next when it has it at hand (ItemSource::PeekNextItem: a
+  // WorkQueue's item taken ahead), so that a remote item's first bytes are
+  // on their way when its turn comes: TextOpenAhead() or TFRecordOpenAhead()
+  // (shardq/pipeline/record_reader.h) for those readers. Null: nothing.
+  std::function<void(const WorkItem&)> open_ahead;
 };
 
 // Map: applies a function to every element.

@@ -114,17 +114,14 @@ class S3OpenedAhead {
   }
 
   // The stream waiting for [start, end) of `path` through `client` (one
-  // that starts there or a byte before, and fetches up to `end` or
-  // further), taken out; null when none does.
+  // that fetches up to `end` or further), taken out; null when none does.
   Stream Take(const std::string& path, int64_t start, int64_t end,
               const std::shared_ptr<S3Client>& client) {
     std::vector<Stream> dropped;
     absl::MutexLock lock(&mu_);
     DropStaleLocked(&dropped);
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->path != path || it->start > start || start - it->start > 1 || it->end < end) {
-        continue;
-      }
+      if (it->path != path || it->start != start || it->end < end) continue;
       if (it->client != client) continue;  // the environment changed since
       Stream stream = std::move(it->stream);
       entries_.erase(it);

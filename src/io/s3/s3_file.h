@@ -59,9 +59,7 @@ class S3FileSystem final : public FileSystem {
   // Starts the first GET of OpenForRange(path, start, end) now, for such
   // an OpenForRange that comes soon (the next item of a reader): it then
   // takes this stream, already answered and filling, instead of starting
-  // its own; also an open from start + 1 (the stream drops that byte; one
-  // hint serves the text reader, which opens a byte before its range, and
-  // the TFRecord reader), and one whose `end` moved closer since (a split).
+  // its own (also for an `end` that moved closer since, as a split does).
   // At most kMaxOpenedAhead wait at once (more hints start nothing),
   // each for at most the opened-ahead life, each buffering at most what an open
   // object does. A stream whose first answer failed is dropped by the

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -187,6 +188,7 @@ struct LedgerOptions {
   absl::Duration take_poll_interval = absl::Milliseconds(100);
   bool complete_when_read = false;  // see InterleaveOptions
   int64_t max_epoch = -1;           // see InterleaveOptions
+  std::function<void(const WorkItem&)> open_ahead;  // see InterleaveOptions
 };
 
 // Why a stalled pipeline cannot get more records.
