@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -166,6 +167,34 @@ TEST(ReadItems, MaxEpochReadsOneEpochPerPass) {
     EXPECT_EQ(stats.finished, epoch == 2);
     EXPECT_EQ(stats.failed, 0);
   }
+}
+
+// InterleaveOptions::open_ahead is told, each time the stage takes an item,
+// of the item the WorkQueue keeps ready to hand out next: here every item
+// but the first, once each, before it is taken.
+TEST(ReadItems, OpenAheadIsToldOfTheItemKeptReadyAfterEachTake) {
+  const std::string tag = UniqueName("ahead");
+  std::vector<std::string> files = WriteTextFiles(tag, 5, 7);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/1);
+  absl::Mutex mu;
+  std::vector<std::string> hinted;
+  InterleaveOptions read;
+  read.open_ahead = [&](const WorkItem& item) {
+    absl::MutexLock lock(&mu);
+    hinted.push_back(item.item);
+  };
+  auto it = ValueOrDie(ReadItems(queue.get(), TextReaderFactory(), read).MakeIterator());
+  std::vector<std::string> values;
+  std::vector<std::string> items;
+  for (const Record& r : Drain(*it)) {
+    values.push_back(r.value);
+    const std::string item = r.key.substr(0, r.key.rfind(':'));
+    if (items.empty() || items.back() != item) items.push_back(item);
+  }
+  EXPECT_EQ(Sorted(values), Sorted(ExpectedLines(tag, 5, 7)));
+  ASSERT_EQ(items.size(), 5u);
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(hinted, std::vector<std::string>(items.begin() + 1, items.end()));
 }
 
 TEST(ReadItems, MaxEpochNeedsAWorkQueue) {
