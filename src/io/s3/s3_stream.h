@@ -43,8 +43,8 @@ struct S3StreamOptions {
   // S3Config::park_after (SHARDQ_S3_PARK_AFTER_MS) sets it for s3:// files.
   absl::Duration park_after = absl::Seconds(5);
   // Tests only: called on the stream's thread, with no lock held, each
-  // time it has begun copying bytes into the buffer and before they count
-  // as arrived, so that a test can land a reader's call in that moment.
+  // time it has copied bytes into the buffer and before they count as
+  // arrived, so that a test can land a reader's call in that moment.
   std::function<void()> while_copying;
 };
 
@@ -97,14 +97,14 @@ class S3RangeStream {
   const int64_t end_;
   const S3StreamOptions options_;
   const size_t capacity_;
-  // buffer_[offset % capacity_] holds the byte at `offset`, for offsets in
-  // [held_start_, arrived_). The thread writes only outside that window and
-  // the reader reads only inside it, so neither copies under mu_.
   // Gives a buffer of `bytes` back to the pool it came from (s3_stream.cc).
   struct BufferReturn {
     size_t bytes;
     void operator()(char* data) const;
   };
+  // buffer_[offset % capacity_] holds the byte at `offset`, for offsets in
+  // [held_start_, arrived_). The thread writes only outside that window and
+  // the reader reads only inside it, so neither copies under mu_.
   const std::unique_ptr<char[], BufferReturn> buffer_;
   std::atomic<bool> cancel_{false};
 
