@@ -282,6 +282,17 @@ TEST(ReadLoop, CompletesEachItemAfterItsLastRecord) {
   EXPECT_EQ(loop.items_done(), 2);
 }
 
+// A TFRecord ReadLoop over `fs` that announces the next item to it.
+std::unique_ptr<ReadLoop<Record>> HintingLoop(HintedFileSystem& fs) {
+  return std::make_unique<ReadLoop<Record>>(
+      [&fs](const WorkItem& item) -> absl::StatusOr<std::unique_ptr<ItemReader<Record>>> {
+        auto reader = TFRecordItemReader::Open(item, {}, &fs);
+        if (!reader.ok()) return reader.status();
+        return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
+      },
+      nullptr, [&fs](const WorkItem& item) { OpenTFRecordItemAhead(item, &fs); });
+}
+
 // The item after the one being read is announced to the file system once,
 // while the one before is read.
 TEST(ReadLoop, AnnouncesTheNextItemOnceWhileTheOneBeforeIsRead) {
@@ -291,21 +302,15 @@ TEST(ReadLoop, AnnouncesTheNextItemOnceWhileTheOneBeforeIsRead) {
   const std::string second = a.path() + "?start=100&end=250";
   const std::string third = a.path() + "?start=250";
   HintedFileSystem fs;
-  ReadLoop<Record> loop(
-      [&](const WorkItem& item) -> absl::StatusOr<std::unique_ptr<ItemReader<Record>>> {
-        auto reader = TFRecordItemReader::Open(item, {}, &fs);
-        if (!reader.ok()) return reader.status();
-        return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
-      },
-      nullptr, [&](const WorkItem& item) { OpenTFRecordItemAhead(item, &fs); });
+  std::unique_ptr<ReadLoop<Record>> loop = HintingLoop(fs);
   Items source({first, second, third}, /*peek=*/true);
-  ASSERT_TRUE(loop.ReadUpTo(source, 1).ok());
+  ASSERT_TRUE(loop->ReadUpTo(source, 1).ok());
   EXPECT_THAT(fs.hints, ::testing::ElementsAre(a.path() + " [100, 250)"));
-  ASSERT_TRUE(loop.ReadUpTo(source, 1).ok());  // the same item: no new hint
+  ASSERT_TRUE(loop->ReadUpTo(source, 1).ok());  // the same item: no new hint
   EXPECT_EQ(fs.hints.size(), 1u);
   int64_t records = 2;
   while (true) {
-    absl::StatusOr<std::vector<Record>> got = loop.ReadUpTo(source, 1);
+    absl::StatusOr<std::vector<Record>> got = loop->ReadUpTo(source, 1);
     if (absl::IsOutOfRange(got.status())) break;
     ASSERT_TRUE(got.ok()) << got.status();
     records += static_cast<int64_t>(got->size());
@@ -335,15 +340,9 @@ TEST(ReadLoop, ASourceWithoutPeeksGetsNoHints) {
   TempPath a(".tfrecord");
   WriteRecords(a.path(), FileCompression::kNone, 5);
   HintedFileSystem fs;
-  ReadLoop<Record> loop(
-      [&](const WorkItem& item) -> absl::StatusOr<std::unique_ptr<ItemReader<Record>>> {
-        auto reader = TFRecordItemReader::Open(item, {}, &fs);
-        if (!reader.ok()) return reader.status();
-        return std::unique_ptr<ItemReader<Record>>(*std::move(reader));
-      },
-      nullptr, [&](const WorkItem& item) { OpenTFRecordItemAhead(item, &fs); });
+  std::unique_ptr<ReadLoop<Record>> loop = HintingLoop(fs);
   Items source({a.path() + "?start=0&end=30", a.path() + "?start=30"});
-  absl::StatusOr<std::vector<Record>> got = loop.ReadUpTo(source, 100);
+  absl::StatusOr<std::vector<Record>> got = loop->ReadUpTo(source, 100);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->size(), 5u);
   EXPECT_TRUE(fs.hints.empty());

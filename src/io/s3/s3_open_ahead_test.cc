@@ -5,7 +5,6 @@
 // newer ones are opened afresh. Waits are on what the server saw.
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 
 #include "absl/status/status.h"
@@ -29,19 +28,11 @@ constexpr char kEtag[] = "feedface01";
 constexpr char kPath[] = "s3://bucket/dir/key";
 constexpr int64_t kLookAhead = 256 << 10;  // past the range, see s3_file.cc
 
-std::string Object(size_t n) {
-  std::mt19937 rng(20261205);
-  std::string bytes(n, '\0');
-  for (char& c : bytes) c = static_cast<char>(rng());
-  return bytes;
-}
+std::string Object(size_t n) { return testing_util::TestObject(n); }
 
 std::unique_ptr<S3TestServer> Serve(const std::string& object,
                                     S3TestServer::Script script = nullptr) {
-  absl::StatusOr<std::unique_ptr<S3TestServer>> server =
-      S3TestServer::Start(object, kEtag, std::move(script));
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? *std::move(server) : nullptr;
+  return testing_util::ServeOrFail(object, kEtag, std::move(script));
 }
 
 // A file system of its own (no other test's streams), whose hints wait

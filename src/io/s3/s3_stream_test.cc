@@ -11,7 +11,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -36,20 +35,11 @@ constexpr absl::Duration kBound = absl::Seconds(60);
 constexpr char kEtag[] = "0123456789abcdef";
 const S3Url kUrl{"bucket", "dir/key"};
 
-// Bytes no shifted or repeated piece of which matches another place.
-std::string Object(size_t n) {
-  std::mt19937 rng(20260212);
-  std::string bytes(n, '\0');
-  for (char& c : bytes) c = static_cast<char>(rng());
-  return bytes;
-}
+std::string Object(size_t n) { return testing_util::TestObject(n); }
 
 std::unique_ptr<S3TestServer> Serve(const std::string& object,
                                     S3TestServer::Script script = nullptr) {
-  absl::StatusOr<std::unique_ptr<S3TestServer>> server =
-      S3TestServer::Start(object, kEtag, std::move(script));
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? *std::move(server) : nullptr;
+  return testing_util::ServeOrFail(object, kEtag, std::move(script));
 }
 
 std::shared_ptr<S3Client> ClientOf(const S3TestServer& server) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "gtest/gtest.h"
 
 namespace shardq {
 namespace testing_util {
@@ -265,6 +267,24 @@ bool S3TestServer::Answer(int fd, const Request& request) {
     return false;
   }
   return !cut;
+}
+
+std::string TestObject(size_t n) {
+  std::mt19937 rng(20260212);
+  std::string bytes(n, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  return bytes;
+}
+
+std::unique_ptr<S3TestServer> ServeOrFail(const std::string& object, const std::string& etag,
+                                          S3TestServer::Script script) {
+  absl::StatusOr<std::unique_ptr<S3TestServer>> server =
+      S3TestServer::Start(object, etag, std::move(script));
+  if (!server.ok()) {
+    ADD_FAILURE() << "S3TestServer::Start: " << server.status();
+    return nullptr;
+  }
+  return *std::move(server);
 }
 
 }  // namespace testing_util

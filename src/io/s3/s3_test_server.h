@@ -95,6 +95,15 @@ class S3TestServer {
   std::vector<std::thread> connection_threads_ ABSL_GUARDED_BY(mu_);
 };
 
+// Bytes no shifted or repeated piece of which matches another place (a
+// fixed pseudo-random sequence), for the object a test serves.
+std::string TestObject(size_t n);
+
+// S3TestServer::Start, as a test uses it: a failure to start is a test
+// failure (reported here), and null is returned.
+std::unique_ptr<S3TestServer> ServeOrFail(const std::string& object, const std::string& etag,
+                                          S3TestServer::Script script = nullptr);
+
 }  // namespace testing_util
 }  // namespace shardq
 
