@@ -48,7 +48,6 @@ EtcdStore::~EtcdStore() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    changed_.SignalAll();
   }
   for (std::thread& writer : writers_) writer.join();
   std::vector<Callback> left;
@@ -71,7 +70,6 @@ uint64_t EtcdStore::Append(const std::string& queue, const journal::Update& upda
   p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
-    changed_.SignalAll();
   }
   return next_seq_ - 1;
 }
@@ -91,7 +89,6 @@ size_t EtcdStore::AppendSnapshot(const std::string& queue, uint64_t seq,
   p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
-    changed_.SignalAll();
   }
   return bytes;
 }
@@ -120,14 +117,16 @@ size_t EtcdStore::WriteSnapshot(const std::string& queue, uint64_t seq,
   p.appended = absl::Now();
   if (!failed_.load()) {
     pending_.push_back(std::move(p));
-    changed_.SignalAll();
   }
   return bytes.size();
 }
 
 absl::Status EtcdStore::WaitDurable(uint64_t seq) {
   absl::MutexLock lock(&mu_);
-  while (durable_seq_.load() < seq && error_.ok()) changed_.Wait(&mu_);
+  auto settled = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return durable_seq_.load() >= seq || !error_.ok();
+  };
+  mu_.Await(absl::Condition(&settled));
   if (durable_seq_.load() >= seq) return absl::OkStatus();
   return error_;
 }
@@ -174,8 +173,19 @@ void EtcdStore::FailLocked(absl::Status error) {
   error_ = std::move(error);
   failed_.store(true);
   pending_.clear();
-  changed_.SignalAll();
   SHARDQ_LOG_ERROR("{}", error_.ToString());
+}
+
+bool EtcdStore::WriterMayGoLocked() const {
+  if (pending_.empty()) return stopping_;
+  if (snapshot_in_flight_) return false;
+  // Beside a commit in flight, another goes only when more than one
+  // commit's worth waits: smaller ones cost etcd about as much each, and
+  // would be acknowledged after the one in flight anyway.
+  if (options_.max_gather > absl::ZeroDuration() && !in_flight_.empty()) {
+    return FittingEntriesLocked() < pending_.size();
+  }
+  return true;
 }
 
 size_t EtcdStore::FittingEntriesLocked() const {
@@ -250,7 +260,6 @@ std::vector<EtcdStore::Callback> EtcdStore::FinishLocked(uint64_t last_seq,
   std::vector<Callback> ready;
   for (auto it = covered; it != callbacks_.end(); ++it) ready.push_back(std::move(*it));
   callbacks_.erase(covered, callbacks_.end());
-  changed_.SignalAll();
   return ready;
 }
 
@@ -261,25 +270,27 @@ void EtcdStore::WriterLoop() {
     absl::Status refused;  // set when the batch must not be committed
     {
       absl::MutexLock lock(&mu_);
+      // Waits on conditions, not a CondVar: an append wakes no writer
+      // unless it lets one go (a CondVar woke every free writer for each).
       while (true) {
         if (stopping_ && pending_.empty()) return;
-        if (pending_.empty() || snapshot_in_flight_) {
-          changed_.Wait(&mu_);
+        if (!WriterMayGoLocked()) {
+          mu_.Await(absl::Condition(this, &EtcdStore::WriterMayGoLocked));
           continue;
         }
-        // Beside a commit in flight, another goes only when more than one
-        // commit's worth waits: smaller ones cost etcd about as much
-        // each, and would be acknowledged after the one in flight anyway.
-        if (options_.max_gather <= absl::ZeroDuration()) break;
-        if (!in_flight_.empty()) {
-          if (FittingEntriesLocked() < pending_.size()) break;
-          changed_.Wait(&mu_);
-          continue;
+        if (options_.max_gather <= absl::ZeroDuration() || !in_flight_.empty() || stopping_ ||
+            pending_.size() >= gather_entries_) {
+          break;
         }
-        if (stopping_ || pending_.size() >= gather_entries_) break;
+        // Gathering: one round of callers' entries, or until the oldest
+        // has waited gather_for_.
         const absl::Time until = pending_.front().appended + gather_for_;
         if (absl::Now() >= until) break;
-        changed_.WaitWithDeadline(&mu_, until);
+        auto round = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || pending_.empty() || snapshot_in_flight_ ||
+                 !in_flight_.empty() || pending_.size() >= gather_entries_;
+        };
+        mu_.AwaitWithDeadline(absl::Condition(&round), until);
       }
       batch = TakeBatchLocked();
       in_flight_.push_back(InFlight{batch.back().seq, false});
@@ -289,9 +300,11 @@ void EtcdStore::WriterLoop() {
         // A snapshot deletes what it covers and moves the commit base: it
         // goes once every earlier commit is stored, alone.
         snapshot_in_flight_ = true;
-        while (in_flight_.front().last_seq != batch.back().seq && error_.ok()) {
-          changed_.Wait(&mu_);
-        }
+        const uint64_t last = batch.back().seq;
+        auto first_in_line = [this, last]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return in_flight_.front().last_seq == last || !error_.ok();
+        };
+        mu_.Await(absl::Condition(&first_in_line));
         refused = error_;
       }
     }
@@ -304,7 +317,7 @@ void EtcdStore::WriterLoop() {
       absl::MutexLock lock(&mu_);
       if (committed.ok() && !snapshot) {
         gather_entries_ = batch.size() + pending_.size();
-        gather_for_ = std::min(options_.max_gather, took / 2);
+        gather_for_ = std::min(options_.max_gather, took * 3 / 2);
       }
       ready = FinishLocked(batch.back().seq, committed.status(), batch);
       if (snapshot) snapshot_in_flight_ = false;

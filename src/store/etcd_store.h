@@ -96,14 +96,16 @@ struct EtcdStoreOptions {
   // Group commit. With no commit in flight, a writer takes the pending
   // entries once as many wait as the last commit took plus those pending
   // when it finished (one round of waiting callers), or once the oldest
-  // has waited half the last commit's latency, at most this long. Beside
-  // a commit in flight, another goes only when more than one commit's
-  // worth waits. (On a machine where etcd is short of CPU, a transaction
-  // costs about the same whatever its size, so more, smaller ones in
-  // flight lowered throughput; see bench/results/coordinator_throughput.md.)
-  // Zero: every free writer commits what is pending at once, up to
-  // commits_in_flight of them.
-  absl::Duration max_gather = absl::Milliseconds(2);
+  // has waited 1.5 times the last commit's latency, at most this long:
+  // callers answered by a commit need about that long to come back, and
+  // a shorter wait split them into two groups that each waited for the
+  // other's commit too. Beside a commit in flight, another goes only when
+  // more than one commit's worth waits. (On a machine where etcd is short
+  // of CPU, a transaction costs about the same whatever its size, so
+  // more, smaller ones in flight lowered throughput; see
+  // bench/results/coordinator_throughput.md.) Zero: every free writer
+  // commits what is pending at once, up to commits_in_flight of them.
+  absl::Duration max_gather = absl::Milliseconds(6);
 
   // For tests: when set, every etcd transaction the store sends goes
   // through it, with a function that sends a request to etcd; what it
@@ -195,6 +197,10 @@ class EtcdStore final : public StateStore {
   // One of commits_in_flight threads: takes the next batch in order,
   // commits it, and acknowledges what is durable.
   void WriterLoop();
+  // Whether a free writer may stop waiting: to take a batch (or, with
+  // nothing pending, to end). Its waits are conditions on mu_, so that an
+  // append wakes a writer only when it lets one go.
+  bool WriterMayGoLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many of the next entries of pending_ one commit can take, within
   // etcd's limits (at least one when any is pending).
   size_t FittingEntriesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -223,7 +229,6 @@ class EtcdStore final : public StateStore {
   const std::string prefix_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // appends, commits, stop
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   // Commits taken and not yet acknowledged, in sequence order.
   std::deque<InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
