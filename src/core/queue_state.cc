@@ -270,16 +270,20 @@ absl::Status QueueState::ApplyLease(const journal::Lease& lease, absl::Time now)
   // recovery (SkipLeaseIdsAfterRecovery), and a replay must follow it.
   lease_sequence_ = lease.lease_id() & kLeaseSequenceMask;
   const absl::Time deadline = now + config_.lease_timeout;
+  WorkerRecord& w = Worker(lease.worker());
   Lease& held = leases_[lease.lease_id()];
   held = Lease();
   held.ref = ref;
   held.worker = lease.worker();
   held.deadline = deadline;
   held.granted = now;
+  // Beyond the items the worker reads at once: one it keeps ready. Marked
+  // here, where a journal replay passes too, so that a recovered (or
+  // failed-over) coordinator knows it as well.
+  held.ahead = w.held >= config_.num_clients;
   ParseRange(held);
   deadlines_.insert({deadline, lease.lease_id()});
   CountLease(ref, +1);
-  WorkerRecord& w = Worker(lease.worker());
   ++w.held;
   NoteHolder(lease.worker());
   ++w.taken;
@@ -404,12 +408,6 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
   lease->set_epoch(ref.epoch);
   lease->set_index(ref.index);
   if (absl::Status s = Commit(update); !s.ok()) return s;
-  if (held >= config_.num_clients) {
-    // Beyond the items the worker reads at once: one it keeps ready.
-    if (auto granted = leases_.find(lease->lease_id()); granted != leases_.end()) {
-      granted->second.ahead = true;
-    }
-  }
   result.outcome = TakeOutcome::kItem;
   result.item.item = ItemString(ref);
   result.item.epoch = ref.epoch;

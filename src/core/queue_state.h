@@ -373,7 +373,9 @@ class QueueState {
     std::string proposed_for;  // the asker of that proposal
     bool no_split = false;  // the holder refused a split
     // Granted beyond num_clients (taken ahead) and not known to be started:
-    // may be given back whole (ProposeGiveBack). Soft state.
+    // may be given back whole (ProposeGiveBack). Not soft state: set when
+    // a lease is applied (so a journal replay sets it too) and kept in
+    // snapshots (LeaseRecord.ahead), so a recovered or new leader knows it.
     bool ahead = false;
   };
   struct WorkerRecord {

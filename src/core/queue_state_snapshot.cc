@@ -225,6 +225,7 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
     l->mutable_ref()->set_epoch(lease.ref.epoch);
     l->mutable_ref()->set_index(lease.ref.index);
     l->set_worker(lease.worker);
+    if (lease.ahead) l->set_ahead(true);
   }
   for (uint64_t id : ended_order_) {
     const EndedLease& e = ended_.at(id);
@@ -369,6 +370,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     lease.worker = l.worker();
     lease.deadline = deadline;
     lease.granted = now;
+    lease.ahead = l.ahead();
     s.deadlines_.insert({deadline, l.lease_id()});
     s.CountLease(ref, +1);
   }

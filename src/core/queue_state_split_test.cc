@@ -2,7 +2,9 @@
 // the races around them, and splits in snapshots and checkpoints.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -114,6 +116,34 @@ TEST(Split, ALoneItemTakenAheadIsGivenBackWholeAndARefusalKeepsItSplittable) {
   ASSERT_EQ(proposals.size(), 1u);
   EXPECT_GT(proposals[0].split_point, 0);
   EXPECT_LT(proposals[0].split_point, 1000);
+}
+
+TEST(Split, AnItemTakenAheadIsKnownAsSuchAfterAReplayAndAfterARestore) {
+  // A coordinator that recovered, or took over a job, learns which items
+  // were kept ready from the journal's leases and the snapshot's.
+  auto live = Make(Config(2));
+  std::vector<journal::Update> updates;
+  live->set_update_sink([&](const journal::Update& u) { updates.push_back(u); });
+  absl::StatusOr<TakeResult> first = live->Take("a", kT0, /*ahead=*/1);
+  absl::StatusOr<TakeResult> ready = live->Take("a", kT0, /*ahead=*/1);
+  ASSERT_TRUE(first.ok() && ready.ok());
+  ASSERT_EQ(ready->outcome, TakeOutcome::kItem);
+  ASSERT_TRUE(live->Complete("a", first->item.lease_id, kT0).ok());
+  auto replayed = Make(Config(2));
+  for (const journal::Update& u : updates) ASSERT_TRUE(replayed->Apply(u).ok());
+  absl::StatusOr<std::unique_ptr<QueueState>> restored =
+      QueueState::FromSnapshot(replayed->ToSnapshot(), kT0);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  for (QueueState* s : {live.get(), replayed.get(), restored->get()}) {
+    // a holds only its ready item: b is offered all of it, not a cut.
+    absl::StatusOr<TakeResult> asked = s->Take("b", kT0 + absl::Seconds(1));
+    ASSERT_TRUE(asked.ok()) << asked.status();
+    EXPECT_EQ(asked->outcome, TakeOutcome::kWait);
+    EXPECT_EQ(asked->proposed_lease, ready->item.lease_id);
+    std::optional<SplitProposal> p = s->ProposalFor(ready->item.lease_id);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->split_point, 0);
+  }
 }
 
 TEST(Split, WithSplittingOffAnItemKeptReadyIsStillGivenBackWhole) {
