@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -56,6 +57,19 @@ class RandomAccessFile {
   // the SIGBUS of a file cut shorter while mapped into a false return
   // (the reader then reads the same bytes with ReadSome for its error).
   virtual const char* Mapping() { return nullptr; }
+
+  // Bytes at `offset` lent out of the file's own buffer, without a copy,
+  // by files that buffer what they fetch (a remote file streaming the
+  // range announced by WillRead): a view of 1 to n bytes, or an empty one
+  // at the end of the file. The view stays valid until the next ReadSome
+  // or Lend of this file, so only a file that one thread reads at a time
+  // may be read this way. nullopt: nothing lent at this offset (a local
+  // file, a read outside the announced range); read it with ReadSome.
+  // Errors as ReadSome.
+  virtual absl::StatusOr<std::optional<absl::string_view>> Lend(
+      int64_t offset, size_t n) {
+    return std::optional<absl::string_view>();
+  }
 
  private:
   const std::string path_;

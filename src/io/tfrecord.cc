@@ -48,6 +48,22 @@ class ReadBuffer {
         offset + static_cast<int64_t>(want) <= offset_ + static_cast<int64_t>(size_)) {
       return absl::string_view(data_ + (offset - offset_), want);
     }
+    // A file that lends its own buffer's bytes (a remote file's stream)
+    // is read straight out of it when the bytes asked for lie in one piece
+    // there (not across the end of its buffer): no copy into the window.
+    if (lends_ && !Holds(offset)) {
+      absl::StatusOr<std::optional<absl::string_view>> lent =
+          file_->Lend(offset, capacity_);
+      if (!lent.ok()) return lent.status();
+      if (!lent->has_value()) {
+        lends_ = false;  // outside what the file streams: read it
+      } else if ((*lent)->size() >= want) {
+        data_ = (*lent)->data();
+        offset_ = offset;
+        size_ = (*lent)->size();
+        return absl::string_view(data_, want);
+      }
+    }
     // The window moves so that `offset` keeps its address modulo 4 KiB
     // (see AlignedReadBuffer); what it already holds moves along.
     char* const window = storage_.Window(offset);
@@ -61,7 +77,7 @@ class ReadBuffer {
     data_ = window;
     size_ = 0;
     if (absl::Status s = ReadFromFile(offset + static_cast<int64_t>(keep),
-                                      fill - keep, data_ + keep);
+                                      fill - keep, window + keep);
         !s.ok()) {
       return s;
     }
@@ -233,7 +249,7 @@ class ReadBuffer {
     const size_t skew = static_cast<size_t>(
         (reinterpret_cast<uintptr_t>(out) - static_cast<uint64_t>(offset)) %
         AlignedReadBuffer::kPageBytes);
-    const bool through_buffer = skew > 0 && skew < 64;
+    const bool through_buffer = lends_ || (skew > 0 && skew < 64);
     while (n > 0) {
       const size_t take = std::min(n, capacity_);
       if (through_buffer) {
@@ -264,8 +280,11 @@ class ReadBuffer {
   const int64_t file_size_;
   const size_t capacity_;
   const char* const map_;  // the file's mapping, or null: read with pread
+  // Read through the file's Lend (until it lends nothing): data_ may then
+  // point into the file's buffer, valid until the next read of the file.
+  bool lends_ = true;
   AlignedReadBuffer storage_;
-  char* data_;          // the current window of storage_
+  const char* data_;    // the current window of storage_, or a lent view
   int64_t offset_ = 0;  // file offset of data_[0]
   size_t size_ = 0;     // valid bytes in data_
 };

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -262,33 +263,65 @@ class S3File final : public RandomAccessFile {
     return got;
   }
 
+  absl::StatusOr<std::optional<absl::string_view>> Lend(int64_t offset,
+                                                        size_t n) override {
+    if (offset >= size() || n == 0) return std::optional<absl::string_view>(absl::string_view());
+    n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(n), size() - offset));
+    if (offset < static_cast<int64_t>(head_.size())) {
+      const size_t take = std::min(n, head_.size() - static_cast<size_t>(offset));
+      return std::optional<absl::string_view>(
+          absl::string_view(head_.data() + offset, take));
+    }
+    absl::StatusOr<std::optional<absl::string_view>> lent =
+        ThroughStream(offset, [&](S3RangeStream& stream) {
+          return stream.Lend(offset, n);
+        });
+    // The object's first bytes are remembered for the next slice's sniff.
+    if (offset == 0 && lent.ok() && lent->has_value()) {
+      heads_->Put(path(), etag_, **lent);
+    }
+    return lent;
+  }
+
  private:
   // A read through the stream of the announced range (started here when
   // the read is inside the range but outside the current stream); nullopt
   // for a read outside the announced range.
   absl::StatusOr<std::optional<size_t>> ReadStreamed(int64_t offset, size_t n,
                                                      char* dst) {
+    return ThroughStream(offset, [&](S3RangeStream& stream) {
+      return stream.Read(offset, n, dst);
+    });
+  }
+
+  // `read` (a Read or Lend at `offset`) of the stream of the announced
+  // range, started here when `offset` is inside the range but outside the
+  // current stream; nullopt for an offset outside the announced range.
+  template <typename ReadFn>
+  std::invoke_result_t<ReadFn, S3RangeStream&> ThroughStream(int64_t offset,
+                                                             ReadFn read) {
+    using Result = std::invoke_result_t<ReadFn, S3RangeStream&>;
     std::shared_ptr<S3RangeStream> stream;
     {
       absl::MutexLock lock(&mu_);
       stream = stream_;
     }
     if (stream != nullptr) {
-      absl::StatusOr<std::optional<size_t>> got = stream->Read(offset, n, dst);
+      Result got = read(*stream);
       if (!got.ok() || got->has_value()) return got;
     }
     std::shared_ptr<S3RangeStream> dropped;
     {
       absl::MutexLock lock(&mu_);
       if (offset < hint_start_ || offset >= hint_end_) {
-        return std::optional<size_t>();
+        return typename Result::value_type();
       }
       stream = std::make_shared<S3RangeStream>(client_, url_, offset, hint_end_,
                                                etag_, stream_options_);
       dropped = std::exchange(stream_, stream);
     }
     dropped.reset();  // not under mu_: it may wait for its thread
-    return stream->Read(offset, n, dst);
+    return read(*stream);
   }
 
   const std::shared_ptr<S3Client> client_;

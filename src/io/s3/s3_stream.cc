@@ -274,29 +274,50 @@ bool S3RangeStream::ServesLocked(int64_t offset) const {
          offset <= arrived_ + static_cast<int64_t>(capacity_);
 }
 
+std::optional<int64_t> S3RangeStream::HoldFromLocked(int64_t offset,
+                                                     size_t n) {
+  if (!ServesLocked(offset)) return std::nullopt;
+  const int64_t held_before = held_start_;
+  if (offset > arrived_) {
+    held_start_ = arrived_;
+    drop_until_ = std::max(drop_until_, offset);
+  } else {
+    held_start_ = offset;
+  }
+  // A reader that takes bytes is not idle, even when the connection
+  // refills the buffer at once: its GET is parked only park_after after
+  // the last bytes it took.
+  if (held_start_ > held_before) full_since_ = absl::InfiniteFuture();
+  // Woken once a good part of the read has arrived, not for each piece
+  // that the connection delivers.
+  return static_cast<int64_t>(std::min(n, capacity_ / 2 + 1));
+}
+
+absl::StatusOr<size_t> S3RangeStream::AwaitHeldLocked(int64_t offset,
+                                                      int64_t want, size_t n) {
+  auto ready = [this, offset, want] {
+    return (held_start_ == offset &&
+            (arrived_ - offset >= want || arrived_ >= object_end_)) ||
+           done_ || object_end_ <= offset;
+  };
+  mu_.Await(absl::Condition(&ready));
+  if (held_start_ != offset || arrived_ <= offset) {
+    if (!status_.ok() && offset < object_end_) return status_;
+    return size_t{0};  // the object ends before offset
+  }
+  return static_cast<size_t>(
+      std::min<int64_t>(static_cast<int64_t>(n), arrived_ - offset));
+}
+
 absl::StatusOr<std::optional<size_t>> S3RangeStream::Read(int64_t offset,
                                                           size_t n,
                                                           char* dst) {
   absl::MutexLock read_lock(&read_mu_);
-  int64_t at = 0;
   size_t take = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!ServesLocked(offset)) return std::optional<size_t>();
-    const int64_t held_before = held_start_;
-    if (offset > arrived_) {
-      held_start_ = arrived_;
-      drop_until_ = std::max(drop_until_, offset);
-    } else {
-      held_start_ = offset;
-    }
-    // A reader that takes bytes is not idle, even when the connection
-    // refills the buffer at once: its GET is parked only park_after after
-    // the last bytes it took.
-    if (held_start_ > held_before) full_since_ = absl::InfiniteFuture();
-    // Woken once a good part of the read has arrived, not for each piece
-    // that the connection delivers.
-    const int64_t want = static_cast<int64_t>(std::min(n, capacity_ / 2 + 1));
+    const std::optional<int64_t> want = HoldFromLocked(offset, n);
+    if (!want.has_value()) return std::optional<size_t>();
     if (n >= kDirectReadBytes && held_start_ == offset && arrived_ == offset &&
         offset < object_end_ && !done_) {
       direct_dst_ = dst;
@@ -304,7 +325,7 @@ absl::StatusOr<std::optional<size_t>> S3RangeStream::Read(int64_t offset,
       direct_got_ = 0;
       // A piece the thread was copying into the buffer when dst was lent
       // lands there, and then dst gets nothing: read the buffer instead.
-      auto filled = [this, want] {
+      auto filled = [this, want = *want] {
         return !direct_copying_ &&
                (static_cast<int64_t>(direct_got_) >= want || done_ ||
                 arrived_ >= object_end_ ||
@@ -317,26 +338,33 @@ absl::StatusOr<std::optional<size_t>> S3RangeStream::Read(int64_t offset,
       // These bytes went to dst only: the buffer holds none before arrived_.
       if (got > 0) return std::optional<size_t>(got);
     }
-    auto ready = [this, offset, want] {
-      return (held_start_ == offset &&
-              (arrived_ - offset >= want || arrived_ >= object_end_)) ||
-             done_ || object_end_ <= offset;
-    };
-    mu_.Await(absl::Condition(&ready));
-    if (held_start_ != offset || arrived_ <= offset) {
-      if (!status_.ok() && offset < object_end_) return status_;
-      return std::optional<size_t>(0);  // the object ends before offset
-    }
-    at = offset;
-    take = static_cast<size_t>(std::min<int64_t>(
-        static_cast<int64_t>(n), arrived_ - offset));
+    absl::StatusOr<size_t> held = AwaitHeldLocked(offset, *want, n);
+    if (!held.ok()) return held.status();
+    take = *held;
   }
-  // [at, at + take) stays in the buffer until a later Read: copy unlocked.
-  const size_t index = static_cast<size_t>(at % static_cast<int64_t>(capacity_));
+  // [offset, offset + take) stays in the buffer until a later Read: copy
+  // unlocked.
+  const size_t index = static_cast<size_t>(offset % static_cast<int64_t>(capacity_));
   const size_t first = std::min(take, capacity_ - index);
   std::memcpy(dst, buffer_.get() + index, first);
   std::memcpy(dst + first, buffer_.get(), take - first);
   return std::optional<size_t>(take);
+}
+
+absl::StatusOr<std::optional<absl::string_view>> S3RangeStream::Lend(
+    int64_t offset, size_t n) {
+  absl::MutexLock read_lock(&read_mu_);
+  absl::MutexLock lock(&mu_);
+  const std::optional<int64_t> want = HoldFromLocked(offset, n);
+  if (!want.has_value()) return std::optional<absl::string_view>();
+  absl::StatusOr<size_t> held = AwaitHeldLocked(offset, *want, n);
+  if (!held.ok()) return held.status();
+  // [offset, offset + *held) stays in the buffer until a later Read or
+  // Lend, and the thread writes only past it: lent as it lies, up to
+  // where the buffer wraps around.
+  const size_t index = static_cast<size_t>(offset % static_cast<int64_t>(capacity_));
+  return std::optional<absl::string_view>(
+      absl::string_view(buffer_.get() + index, std::min(*held, capacity_ - index)));
 }
 
 }  // namespace shardq

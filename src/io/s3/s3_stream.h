@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "src/io/s3/s3_client.h"
@@ -85,11 +86,29 @@ class S3RangeStream {
   absl::StatusOr<std::optional<size_t>> Read(int64_t offset, size_t n,
                                              char* dst);
 
+  // As Read, but the bytes are lent straight out of the buffer instead of
+  // copied: a view of up to n bytes at `offset` (fewer where the buffer
+  // wraps around; empty when the object ends before `offset`), which stays
+  // valid until the next Read or Lend, since the bytes it shows stay held
+  // until a read past them. nullopt as for Read. For one reader: a Read or
+  // Lend from another thread may drop the bytes of a view in use.
+  absl::StatusOr<std::optional<absl::string_view>> Lend(int64_t offset,
+                                                        size_t n);
+
  private:
   class Sink;
   void Run();
   bool HasRoomOrStops() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ServesLocked(int64_t offset) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Read's and Lend's start: drops the bytes before `offset` (nullopt when
+  // the stream does not serve it) and returns how many bytes to wait for.
+  std::optional<int64_t> HoldFromLocked(int64_t offset, size_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until `want` bytes at `offset` have arrived, the object ends or
+  // the stream ends; then returns how many of them are held (0: none, at
+  // the end of the object), or the stream's error.
+  absl::StatusOr<size_t> AwaitHeldLocked(int64_t offset, int64_t want, size_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<S3Client> client_;
   const S3Url url_;

@@ -137,6 +137,67 @@ TEST(S3RangeStream, DeliversEveryByteOnceInOrderAcrossOddSizedReads) {
   EXPECT_EQ(next, end);
 }
 
+// Lend: views of the buffer itself, mixed with Reads, give every byte once
+// and in order; a view never runs across the end of the buffer (it is one
+// piece of memory); and a view keeps its bytes while the thread goes on
+// filling the rest of the buffer, until the next read.
+TEST(S3RangeStream, LentViewsGiveEveryByteOnceAndKeepTheirBytesUntilTheNextRead) {
+  const std::string object = Object((2 << 20) + 333);
+  std::unique_ptr<S3TestServer> server = Serve(object);
+  ASSERT_NE(server, nullptr);
+  const size_t capacity = 256 << 10;
+  std::atomic<int> copies{0};
+  S3StreamOptions options = Options(capacity, 1 << 20);
+  options.while_copying = [&] { ++copies; };
+  const int64_t begin = 777;
+  const int64_t end = static_cast<int64_t>(object.size());
+  S3RangeStream stream(ClientOf(*server), kUrl, begin, end, "", options);
+
+  static const size_t kSizes[] = {4096, 1, 100003, 262144, 65537, 13};
+  std::string got;
+  std::string piece;
+  bool checked_while_filling = false;
+  for (size_t i = 0; begin + static_cast<int64_t>(got.size()) < end; ++i) {
+    const int64_t offset = begin + static_cast<int64_t>(got.size());
+    const size_t n = kSizes[i % (sizeof(kSizes) / sizeof(kSizes[0]))];
+    if (i % 3 == 2) {  // every third a copying Read
+      piece.resize(n);
+      absl::StatusOr<std::optional<size_t>> read = stream.Read(offset, n, piece.data());
+      ASSERT_TRUE(read.ok()) << read.status();
+      ASSERT_TRUE(read->has_value());
+      ASSERT_GT(**read, 0u) << offset;
+      got.append(piece.data(), **read);
+      continue;
+    }
+    absl::StatusOr<std::optional<absl::string_view>> lent = stream.Lend(offset, n);
+    ASSERT_TRUE(lent.ok()) << lent.status();
+    ASSERT_TRUE(lent->has_value()) << offset;
+    const absl::string_view view = **lent;
+    ASSERT_FALSE(view.empty()) << offset;
+    ASSERT_LE(view.size(), n);
+    ASSERT_LE(view.size(), capacity - static_cast<size_t>(offset) % capacity) << offset;
+    if (!checked_while_filling && view.size() < 8192) {
+      // The thread fills the rest of the buffer meanwhile (outside the
+      // view); the view's bytes stay as they were.
+      checked_while_filling = true;
+      const int before = copies.load();
+      const absl::Time bound = absl::Now() + kBound;
+      while (copies.load() < before + 2 && absl::Now() < bound) {
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+    }
+    ASSERT_TRUE(view == absl::string_view(object).substr(offset, view.size())) << offset;
+    got.append(view.data(), view.size());
+  }
+  EXPECT_TRUE(checked_while_filling);
+  ASSERT_EQ(got.size(), static_cast<size_t>(end - begin));
+  EXPECT_TRUE(got == object.substr(begin)) << "bytes differ";
+  // Before what the stream still holds: not served.
+  absl::StatusOr<std::optional<absl::string_view>> behind = stream.Lend(begin, 10);
+  ASSERT_TRUE(behind.ok()) << behind.status();
+  EXPECT_FALSE(behind->has_value());
+}
+
 // A reader that starts a byte past the stream's beginning (a stream
 // opened ahead for the text reader, read by the TFRecord reader), and
 // whose read comes while the thread copies the first bytes in, before they
@@ -183,6 +244,11 @@ TEST(S3RangeStream, ARangePastTheEndOfTheObjectEndsWithIt) {
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_TRUE(got.bytes == object.substr(99000)) << got.bytes.size();
   EXPECT_EQ(Gets(*server).size(), 1u);
+  // Lent at the object's end, inside the stream's range: an empty view.
+  absl::StatusOr<std::optional<absl::string_view>> lent = stream.Lend(100000, 10);
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  ASSERT_TRUE(lent->has_value());
+  EXPECT_TRUE((*lent)->empty());
 
   S3RangeStream past(ClientOf(*server), kUrl, 100000, 200000, "",
                      Options(64 << 10, 1 << 20));
