@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <system_error>
@@ -45,53 +46,91 @@ using ListedObjects = std::map<std::string, S3ObjectInfo>;
 // Bytes of a file work, rows of a table work. A compressed file cannot be
 // cut: it is one whole item (the path with no range) whatever num_slices
 // is; its compression goes to *compression (kNone for the others). An
-// object's ETag (from its listing, else a HEAD) is kept in *etag.
+// object's ETag (from its listing, else a HEAD) is kept in *etag. A local
+// file is sniffed for its compression here (a 12-byte read); an object
+// by SniffObject, when slices are asked for (*sniffed says which).
 absl::StatusOr<SizedWork> MeasureWork(std::string name, const ListedObjects& listed,
-                                      std::string* etag, FileCompression* compression) {
+                                      std::string* etag, FileCompression* compression,
+                                      std::optional<S3ObjectInfo>* object, bool* sniffed) {
   *compression = FileCompression::kNone;
+  *sniffed = false;
   SizedWork work;
   work.name = std::move(name);
   absl::StatusOr<int64_t> size;
-  std::optional<S3ObjectInfo> object;
   if (IsS3Path(work.name)) {
     auto it = listed.find(work.name);
     absl::StatusOr<S3ObjectInfo> info =
         it != listed.end() ? it->second : S3Stat(work.name);
     if (!info.ok()) return info.status();
-    size = info->size;
+    work.size = info->size;
     *etag = info->etag;
-    object = *std::move(info);
-  } else {
-    size = IsTableItem(work.name) ? TableRows(work.name) : FileSize(work.name);
+    *object = *std::move(info);
+    return work;
   }
+  size = IsTableItem(work.name) ? TableRows(work.name) : FileSize(work.name);
   if (!size.ok()) return size.status();
   work.size = *size;
-  if (work.size == 0 && IsS3Path(work.name)) return work;  // nothing to sniff
   if (IsTableItem(work.name)) return work;
-  // An object is sniffed as its listing described it: no request to open
-  // it, and its first bytes are remembered for the readers of its slices.
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-      object.has_value() ? S3FileSystem::Default()->OpenListed(work.name, *object)
-                         : FileSystem::Default()->Open(work.name);
+      FileSystem::Default()->Open(work.name);
   if (!file.ok()) return file.status();
   absl::StatusOr<FileCompression> detected = DetectCompression(**file);
   if (!detected.ok()) return detected.status();
   *compression = *detected;
+  *sniffed = true;
   work.splittable = *compression == FileCompression::kNone;
   return work;
 }
 
-// How many works are measured at once. Measuring an object is a request
-// (a sniff of its first bytes, a HEAD for a name that was not listed), so
-// a queue over many objects would otherwise wait one round trip per
-// object: 1,000 objects at 30 ms each is half a minute. Local files are
-// measured at once too (a stat and a 12-byte read each).
+// The compression of an object to be sliced, from its first bytes
+// (one request: a sniff). It is opened as its listing or HEAD described
+// it, and the bytes are remembered for the readers of its slices.
+absl::StatusOr<FileCompression> SniffObject(const std::string& name,
+                                            const S3ObjectInfo& object) {
+  if (object.size == 0) return FileCompression::kNone;  // nothing to sniff
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      S3FileSystem::Default()->OpenListed(name, object);
+  if (!file.ok()) return file.status();
+  return DetectCompression(**file);
+}
+
+// How many works are measured (or objects sniffed) at once. Measuring an
+// object is a request (a HEAD for a name that was not listed, a sniff of
+// its first bytes), so a queue over many objects would otherwise wait one
+// round trip per object: 1,000 objects at 30 ms each is half a minute.
+// Local files are measured at once too (a stat and a 12-byte read each).
 constexpr size_t kMeasuredAtOnce = 16;
+
+// Runs do(i) for i in [0, n), up to kMeasuredAtOnce at once; once one
+// returns false, the indices not yet started are left (the first failure
+// in index order lies before any of them).
+void ForEachAtOnce(size_t n, const std::function<bool(size_t)>& run_one) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto run = [&] {
+    for (size_t i = next++; i < n && !failed; i = next++) {
+      if (!run_one(i)) failed = true;
+    }
+  };
+  const size_t threads = std::min(kMeasuredAtOnce, n);
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(run);
+    } catch (const std::system_error&) {
+      break;  // no more threads to be had: go on with those there are
+    }
+  }
+  run();
+  for (std::thread& t : helpers) t.join();
+}
 
 struct Measured {
   absl::StatusOr<SizedWork> work = absl::UnknownError("not measured");
   std::string etag;
   FileCompression compression = FileCompression::kNone;
+  std::optional<S3ObjectInfo> object;  // for an s3:// work
+  bool sniffed = false;                // compression known
 };
 
 // MeasureWork of every work, up to kMeasuredAtOnce at once; results in the
@@ -99,29 +138,36 @@ struct Measured {
 std::vector<Measured> MeasureWorks(const std::vector<std::string>& names,
                                    const ListedObjects& listed) {
   std::vector<Measured> out(names.size());
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  auto run = [&] {
-    // After a failure the rest are left unmeasured: the first error in
-    // the works' order is reported, and it lies before any unmeasured one.
-    for (size_t i = next++; i < names.size() && !failed; i = next++) {
-      Measured& m = out[i];
-      m.work = MeasureWork(names[i], listed, &m.etag, &m.compression);
-      if (!m.work.ok()) failed = true;
-    }
-  };
-  const size_t threads = std::min(kMeasuredAtOnce, names.size());
-  std::vector<std::thread> helpers;
-  for (size_t t = 1; t < threads; ++t) {
-    try {
-      helpers.emplace_back(run);
-    } catch (const std::system_error&) {
-      break;  // no more threads to be had: measure with those there are
-    }
-  }
-  run();
-  for (std::thread& t : helpers) t.join();
+  ForEachAtOnce(names.size(), [&](size_t i) {
+    Measured& m = out[i];
+    m.work = MeasureWork(names[i], listed, &m.etag, &m.compression, &m.object, &m.sniffed);
+    return m.work.ok();
+  });
   return out;
+}
+
+// Sniffs every object not sniffed yet, up to kMeasuredAtOnce at once: a
+// compressed one cannot be cut, and becomes one whole item. Errors: the
+// first sniff's, in work order.
+absl::Status SniffObjects(std::vector<Measured>* measured, std::vector<SizedWork>* sized) {
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < measured->size(); ++i) {
+    if (!(*measured)[i].sniffed) todo.push_back(i);
+  }
+  std::vector<absl::StatusOr<FileCompression>> found(todo.size(),
+                                                     absl::UnknownError("not sniffed"));
+  ForEachAtOnce(todo.size(), [&](size_t k) {
+    found[k] = SniffObject((*sized)[todo[k]].name, *(*measured)[todo[k]].object);
+    return found[k].ok();
+  });
+  for (size_t k = 0; k < todo.size(); ++k) {
+    if (!found[k].ok()) return found[k].status();
+    Measured& m = (*measured)[todo[k]];
+    m.sniffed = true;
+    m.compression = *found[k];
+    (*sized)[todo[k]].splittable = m.compression == FileCompression::kNone;
+  }
+  return absl::OkStatus();
 }
 
 // A pattern: * ? or [ in a path that is not an item string with a range or
@@ -288,19 +334,28 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
   sized.reserve(expanded->size());
   std::map<std::string, std::string> etags;
   int64_t total = 0;
-  for (Measured& m : MeasureWorks(*expanded, listed)) {
+  std::vector<Measured> measured = MeasureWorks(*expanded, listed);
+  for (Measured& m : measured) {
     if (!m.work.ok()) return m.work.status();
-    if (m.compression != FileCompression::kNone) {
-      SHARDQ_LOG_WARN("'{}' is {}-compressed and cannot be cut: it is planned as one whole item",
-                      m.work->name, std::string(CompressionName(m.compression)));
-    }
     if (!m.etag.empty()) etags[m.work->name] = m.etag;
     total += m.work->size;
-    sized.push_back(*std::move(m.work));
+    sized.push_back(*m.work);
   }
   if (num_slices.has_value() && total == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all ", expanded->size(), " works are empty: nothing to slice"));
+  }
+  // Without num_slices every work is one whole item, whatever its
+  // compression: an object's first bytes are then not asked for (one
+  // request per object); its reader judges them at the item's start.
+  if (num_slices.has_value()) {
+    if (absl::Status s = SniffObjects(&measured, &sized); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const FileCompression compression = measured[i].compression;
+    if (compression == FileCompression::kNone) continue;
+    SHARDQ_LOG_WARN("'{}' is {}-compressed and cannot be cut: it is planned as one whole item",
+                    sized[i].name, std::string(CompressionName(compression)));
   }
   absl::StatusOr<std::vector<std::string>> items = PlanSlices(sized, num_slices);
   if (!items.ok()) return items.status();

@@ -35,7 +35,10 @@ absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::stri
 // the other works share the rest by size (PlanSlices). An s3:// object is
 // measured by its listing or a HEAD, and its items carry the ETag seen
 // ("s3://b/k?etag=E&start=S&end=E"), so that readers refuse an object
-// replaced after planning.
+// replaced after planning. Its first bytes are asked for (one request per
+// object) only when num_slices is given: without it every work is one
+// whole item, and a listed object that cannot be read is reported by its
+// reader, not here.
 absl::StatusOr<std::vector<std::string>> PlanWorks(
     const std::vector<std::string>& works, const std::string& prefix,
     std::optional<int64_t> num_slices);

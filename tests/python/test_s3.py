@@ -353,6 +353,48 @@ def test_a_slice_is_one_ranged_get_of_its_bytes_and_the_look_ahead(s3, monkeypat
     assert proxy.answer_bytes < sum(sizes.values()) + slices * (look_ahead + 4096)
 
 
+def test_planning_asks_for_first_bytes_only_when_objects_are_sliced(s3, monkeypatch, tmp_path):
+    """Without num_slices every object is one whole item: planning is the
+    listing alone, and a gzip object is still read whole. With num_slices,
+    each object is sniffed once (one small ranged GET) for its compression.
+    The two queues read copies under two prefixes, since the first bytes of
+    an object once read are remembered by the process."""
+    minio, bucket = s3
+    plain = [[b"p%d %d" % (i, j) for j in range(500)] for i in range(3)]
+    gz = [b"gz %d" % j for j in range(500)]
+    for prefix in ("whole", "sliced"):
+        for i, records in enumerate(plain):
+            minio.admin.put(bucket, f"{prefix}/p{i}.tfrecord", tfrecord_bytes(tmp_path, records))
+        minio.admin.put(bucket, f"{prefix}/z.tfrecord",
+                        gzip.compress(tfrecord_bytes(tmp_path, gz)))
+    expected = collections.Counter(gz + [r for records in plain for r in records])
+    proxy = Proxy(minio.port)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        whole = queue([f"s3://{bucket}/whole/*.tfrecord"], shuffle=False)
+        planned = list(proxy.requests)
+        assert whole.num_items == 4
+        assert [m for m, _, _ in planned] == ["GET"] and "list-type=2" in planned[0][1], planned
+
+        before = len(proxy.requests)
+        works = [f"s3://{bucket}/sliced/*.tfrecord"]
+        sliced = queue(works, num_slices=8, shuffle=False, num_clients=8)
+        planned = proxy.requests[before:]
+        sniffs = [(p, r) for m, p, r in planned if m == "GET" and r is not None]
+        assert len(planned) == 5 and len(sniffs) == 4, planned
+        assert all(r.startswith("bytes=0-") for _, r in sniffs), sniffs
+        items = [sliced.take() for _ in range(sliced.num_items)]
+        gz_items = [i for i in items if i.work.endswith("z.tfrecord")]
+        assert len(gz_items) == 1 and gz_items[0].start is None
+        sliced.close()
+
+        assert collections.Counter(read_all(whole, shardq.TFRecordReader())) == expected
+        got = read_all(queue(works, num_slices=8), shardq.TFRecordReader())
+        assert collections.Counter(got) == expected
+    finally:
+        proxy.close()
+
+
 @pytest.mark.parametrize("how", ["TextLineReader", "from_queue"])
 def test_the_next_slice_opened_ahead_is_the_get_its_reader_uses(s3, monkeypatch, how):
     """Each reader hints the slice after the one it reads (its GET starts
