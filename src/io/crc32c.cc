@@ -1,5 +1,6 @@
 #include "src/io/crc32c.h"
 #include "src/io/little_endian.h"
+#include "src/io/prefetch.h"
 
 #include <cstdint>
 #include <cstring>
@@ -208,23 +209,6 @@ constexpr FoldConstants kFold192 = FoldBy(192);
 constexpr FoldConstants kFold256 = FoldBy(256);
 constexpr size_t kFoldMinBytes = 256;
 
-// How far ahead of the folding loops their source is asked into the cache
-// (one prefetch per 64-byte line). The hardware prefetcher does not follow
-// a stream across a 4 KiB page, and the pages of a file in the page cache
-// (records copied straight out of a mapping, src/io/mapped_read.h) lie
-// anywhere in memory, so without this every page began with a full trip to
-// memory. Measured on 512 MiB of ~1 KB TFRecords in the page cache (Intel
-// Xeon, AVX-512): TFRecordReader::ReadUpTo(64) 0.116-0.128 s -> 0.090-0.092
-// s, the slice reader 0.107-0.111 -> 0.078-0.082; 8 and 16 KiB ahead did no
-// better. A prefetch never faults: addresses past the data are harmless,
-// and they are made as integers, not as pointers past an object.
-constexpr uintptr_t kPrefetchAheadBytes = 4096;
-
-inline void PrefetchLineAhead(const char* p, size_t line) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) +
-                                             kPrefetchAheadBytes + 64 * line),
-               _MM_HINT_T0);
-}
 
 #define SHARDQ_FOLD_TARGET \
   __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
@@ -285,9 +269,7 @@ SHARDQ_FOLD_TARGET uint32_t FoldRegister(uint32_t reg, const char* p, size_t n,
                                          char* d) {
   // Short records, one after the other, keep the stream ahead too (the
   // pipeline's ~200-byte TFRecords: 6% faster through a 1-thread pipeline).
-  if (n < kFoldMinBytes) {
-    for (size_t off = 0; off < n; off += 64) PrefetchLineAhead(p + off, 0);
-  }
+  if (n < kFoldMinBytes) PrefetchAhead(p, n);
   if (n >= kFoldMinBytes) {
     const __m512i initial = _mm512_inserti32x4(
         _mm512_setzero_si512(), _mm_cvtsi32_si128(static_cast<int>(reg)), 0);
@@ -299,7 +281,7 @@ SHARDQ_FOLD_TARGET uint32_t FoldRegister(uint32_t reg, const char* p, size_t n,
     n -= 256;
     const __m512i k256 = Constants512(kFold256);
     while (n >= 256) {
-      for (size_t line = 0; line < 4; ++line) PrefetchLineAhead(p, line);
+      PrefetchAhead(p, 256);  // see prefetch.h
       x0 = Fold512(x0, k256, Take512<kCopy>(p, d));
       x1 = Fold512(x1, k256, Take512<kCopy>(p + 64, d + 64));
       x2 = Fold512(x2, k256, Take512<kCopy>(p + 128, d + 128));
@@ -408,9 +390,7 @@ SHARDQ_FOLD256_TARGET inline __m128i Take128Avx2(const char* p, char* d) {
 template <bool kCopy>
 SHARDQ_FOLD256_TARGET uint32_t Fold256Register(uint32_t reg, const char* p,
                                                size_t n, char* d) {
-  if (n < kFold256MinBytes) {  // as in FoldRegister
-    for (size_t off = 0; off < n; off += 64) PrefetchLineAhead(p + off, 0);
-  }
+  if (n < kFold256MinBytes) PrefetchAhead(p, n);  // as in FoldRegister
   if (n >= kFold256MinBytes) {
     const __m256i initial = _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0,
                                              static_cast<int>(reg));
@@ -422,8 +402,7 @@ SHARDQ_FOLD256_TARGET uint32_t Fold256Register(uint32_t reg, const char* p,
     n -= 128;
     const __m256i k128 = Constants256(kFold128);
     while (n >= 128) {
-      PrefetchLineAhead(p, 0);
-      PrefetchLineAhead(p, 1);
+      PrefetchAhead(p, 128);
       x0 = Fold256(x0, k128, Take256<kCopy>(p, d));
       x1 = Fold256(x1, k128, Take256<kCopy>(p + 32, d + 32));
       x2 = Fold256(x2, k128, Take256<kCopy>(p + 64, d + 64));
