@@ -1,9 +1,11 @@
 // Python bindings of the record readers: read_up_to(queue_or_producer, n)
 // returns (keys, values) like TF's readers, and raises OutOfRangeError once
 // the source is exhausted.
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <string>
 #include <vector>
@@ -81,16 +83,6 @@ ItemSource* SourceOf(py::handle source) {
 
 namespace {
 
-py::tuple ToKeysValues(std::vector<Record> records) {
-  py::list keys;
-  py::list values;
-  for (Record& r : records) {
-    keys.append(py::str(r.key));
-    values.append(py::bytes(r.value));
-  }
-  return py::make_tuple(keys, values);
-}
-
 py::object ToPython(const Value& v) {
   if (std::holds_alternative<std::monostate>(v)) return py::none();
   if (const int64_t* i = std::get_if<int64_t>(&v)) return py::int_(*i);
@@ -122,21 +114,78 @@ py::tuple RowsToKeysValues(std::vector<Row> rows) {
   return py::make_tuple(keys, values);
 }
 
-// read_up_to for any reader: GIL released while reading, results converted
-// to (keys, values).
+// A record reader (TFRecordReader, TextLineReader) as Python holds it.
+// read_up_to reads the records a few at a time, into a vector kept between
+// calls, and makes each chunk into Python objects before reading the next:
+// each record's bytes are then copied into its bytes object while they are
+// still in cache (a whole call's worth is not: 64 records of 64 KiB are 4
+// MiB), and its string is not a new allocation each time. The reader's
+// contract is kept: up to n records, fewer only at the end of the input,
+// OutOfRangeError when nothing was read; an error (or the end) met after
+// records of the same call is raised by the next call, as the reader
+// itself does within one of its calls.
 template <typename Reader>
-py::tuple ReadUpTo(Reader& reader, py::object source, int64_t num_records) {
+struct PyRecordReader {
+  // A chunk holds about this many bytes of records (the first, 8 records).
+  static constexpr size_t kChunkBytes = 256 << 10;
+
+  template <typename... Args>
+  explicit PyRecordReader(Args&&... args) : reader(std::forward<Args>(args)...) {}
+
+  py::tuple ReadUpTo(py::object source, int64_t n) {
+    ItemSource* items = SourceOf(source);
+    if (n < 1) {  // the reader's own message
+      absl::Status bad;
+      {
+        py::gil_scoped_release release;
+        bad = reader.ReadUpTo(*items, n, &chunk);
+      }
+      ThrowIfError(bad);
+    }
+    if (!deferred.ok()) ThrowStatus(std::exchange(deferred, absl::OkStatus()));
+    py::list keys;
+    py::list values;
+    int64_t got = 0;
+    int64_t want = std::min<int64_t>(n, 8);
+    while (got < n) {
+      absl::Status status;
+      {
+        py::gil_scoped_release release;
+        status = reader.ReadUpTo(*items, want, &chunk);
+      }
+      if (!status.ok()) {
+        if (got == 0) ThrowStatus(status);
+        deferred = status;
+        break;
+      }
+      size_t bytes = 0;
+      for (const Record& r : chunk) {
+        keys.append(py::str(r.key));
+        values.append(py::bytes(r.value));
+        bytes += r.value.size();
+      }
+      got += static_cast<int64_t>(chunk.size());
+      if (static_cast<int64_t>(chunk.size()) < want) break;  // the input ended
+      const size_t each = std::max<size_t>(bytes / chunk.size(), 1);
+      want = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes / each), 1, n - got);
+    }
+    return py::make_tuple(keys, values);
+  }
+
+  Reader reader;
+  std::vector<Record> chunk;  // reused: its strings keep their capacity
+  absl::Status deferred;      // raised by the next read_up_to
+};
+
+// TableReader's read_up_to: GIL released while reading, rows converted to
+// (keys, values).
+py::tuple ReadRowsUpTo(TableReader& reader, py::object source, int64_t num_records) {
   ItemSource* items = SourceOf(source);
-  auto records = [&] {
+  auto rows = [&] {
     py::gil_scoped_release release;
     return reader.ReadUpTo(*items, num_records);
   }();
-  auto values = ValueOrThrow(std::move(records));
-  if constexpr (std::is_same_v<typename decltype(values)::value_type, Row>) {
-    return RowsToKeysValues(std::move(values));
-  } else {
-    return ToKeysValues(std::move(values));
-  }
+  return RowsToKeysValues(ValueOrThrow(std::move(rows)));
 }
 
 }  // namespace
@@ -148,21 +197,23 @@ TFRecordReaderOptions::OnCorrupt ParseOnCorrupt(const std::string& mode) {
 }
 
 void BindReaders(py::module_& m) {
-  py::class_<TFRecordReader>(m, "TFRecordReader",
-                             "Reads TFRecord records (CRC-checked) of the items of a queue.")
+  using PyTFRecordReader = PyRecordReader<TFRecordReader>;
+  py::class_<PyTFRecordReader>(m, "TFRecordReader",
+                               "Reads TFRecord records (CRC-checked) of the items of a queue.")
       .def(py::init([](const std::string& on_corrupt) {
              TFRecordReaderOptions options;
              options.on_corrupt = ParseOnCorrupt(on_corrupt);
-             return std::make_unique<TFRecordReader>(options);
+             return std::make_unique<PyTFRecordReader>(options);
            }),
            py::arg("on_corrupt") = "fail")
       .def(
           "read_up_to",
-          &ReadUpTo<TFRecordReader>,
+          &PyTFRecordReader::ReadUpTo,
           py::arg("source"), py::arg("num_records"),
           "Up to num_records (keys, values): key '<item>:<offset>', value the record "
           "bytes. OutOfRangeError at the end; DataLossError names file and offset.")
-      .def_property_readonly("stats", [](TFRecordReader& r) {
+      .def_property_readonly("stats", [](PyTFRecordReader& p) {
+        const TFRecordReader& r = p.reader;
         py::dict d;
         d["records"] = r.stats().records;
         d["bytes"] = r.stats().bytes;
@@ -193,21 +244,23 @@ void BindReaders(py::module_& m) {
       .def(py::init<>())
       .def(
           "read_up_to",
-          &ReadUpTo<TableReader>,
+          &ReadRowsUpTo,
           py::arg("source"), py::arg("num_records"),
           "Up to num_records (keys, rows), each row a dict column -> None, int, "
           "float, str or bytes. OutOfRangeError at the end.");
 
-  py::class_<TextLineReader>(m, "TextLineReader",
-                             "Reads text lines of the items of a queue or producer.")
+  using PyTextLineReader = PyRecordReader<TextLineReader>;
+  py::class_<PyTextLineReader>(m, "TextLineReader",
+                               "Reads text lines of the items of a queue or producer.")
       .def(py::init<>())
       .def(
           "read_up_to",
-          &ReadUpTo<TextLineReader>,
+          &PyTextLineReader::ReadUpTo,
           py::arg("source"), py::arg("num_records"),
           "Up to num_records (keys, values): key '<item>:<offset>', value the line "
           "as bytes. Completes items once read out. OutOfRangeError at the end.")
-      .def_property_readonly("records_read", &TextLineReader::records_read);
+      .def_property_readonly("records_read",
+                             [](PyTextLineReader& p) { return p.reader.records_read(); });
 }
 
 }  // namespace shardq::python

@@ -74,6 +74,54 @@ def test_corrupt_tfrecord_is_data_loss_naming_file_and_offset(tmp_path):
     assert path in str(err.value)
 
 
+def _tfrecords(path, records):
+    with shardq.TFRecordWriter(str(path)) as w:
+        for r in records:
+            w.write(r)
+    return str(path)
+
+
+@pytest.mark.parametrize("bad", [3, 8, 40])  # 8: the first record after a chunk
+def test_read_up_to_gives_the_records_before_an_error_then_the_error(tmp_path, bad):
+    # read_up_to reads a call's records a few at a time (to copy each into
+    # its bytes while in cache): a corrupt record met after the first few
+    # still comes after every record before it, by the next call, and again
+    # after that.
+    records = [b"record %03d " % i + b"x" * (i * 7 % 300) for i in range(100)]
+    path = _tfrecords(tmp_path / "c.tfrecord", records)
+    data = bytearray(open(path, "rb").read())
+    offset = sum(16 + len(r) for r in records[:bad])
+    data[offset + 12 + 3] ^= 0xFF  # inside the data of record `bad`
+    open(path, "wb").write(bytes(data))
+    queue = shardq.WorkQueue([path], name=f"bad-{uuid.uuid4().hex[:8]}")
+    reader = shardq.TFRecordReader()
+    _, values = reader.read_up_to(queue, 64)
+    assert values == records[:bad]
+    for _ in range(2):
+        with pytest.raises(shardq.DataLossError, match=f"offset {offset}"):
+            reader.read_up_to(queue, 64)
+
+
+@pytest.mark.parametrize("count", [7, 8, 9, 64, 65, 200])
+def test_read_up_to_ends_with_out_of_range_after_the_last_records(tmp_path, count):
+    records = [b"r%d" % i for i in range(count)]
+    path = _tfrecords(tmp_path / "e.tfrecord", records)
+    queue = shardq.WorkQueue([path], name=f"end-{uuid.uuid4().hex[:8]}")
+    reader = shardq.TFRecordReader()
+    got = []
+    while True:
+        try:
+            _, values = reader.read_up_to(queue, 64)
+        except shardq.OutOfRangeError:
+            break
+        assert 1 <= len(values) <= 64
+        got += values
+    assert got == records
+    assert reader.stats["records"] == count
+    with pytest.raises(shardq.OutOfRangeError):
+        reader.read_up_to(queue, 64)
+
+
 def test_table_reader_returns_typed_rows(tmp_path):
     db = tmp_path / "t.db"
     con = sqlite3.connect(db)
