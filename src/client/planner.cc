@@ -101,7 +101,7 @@ absl::StatusOr<FileCompression> SniffObject(const std::string& name,
 // Local files are measured at once too (a stat and a 12-byte read each).
 constexpr size_t kMeasuredAtOnce = 16;
 
-// Runs do(i) for i in [0, n), up to kMeasuredAtOnce at once; once one
+// Runs run_one(i) for i in [0, n), up to kMeasuredAtOnce at once; once one
 // returns false, the indices not yet started are left (the first failure
 // in index order lies before any of them).
 void ForEachAtOnce(size_t n, const std::function<bool(size_t)>& run_one) {
