@@ -128,6 +128,8 @@ template <typename Reader>
 struct PyRecordReader {
   // A chunk holds about this many bytes of records (the first, 8 records).
   static constexpr size_t kChunkBytes = 256 << 10;
+  // The largest string the kept vector holds on to between calls.
+  static constexpr size_t kKeptStringBytes = 1 << 20;
 
   template <typename... Args>
   explicit PyRecordReader(Args&&... args) : reader(std::forward<Args>(args)...) {}
@@ -168,6 +170,10 @@ struct PyRecordReader {
       if (static_cast<int64_t>(chunk.size()) < want) break;  // the input ended
       const size_t each = std::max<size_t>(bytes / chunk.size(), 1);
       want = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes / each), 1, n - got);
+    }
+    // A string that grew for a huge record is not kept at that size.
+    for (Record& r : chunk) {
+      if (r.value.capacity() > kKeptStringBytes) std::string().swap(r.value);
     }
     return py::make_tuple(keys, values);
   }
