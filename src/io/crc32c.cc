@@ -209,7 +209,6 @@ constexpr FoldConstants kFold192 = FoldBy(192);
 constexpr FoldConstants kFold256 = FoldBy(256);
 constexpr size_t kFoldMinBytes = 256;
 
-
 #define SHARDQ_FOLD_TARGET \
   __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
 

@@ -61,9 +61,9 @@ class RandomAccessFile {
   // Bytes at `offset` lent out of the file's own buffer, without a copy,
   // by files that buffer what they fetch (a remote file streaming the
   // range announced by WillRead): a view of 1 to n bytes, or an empty one
-  // at the end of the file. The view stays valid until the next ReadSome
-  // or Lend of this file, so only a file that one thread reads at a time
-  // may be read this way. nullopt: nothing lent at this offset (a local
+  // at the end of the file. The view stays valid until the next ReadSome,
+  // Lend or WillRead of this file, so only a file that one thread reads at
+  // a time may be read this way. nullopt: nothing lent at this offset (a local
   // file, a read outside the announced range); read it with ReadSome.
   // Errors as ReadSome.
   virtual absl::StatusOr<std::optional<absl::string_view>> Lend(
