@@ -40,6 +40,23 @@ class ReadBuffer {
 
   size_t capacity() const { return capacity_; }
 
+  // Returns 1 to n bytes at `offset` (n >= 1, offset inside the file), in
+  // one piece but not necessarily all n: what the window holds, else a
+  // view a lending file gives, else Peek's. For bytes that are consumed
+  // piece by piece (a record's data), so a lent view is used as it comes.
+  absl::StatusOr<absl::string_view> PeekSome(int64_t offset, size_t n) {
+    if (Holds(offset)) {
+      return absl::string_view(data_ + (offset - offset_),
+                               std::min(n, size_ - static_cast<size_t>(offset - offset_)));
+    }
+    if (lends_) {
+      absl::StatusOr<bool> lent = LendAt(offset);
+      if (!lent.ok()) return lent.status();
+      if (*lent) return absl::string_view(data_, std::min(n, size_));
+    }
+    return Peek(offset, std::min(n, capacity_));
+  }
+
   // Returns the min(n, file size - offset) bytes at `offset`; n <= capacity.
   absl::StatusOr<absl::string_view> Peek(int64_t offset, size_t n) {
     const size_t want =
@@ -51,18 +68,11 @@ class ReadBuffer {
     // A file that lends its own buffer's bytes (a remote file's stream)
     // is read straight out of it when the bytes asked for lie in one piece
     // there (not across the end of its buffer): no copy into the window.
+    // A shorter view's bytes are kept below as the window's start.
     if (lends_ && !Holds(offset)) {
-      absl::StatusOr<std::optional<absl::string_view>> lent =
-          file_->Lend(offset, capacity_);
+      absl::StatusOr<bool> lent = LendAt(offset);
       if (!lent.ok()) return lent.status();
-      if (!lent->has_value()) {
-        lends_ = false;  // outside what the file streams: read it
-      } else if ((*lent)->size() >= want) {
-        data_ = (*lent)->data();
-        offset_ = offset;
-        size_ = (*lent)->size();
-        return absl::string_view(data_, want);
-      }
+      if (*lent && size_ >= want) return absl::string_view(data_, want);
     }
     // The window moves so that `offset` keeps its address modulo 4 KiB
     // (see AlignedReadBuffer); what it already holds moves along.
@@ -72,8 +82,11 @@ class ReadBuffer {
       keep = size_ - static_cast<size_t>(offset - offset_);
       std::memmove(window, data_ + (offset - offset_), keep);
     }
-    const size_t fill = static_cast<size_t>(
-        std::min<int64_t>(capacity_, file_size_ - offset));
+    // Reading a lending file, only the bytes that lie across the end of a
+    // view are copied, so that the next Peek past them lends again.
+    const size_t fill = lends_ ? want
+                               : static_cast<size_t>(std::min<int64_t>(
+                                     capacity_, file_size_ - offset));
     data_ = window;
     size_ = 0;
     if (absl::Status s = ReadFromFile(offset + static_cast<int64_t>(keep),
@@ -105,13 +118,10 @@ class ReadBuffer {
     }
     char* out = dst->data();
     while (n > 0) {
-      if (!Holds(offset)) {
-        absl::StatusOr<absl::string_view> refilled = Peek(offset, n);
-        if (!refilled.ok()) return refilled.status();
-      }
-      const char* src = data_ + (offset - offset_);
-      const size_t take =
-          std::min(n, size_ - static_cast<size_t>(offset - offset_));
+      absl::StatusOr<absl::string_view> piece = PeekSome(offset, n);
+      if (!piece.ok()) return piece.status();
+      const char* src = piece->data();
+      const size_t take = piece->size();
       if (overwrite) {
         crc = Crc32cExtendCopy(crc, src, take, out);
         out += take;
@@ -216,7 +226,7 @@ class ReadBuffer {
     uint32_t crc = 0;
     while (n > 0) {
       absl::StatusOr<absl::string_view> chunk =
-          Peek(offset, static_cast<size_t>(std::min<uint64_t>(n, capacity_)));
+          PeekSome(offset, static_cast<size_t>(std::min<uint64_t>(n, capacity_)));
       if (!chunk.ok()) return chunk.status();
       crc = Crc32cExtend(crc, chunk->data(), chunk->size());
       offset += static_cast<int64_t>(chunk->size());
@@ -251,10 +261,11 @@ class ReadBuffer {
         AlignedReadBuffer::kPageBytes);
     const bool through_buffer = lends_ || (skew > 0 && skew < 64);
     while (n > 0) {
-      const size_t take = std::min(n, capacity_);
+      size_t take = std::min(n, capacity_);
       if (through_buffer) {
-        absl::StatusOr<absl::string_view> chunk = Peek(offset, take);
+        absl::StatusOr<absl::string_view> chunk = PeekSome(offset, take);
         if (!chunk.ok()) return chunk.status();
+        take = chunk->size();
         crc = Crc32cExtendCopy(crc, chunk->data(), take, out);
       } else if (absl::Status s = ReadFromFile(offset, take, out); !s.ok()) {
         return s;
@@ -266,6 +277,23 @@ class ReadBuffer {
       n -= take;
     }
     return crc;
+  }
+
+  // Makes the view a lending file gives at `offset` the window; false when
+  // it lends nothing there (outside what it streams: then never again).
+  absl::StatusOr<bool> LendAt(int64_t offset) {
+    absl::StatusOr<std::optional<absl::string_view>> lent =
+        file_->Lend(offset, capacity_);
+    if (!lent.ok()) return lent.status();
+    if (!lent->has_value()) {
+      lends_ = false;
+      return false;
+    }
+    if ((*lent)->empty()) return false;  // cut shorter: Peek says so
+    data_ = (*lent)->data();
+    offset_ = offset;
+    size_ = (*lent)->size();
+    return true;
   }
 
   bool Holds(int64_t offset) const {

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <new>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -209,6 +211,105 @@ TEST(TFRecordSliceReader, RandomSlicingsYieldEveryRecordOnceInOrder) {
           ReadAllSlices(path, size, k, options);
       ASSERT_TRUE(got.ok()) << got.status();
       ASSERT_EQ(*got, expected);
+    }
+  }
+}
+
+// A file that lends its bytes as a remote file's stream does (Lend): each
+// view ends at the next multiple of `wrap` (where a stream's buffer wraps
+// around), none is lent from `lend_until` on (outside the announced
+// range), and every call rewrites the one buffer that views point into, so
+// a reader that used a view after its next call would read other bytes
+// and fail its CRC checks.
+class LendingFile final : public RandomAccessFile {
+ public:
+  LendingFile(std::string data, size_t wrap, int64_t lend_until, int64_t* lent,
+              int64_t* copied)
+      : RandomAccessFile("lending.tfrecord", static_cast<int64_t>(data.size())),
+        data_(std::move(data)),
+        wrap_(wrap),
+        lend_until_(lend_until),
+        lent_(lent),
+        copied_(copied),
+        view_(new char[wrap]) {}
+
+  absl::StatusOr<size_t> ReadSome(int64_t offset, size_t n, char* dst) override {
+    Scribble();
+    if (offset >= size()) return size_t{0};
+    const size_t take = std::min<size_t>(n, data_.size() - static_cast<size_t>(offset));
+    std::memcpy(dst, data_.data() + offset, take);
+    *copied_ += static_cast<int64_t>(take);
+    return take;
+  }
+
+  absl::StatusOr<std::optional<absl::string_view>> Lend(int64_t offset,
+                                                        size_t n) override {
+    Scribble();
+    if (offset >= lend_until_) return std::optional<absl::string_view>();
+    if (offset >= size()) return std::optional<absl::string_view>(absl::string_view());
+    const size_t take = std::min({n, wrap_ - static_cast<size_t>(offset) % wrap_,
+                                  data_.size() - static_cast<size_t>(offset)});
+    std::memcpy(view_.get(), data_.data() + offset, take);
+    *lent_ += static_cast<int64_t>(take);
+    return std::optional<absl::string_view>(absl::string_view(view_.get(), take));
+  }
+
+ private:
+  void Scribble() { std::memset(view_.get(), 0xA5, wrap_); }
+
+  const std::string data_;
+  const size_t wrap_;
+  const int64_t lend_until_;
+  int64_t* const lent_;
+  int64_t* const copied_;
+  const std::unique_ptr<char[]> view_;
+};
+
+TEST(TFRecordSliceReader, AFileThatLendsItsBytesIsReadThroughItsViews) {
+  std::mt19937_64 rng(11);
+  std::vector<std::string> records(400);
+  for (std::string& r : records) r = RandomPayload(rng);
+  records[rng() % records.size()] = RandomBytes(rng, 300 << 10);  // > the buffer
+  const std::string data = EncodeAll(records);
+  const int64_t size = static_cast<int64_t>(data.size());
+  const std::vector<Rec> expected = WithOffsets(records);
+  for (size_t wrap : {size_t{1009}, size_t{64} << 10, size_t{4} << 20}) {
+    for (const int64_t lend_until : {size, size / 2}) {
+      for (const int64_t k_slices : {int64_t{1}, int64_t{7}}) {
+        SCOPED_TRACE(absl::StrCat("wrap ", wrap, ", lent until ", lend_until, ", ",
+                                  k_slices, " slices"));
+        int64_t lent = 0;
+        int64_t copied = 0;
+        std::vector<Rec> got;
+        for (int64_t k = 0; k < k_slices; ++k) {
+          absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> reader =
+              TFRecordSliceReader::Open(
+                  std::make_unique<LendingFile>(data, wrap, lend_until, &lent, &copied),
+                  size * k / k_slices, size * (k + 1) / k_slices, TFRecordReadOptions{});
+          ASSERT_TRUE(reader.ok()) << reader.status();
+          while (true) {
+            Rec rec;
+            absl::StatusOr<bool> more = (*reader)->Next(&rec.data, &rec.offset);
+            ASSERT_TRUE(more.ok()) << more.status();
+            if (!*more) break;
+            got.push_back(std::move(rec));
+          }
+        }
+        ASSERT_EQ(got, expected);
+        // The bytes came through the views (what is copied is what lies
+        // across a view's end and, past lend_until, everything). A slice
+        // that starts mid-file scans for its first record through up to a
+        // buffer in one piece, which views of 64 KiB cannot give.
+        if (lend_until == size &&
+            (k_slices == 1 ? wrap >= (size_t{64} << 10) : wrap >= (size_t{4} << 20))) {
+          EXPECT_GT(lent, size / 2);
+          EXPECT_LT(copied, size / 4);
+        }
+        if (lend_until < size) {
+          // (less what the last view before lend_until reached past it)
+          EXPECT_GE(copied, size - lend_until - (256 << 10));
+        }
+      }
     }
   }
 }

@@ -48,16 +48,21 @@ def test_a_batch_too_large_to_hold_is_resource_exhausted_naming_the_feature():
     assert e.value.code_name == "RESOURCE_EXHAUSTED"
 
 
+def batches(reader, source, n):
+    """The values of each read_up_to(source, n) until OutOfRangeError."""
+    while True:
+        try:
+            yield reader.read_up_to(source, n)[1]
+        except shardq.OutOfRangeError:
+            return
+
+
 def test_tfrecord_reader_over_a_queue_reads_every_record_once(tmp_path):
     files = write_files(tmp_path, 3, 20, width=4)
     queue = shardq.WorkQueue(files, num_slices=7, name=f"tfr-{uuid.uuid4().hex[:8]}")
     reader = shardq.TFRecordReader()
     labels = []
-    while True:
-        try:
-            _, values = reader.read_up_to(queue, 16)
-        except shardq.OutOfRangeError:
-            break
+    for values in batches(reader, queue, 16):
         labels += shardq.parse_example(values, {"y": shardq.FixedLen((), "int64")})["y"].tolist()
     assert sorted(labels) == list(range(60))
     assert reader.stats["records"] == 60
@@ -109,11 +114,7 @@ def test_read_up_to_ends_with_out_of_range_after_the_last_records(tmp_path, coun
     queue = shardq.WorkQueue([path], name=f"end-{uuid.uuid4().hex[:8]}")
     reader = shardq.TFRecordReader()
     got = []
-    while True:
-        try:
-            _, values = reader.read_up_to(queue, 64)
-        except shardq.OutOfRangeError:
-            break
+    for values in batches(reader, queue, 64):
         assert 1 <= len(values) <= 64
         got += values
     assert got == records
