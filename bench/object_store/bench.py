@@ -3,7 +3,9 @@ objects) on a local MinIO, read in one run by
   - a plain parallel GET loop (curl --aws-sigv4, 4 at once): the server's raw
     GET throughput on this machine, the reference;
   - shardq's reader over s3:// works (WorkQueue + TFRecordReader, 1 and 4
-    worker threads; records parsed and both CRC32Cs checked), and
+    worker threads; records parsed and both CRC32Cs checked), the works cut
+    into --slices slices and, in rows of their own, each object one whole
+    item (no num_slices: a GET per object, and none to sniff it), and
     shardq.data.from_queue (the C++ pipeline that shardq.torch uses);
   - boto3 get_object(...)["Body"].read() of whole objects (1 and 4 threads;
     bytes only, no record parsing);
@@ -39,9 +41,11 @@ def proc_cpu(pid):
 # --- children ---------------------------------------------------------------
 
 def read_shardq(works, workers, slices):
+    """slices 0: no num_slices (every object one whole item)."""
     import shardq
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    queues = [shardq.WorkQueue(works, num_slices=slices, name=name) for _ in range(workers)]
+    queues = [shardq.WorkQueue(works, num_slices=slices or None, name=name)
+              for _ in range(workers)]
     totals = [0] * workers
 
     def run(i):
@@ -222,10 +226,20 @@ def main():
              [object_read, "--workers", "1", "--slices", str(args.slices), *s3_works]),
             ("shardq reader from C++, s3://, 4 workers",
              [object_read, "--workers", "4", "--slices", str(args.slices), *s3_works]),
+            # The same objects as whole items (no num_slices): a GET per
+            # object, as the plain loop makes, and no sniff at planning.
+            ("shardq reader from C++, s3://, whole objects, 1 worker",
+             [object_read, "--workers", "1", "--slices", "0", *s3_works]),
+            ("shardq reader from C++, s3://, whole objects, 4 workers",
+             [object_read, "--workers", "4", "--slices", "0", *s3_works]),
             ("shardq reader, s3://, 1 worker", me + ["--mode", "shardq", "--workers", "1",
                                                      "--slices", str(args.slices), "--works", *s3_works]),
             ("shardq reader, s3://, 4 workers", me + ["--mode", "shardq", "--workers", "4",
                                                       "--slices", str(args.slices), "--works", *s3_works]),
+            ("shardq reader, s3://, whole objects, 1 worker",
+             me + ["--mode", "shardq", "--workers", "1", "--slices", "0", "--works", *s3_works]),
+            ("shardq reader, s3://, whole objects, 4 workers",
+             me + ["--mode", "shardq", "--workers", "4", "--slices", "0", "--works", *s3_works]),
             ("shardq.data.from_queue, s3://, 1 worker", me + ["--mode", "pipeline",
                                                               "--slices", str(args.slices),
                                                               "--works", *s3_works]),

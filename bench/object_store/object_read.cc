@@ -48,7 +48,9 @@ int Run(const std::vector<std::string>& works, int workers, int64_t slices,
         bool open_ahead) {
   WorkQueueOptions options;
   options.works = works;
-  options.num_slices = slices;
+  // 0: no num_slices, every work one whole item (an object is then not
+  // sniffed at planning: one request fewer per object).
+  if (slices > 0) options.num_slices = slices;
   options.name = "object-read";
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<WorkQueue>> queues;
@@ -112,7 +114,9 @@ int main(int argc, char** argv) {
                "open each item only when its reading starts");
   app.add_option("--workers", workers, "reader threads, each a worker")
       ->check(CLI::Range(1, 256));
-  app.add_option("--slices", slices, "num_slices of the queue")->check(CLI::PositiveNumber);
+  app.add_option("--slices", slices,
+                 "num_slices of the queue (0: none, every work a whole item)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("works", works, "files or s3:// names (globs allowed)")->required();
   CLI11_PARSE(app, argc, argv);
   return shardq::Run(works, workers, slices, !no_open_ahead);
