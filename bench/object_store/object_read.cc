@@ -8,6 +8,7 @@
 //
 //   object_read [--workers N] [--slices S] [--no-open-ahead] WORK...
 //
+// --slices 0 gives the queue no num_slices: every work is one whole item.
 // --no-open-ahead hides the queue's items taken ahead from the reader
 // (ItemSource::PeekNextItem), so that it opens each item only when it
 // starts it, as before the readers opened the next item ahead.
