@@ -72,7 +72,8 @@ def read_pipeline(works, slices):
     """shardq.data.from_queue (the C++ pipeline, as shardq.torch uses it) over
     one worker's queue: records as bytes, nothing else done with them."""
     import shardq
-    queue = shardq.WorkQueue(works, num_slices=slices, name=f"bench-{uuid.uuid4().hex[:8]}")
+    queue = shardq.WorkQueue(works, num_slices=slices or None,
+                             name=f"bench-{uuid.uuid4().hex[:8]}")
     return sum(len(r) for r in shardq.data.from_queue(queue, reader="tfrecord"))
 
 
