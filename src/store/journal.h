@@ -5,13 +5,13 @@
 // concurrent completions share one fsync), and callers wait for their
 // sequence number to be durable before they answer their client.
 //
-// A commit happens when someone waits (WaitDurable, Flush, or OnDurable
-// when no commit runs: the waiter commits everything pending itself, one
-// commit at a time), or, by a writer thread: at once for OnDurable's
-// callbacks that arrived during a commit, else when kMaxPendingEntries are
-// pending or kMaxCommitDelay after the oldest pending append. So an append
-// nobody waits for (a lease grant) rides along with the next waited-for one instead of costing an
-// fsync of its own, and is still on disk within a few milliseconds.
+// A commit happens when a thread waits (WaitDurable, Flush: the waiter
+// commits everything pending itself, one commit at a time), or, by a writer
+// thread: at once for OnDurable's callbacks (whose callers never commit),
+// else when kMaxPendingEntries are pending or kMaxCommitDelay after the
+// oldest pending append. So an append nobody waits for (a lease grant)
+// rides along with the next waited-for one instead of costing an fsync of
+// its own, and is still on disk within a few milliseconds.
 //
 // The journal is one ordered stream: an entry is durable only once every
 // entry appended before it is. A caller may therefore append without
@@ -99,12 +99,12 @@ class Journal final : public StateStore {
   absl::Status WaitDurable(uint64_t seq) override;
 
   // Calls `done` once every append up to `seq` is durable, with OK, or
-  // with the error that keeps it from being stored. Never waits for a
-  // running commit: when none runs, it commits on the caller's thread (as
-  // WaitDurable's leader does); otherwise it returns at once and the writer
-  // thread commits for it as soon as the running commit ends. `done` runs
-  // on the thread whose commit covered `seq` (the caller's when it is
-  // already durable); it must be quick and must not call the journal.
+  // with the error that keeps it from being stored. Never commits and never
+  // waits: it returns at once, and the writer thread commits for it (at
+  // once, or as soon as the running commit ends). `done` runs on the thread
+  // whose commit covered `seq` (the writer's, or a WaitDurable leader's;
+  // the caller's only when `seq` is already durable); it must be quick and
+  // must not call the journal.
   void OnDurable(uint64_t seq, std::function<void(absl::Status)> done) override;
 
   // Commits everything appended so far and waits for it.

@@ -194,6 +194,32 @@ TEST(Journal, OnDurableCallbacksOfOneThreadAreAllAnswered) {
   EXPECT_EQ(answered.load(), kCallbacks);
 }
 
+TEST(Journal, OnDurableNeverCommitsOnItsCallersThread) {
+  // The caller is a gRPC callback thread in the coordinator: it must not
+  // park in an fsync. Whether or not a commit runs, a callback for an entry
+  // not yet durable runs on another thread (the writer's), and OnDurable
+  // itself commits nothing.
+  const std::string dir = FreshDir("ondurable-handoff");
+  RecoveredState state;
+  auto journal = Journal::Open(dir, &state);
+  ASSERT_TRUE(journal.ok());
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int i = 0; i < 50; ++i) {
+    const uint64_t seq = (*journal)->Append("q", Release(i + 1));
+    absl::Notification done;
+    std::thread::id ran_on;
+    bool ok = false;
+    (*journal)->OnDurable(seq, [&](absl::Status s) {
+      ok = s.ok();
+      ran_on = std::this_thread::get_id();
+      done.Notify();
+    });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    EXPECT_TRUE(ok);
+    EXPECT_NE(ran_on, caller) << "entry " << i << " was committed on OnDurable's caller";
+  }
+}
+
 TEST(Journal, SnapshotReplacesTheEntriesItCovers) {
   const std::string dir = FreshDir("snapshot");
   {

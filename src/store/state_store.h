@@ -85,10 +85,11 @@ class StateStore {
   virtual absl::Status WaitDurable(uint64_t seq) = 0;
 
   // Calls `done` once every append up to `seq` is durable, with OK, or with
-  // the error that keeps it from being stored. Never waits for a running
-  // commit. `done` runs on the thread whose commit made `seq` durable (the
-  // caller's when already durable); it must be quick and must not call the
-  // store. Callbacks of different commits may run concurrently.
+  // the error that keeps it from being stored. Never blocks and never
+  // writes on the caller's thread. `done` runs on the thread whose commit
+  // made `seq` durable (the caller's only when already durable); it must be
+  // quick and must not call the store. Callbacks of different commits may
+  // run concurrently.
   virtual void OnDurable(uint64_t seq, std::function<void(absl::Status)> done) = 0;
 
   // Commits everything appended so far and waits for it.
