@@ -200,10 +200,11 @@ void Journal::OnDurable(uint64_t seq, std::function<void(absl::Status)> done) {
     if (durable_seq_.load(std::memory_order_relaxed) < seq && error_.ok() &&
         (committing_ || !pending_.empty())) {
       callbacks_.push_back(Callback{seq, std::move(done)});
-      // The writer thread commits for it, never the caller: the caller is
-      // one of gRPC's few callback threads, and one of them parked in an
-      // fsync stalls every stream it polls (measured: the coordinator's
-      // durable session row went from 0.40x to 0.53x Redis at 32 clients,
+      // The writer thread commits for it, never the caller: in the
+      // coordinator the caller is a thread that serves many streams (a
+      // session queue's, or one of gRPC's callback threads), and parked in
+      // an fsync it serves none of them (measured: the durable session row
+      // went from 0.40x to 0.53x Redis at 32 clients,
       // bench/results/coordinator_throughput.md). A running commit wakes the
       // writer when it ends (AfterCommitLocked).
       if (seq > callback_target_) {
