@@ -36,6 +36,13 @@ struct WorkItem {
   // it before it hands the item to ItemSource::ItemDone; a WorkQueue
   // reports it with the completion (QueueStats::records). -1: not counted.
   int64_t records = -1;
+  // The size of the item's work when the plan was made (bytes of a file),
+  // set by the coordinator when the plan cut the work into ranges; -1 when
+  // not known (a whole-work item, an item from a custom ItemSource, an
+  // older coordinator). File readers refuse a file whose size now differs,
+  // FAILED_PRECONDITION "'PATH' changed since the plan was made": the
+  // records appended after planning would otherwise be read by no item.
+  int64_t work_size = -1;
 };
 
 // Sets item->spec from item->item (the one place a client parses an item

@@ -68,9 +68,12 @@ class Item(str):
     it is part of), and ``start`` / ``end`` (its byte or row range; None
     for a whole work)."""
 
-    def __new__(cls, item, epoch, work, start, end):
+    def __new__(cls, item, epoch, work, start, end, work_size=-1):
         self = super().__new__(cls, item)
         self.epoch, self.work, self.start, self.end = epoch, work, start, end
+        # The work's size when the plan was made (-1: not known): a copy of
+        # a file whose size changed since is refused.
+        self._work_size = work_size
         self.path = None  # the local copy, with WorkQueue(download_dir=...)
         return self
 
@@ -196,7 +199,7 @@ class WorkQueue:
         base = os.path.basename(item.work.rstrip("/")) or "item"
         path = os.path.join(self._download_dir, f"{next(self._download_ids):06d}-{base}")
         try:
-            _shardq._download_item(str(item), path)
+            _shardq._download_item(str(item), path, item._work_size)
         except BaseException:
             self._native.release(item)
             raise

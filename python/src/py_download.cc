@@ -1,5 +1,6 @@
 // Python binding of DownloadItem (src/io/download.h), behind
 // WorkQueue(..., download_dir=DIR): take() copies each item to a local file.
+#include <cstdint>
 #include <string>
 
 #include "pybind11/pybind11.h"
@@ -15,9 +16,10 @@ namespace shardq::python {
 void BindDownload(py::module_& m) {
   m.def(
       "_download_item",
-      [](const std::string& item, const std::string& dest) {
+      [](const std::string& item, const std::string& dest, int64_t work_size) {
         WorkItem work_item;
         work_item.item = item;
+        work_item.work_size = work_size;
         ThrowIfError(ParseWorkItem(&work_item));
         absl::StatusOr<int64_t> bytes;
         {
@@ -26,9 +28,11 @@ void BindDownload(py::module_& m) {
         }
         return ValueOrThrow(std::move(bytes));
       },
-      py::arg("item"), py::arg("dest"),
+      py::arg("item"), py::arg("dest"), py::arg("work_size") = -1,
       "Copies a work item to the local file `dest` (whole works byte for byte, "
-      "slices as their records); returns the bytes written.");
+      "slices as their records); returns the bytes written. work_size: the "
+      "size of the item's work when it was planned (-1: not known); a file of "
+      "another size is refused (FailedPreconditionError).");
 }
 
 }  // namespace shardq::python

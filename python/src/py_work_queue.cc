@@ -143,10 +143,11 @@ py::tuple PyWorkQueue::Take(std::optional<double> timeout_seconds) {
     return v.has_value() ? py::object(py::int_(*v)) : py::object(py::none());
   };
   if (!item.spec.has_value()) {
-    return py::make_tuple(item.item, item.epoch, item.item, py::none(), py::none());
+    return py::make_tuple(item.item, item.epoch, item.item, py::none(), py::none(),
+                          item.work_size);
   }
   return py::make_tuple(item.item, item.epoch, item.spec->work, bound(item.spec->start),
-                        bound(item.spec->end));
+                        bound(item.spec->end), item.work_size);
 }
 
 WorkItem PyWorkQueue::Untrack(const std::string& item) {

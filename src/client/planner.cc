@@ -170,6 +170,56 @@ absl::Status SniffObjects(std::vector<Measured>* measured, std::vector<SizedWork
   return absl::OkStatus();
 }
 
+// What a work reads, the same for every name of it: a local file by its
+// device and inode (so "a.txt", "./a.txt", a link to it and a pattern that
+// matches it are one), an object by its bucket and key, a table by its
+// database file and table name. A work that cannot be looked at is its own
+// name (measuring it reports what is wrong).
+std::string WorkIdentity(const std::string& name) {
+  if (IsS3Path(name)) {
+    absl::StatusOr<S3Url> url = ParseS3Url(name);
+    return url.ok() ? url->ToString() : name;
+  }
+  std::string path = name;
+  std::string table;
+  if (IsTableItem(name)) {
+    absl::StatusOr<SliceSpec> spec = ParseItem(name);
+    if (!spec.ok()) return name;
+    absl::StatusOr<TableRef> ref = ParseTableRef(*spec);
+    if (!ref.ok()) return name;
+    path = ref->db_path;
+    table = ref->table;
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return name;
+  return absl::StrCat("file ", st.st_dev, ":", st.st_ino, table.empty() ? "" : " table ", table);
+}
+
+// INVALID_ARGUMENT when two of the (expanded) works read the same data: a
+// queue holding both would hand out its records twice in every epoch with
+// nothing to say so (a name listed twice, "f" and "./f", a pattern that
+// also matches a file listed on its own).
+absl::Status RefuseRepeatedWorks(const std::vector<SizedWork>& works) {
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < works.size(); ++i) {
+    const auto [it, first] = seen.emplace(WorkIdentity(works[i].name), i);
+    if (first) continue;
+    const std::string& earlier = works[it->second].name;
+    const std::string what =
+        earlier == works[i].name
+            ? absl::StrCat("work '", earlier, "' is listed twice")
+            : absl::StrCat("works '", earlier, "' and '", works[i].name,
+                           "' are the same ", IsS3Path(earlier) ? "object"
+                                              : IsTableItem(earlier) ? "table"
+                                                                     : "file");
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " (after patterns and directories are expanded and the prefix "
+              "is added): a queue would hand out its records twice in every "
+              "epoch; name each work once (num_epochs repeats the data)"));
+  }
+  return absl::OkStatus();
+}
+
 // A pattern: * ? or [ in a path that is not an item string with a range or
 // parameters ("f.txt?start=0&end=9" is a byte range, not a glob).
 bool IsPattern(const std::string& path) {
@@ -341,6 +391,7 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
     total += m.work->size;
     sized.push_back(*m.work);
   }
+  if (absl::Status s = RefuseRepeatedWorks(sized); !s.ok()) return s;
   if (num_slices.has_value() && total == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all ", expanded->size(), " works are empty: nothing to slice"));

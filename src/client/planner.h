@@ -27,7 +27,11 @@ absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::stri
                                                      const std::string& prefix);
 
 // Expands the works (ExpandWorks), then every work must exist and be readable (NOT_FOUND / PERMISSION_DENIED name
-// the path). INVALID_ARGUMENT for empty works or num_slices < 1. When every
+// the path). INVALID_ARGUMENT for empty works or num_slices < 1, and for two
+// works that read the same data (a name listed twice, two names of one file
+// such as "f" and "./f" or a link, a pattern that also matches a file listed
+// on its own, one object or table named twice): their records would be
+// handed out twice in every epoch. When every
 // work is empty and slices were asked for, INVALID_ARGUMENT says so (a queue
 // with nothing to hand out is a mistake, not an empty epoch). A GZIP/ZLIB
 // compressed file (judged from its first bytes, see DetectCompression) is

@@ -68,6 +68,48 @@ TEST(PlanWorks, EmptyWorksAndBadSliceCountsAreRejected) {
 
 // Issue 19: a directory is the files in it (it used to be refused as "not a
 // regular file").
+// Two works that read the same file would hand its records out twice in
+// every epoch, silently: refused, naming both, however the file is named.
+TEST(PlanWorks, WorksThatReadTheSameFileAreRefusedNamingThem) {
+  const std::string dir = testing::TempDir() + "/planner-same";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string a = dir + "/a.txt";
+  const std::string b = dir + "/b.txt";
+  std::ofstream(a) << "one\ntwo\n";
+  std::ofstream(b) << "three\n";
+  std::filesystem::create_symlink(a, dir + "/link.txt");
+  auto refused = [](const std::vector<std::string>& works, const std::string& prefix,
+                    std::optional<int64_t> slices) {
+    return PlanWorks(works, prefix, slices).status();
+  };
+  absl::Status twice = refused({a, b, a}, "", std::nullopt);
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.message().find("'" + a + "' is listed twice"), std::string::npos)
+      << twice;
+  EXPECT_NE(twice.message().find("twice in every epoch"), std::string::npos);
+  // Another name of the same file: "./", a link, the prefix, a pattern or
+  // a directory that also holds it.
+  absl::Status dot = refused({a, dir + "/./a.txt"}, "", 2);
+  EXPECT_EQ(dot.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(dot.message().find("are the same file"), std::string::npos) << dot;
+  EXPECT_NE(dot.message().find(dir + "/./a.txt"), std::string::npos) << dot;
+  EXPECT_EQ(refused({dir + "/link.txt", a}, "", std::nullopt).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused({"a.txt", "a.txt"}, dir + "/", std::nullopt).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused({dir + "/[ab].txt", b}, "", 3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused({dir, b}, "", std::nullopt).code(), absl::StatusCode::kInvalidArgument);
+  // Different files are fine, however alike their names or contents.
+  std::filesystem::remove(dir + "/link.txt");
+  std::filesystem::copy_file(a, dir + "/copy.txt");
+  absl::StatusOr<std::vector<std::string>> plan =
+      PlanWorks({a, dir + "/copy.txt", b}, "", std::nullopt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->size(), 3u);
+  EXPECT_TRUE(PlanWorks({dir}, "", 4).ok());
+}
+
 TEST(PlanWorks, DirectoryIsTheFilesInIt) {
   const std::string dir = testing::TempDir() + "/planner-dir";
   std::filesystem::remove_all(dir);

@@ -1,5 +1,6 @@
 #include "src/core/item_table.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -100,6 +101,7 @@ std::shared_ptr<const ItemTable> ItemTable::FromStrings(const std::vector<std::s
     table->end_.push_back(range.end);
   }
   table->works_.shrink_to_fit();
+  table->SetWorkSizes();
   return table;
 }
 
@@ -155,7 +157,30 @@ absl::StatusOr<std::shared_ptr<const ItemTable>> ItemTable::FromProto(
     table->start_.push_back(range.start);
     table->end_.push_back(range.end);
   }
+  table->SetWorkSizes();
   return std::shared_ptr<const ItemTable>(std::move(table));
+}
+
+void ItemTable::SetWorkSizes() {
+  // Per work: the lowest start and highest end of its items, or -2 once an
+  // item without a full range (or of a literal kind) is seen.
+  std::vector<int64_t> lowest(works_.size(), INT64_MAX);
+  work_size_.assign(works_.size(), -1);
+  for (size_t i = 0; i < work_.size(); ++i) {
+    const uint32_t w = work_[i];
+    if (lowest[w] == -2) continue;
+    const WorkKind kind = works_[w].kind;
+    if ((kind != WorkKind::kQuery && kind != WorkKind::kParams) || start_[i] < 0 ||
+        end_[i] < 0) {
+      lowest[w] = -2;
+      continue;
+    }
+    lowest[w] = std::min(lowest[w], start_[i]);
+    work_size_[w] = std::max(work_size_[w], end_[i]);
+  }
+  for (size_t w = 0; w < works_.size(); ++w) {
+    if (lowest[w] != 0) work_size_[w] = -1;
+  }
 }
 
 void ItemTable::ToProto(journal::ItemTable* out) const {
@@ -248,7 +273,7 @@ size_t ItemTable::BytesUsed() const {
   for (const Work& w : works_) {
     if (w.text.capacity() > sizeof(std::string) - 1) bytes += w.text.capacity() + 1;
   }
-  return bytes + work_.capacity() * sizeof(uint32_t) +
+  return bytes + work_size_.capacity() * sizeof(int64_t) + work_.capacity() * sizeof(uint32_t) +
          (start_.capacity() + end_.capacity()) * sizeof(int64_t);
 }
 

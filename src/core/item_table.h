@@ -82,6 +82,14 @@ class ItemTable {
   // checkpoint's residual). INVALID_ARGUMENT when it does not parse.
   absl::StatusOr<ItemRange> ParseRange(absl::string_view item) const;
 
+  // The size of planned item `index`'s work when the plan was made (bytes
+  // of a file, rows of a table): the end of its last range, when the plan
+  // cut the work into ranges from 0 (every item of the work has one, and
+  // renders as FormatItem writes it); -1 otherwise (a whole-work item, a
+  // literal). Readers of files refuse a file whose size differs: records
+  // appended after planning would otherwise never be read.
+  int64_t WorkSize(int64_t index) const { return work_size_[work_[Idx(index)]]; }
+
   // Heap bytes the table holds (for tests of its size per item).
   size_t BytesUsed() const;
 
@@ -93,7 +101,12 @@ class ItemTable {
   static size_t Idx(int64_t index) { return static_cast<size_t>(index); }
   WorkKind KindOf(int64_t index) const { return works_[work_[Idx(index)]].kind; }
 
+  // Sets work_size_ from the items (see WorkSize); the last step of
+  // building a table.
+  void SetWorkSizes();
+
   std::vector<Work> works_;
+  std::vector<int64_t> work_size_;  // per work
   // Per planned item, structure of arrays: 20 bytes an item.
   std::vector<uint32_t> work_;
   std::vector<int64_t> start_;

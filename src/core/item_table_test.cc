@@ -56,6 +56,40 @@ TEST(ItemTable, KeepsRangesAsIntegers) {
   EXPECT_TRUE(table->Parses(5));
 }
 
+// A work cut into ranges from 0 has the size its plan saw (the end of its
+// last range); any other work's is unknown, -1. Restored tables agree.
+TEST(ItemTable, WorkSizeIsTheEndOfAWorkCutIntoRangesFromZero) {
+  auto table = ItemTable::FromStrings(Shapes());
+  EXPECT_EQ(table->WorkSize(0), 2097152);
+  EXPECT_EQ(table->WorkSize(1), 2097152);
+  EXPECT_EQ(table->WorkSize(2), -1);   // whole
+  EXPECT_EQ(table->WorkSize(3), -1);   // its table is also listed whole
+  EXPECT_EQ(table->WorkSize(5), -1);   // literal
+  EXPECT_EQ(table->WorkSize(6), -1);   // one bound only
+  EXPECT_EQ(table->WorkSize(7), -1);   // does not parse
+  EXPECT_EQ(table->WorkSize(8), -1);   // "a?b" is also listed whole (item 9)
+  EXPECT_EQ(table->WorkSize(13), 1);
+  EXPECT_EQ(table->WorkSize(10), -1);  // its ranges do not start at 0
+  EXPECT_EQ(table->WorkSize(11), -1);  // literal
+  EXPECT_EQ(table->WorkSize(12), 9223372036854775807);
+  EXPECT_EQ(table->WorkSize(15), 5);
+  journal::ItemTable proto;
+  table->ToProto(&proto);
+  auto back = ItemTable::FromProto(proto, "test");
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (int64_t i = 0; i < table->size(); ++i) {
+    EXPECT_EQ((*back)->WorkSize(i), table->WorkSize(i)) << Shapes()[static_cast<size_t>(i)];
+  }
+  // Slices of two files, out of order (a shuffled plan keeps its items'
+  // order, but nothing here depends on it).
+  auto sliced = ItemTable::FromStrings({"b.txt?start=10&end=25", "a.txt?start=0&end=7",
+                                        "b.txt?start=0&end=10", "a.txt?start=7&end=9"});
+  EXPECT_EQ(sliced->WorkSize(0), 25);
+  EXPECT_EQ(sliced->WorkSize(1), 9);
+  EXPECT_EQ(sliced->WorkSize(2), 25);
+  EXPECT_EQ(sliced->WorkSize(3), 9);
+}
+
 TEST(ItemTable, NarrowedRangesRenderAsFormatItem) {
   auto table = ItemTable::FromStrings(Shapes());
   for (int64_t i = 0; i < table->size(); ++i) {

@@ -413,6 +413,7 @@ absl::StatusOr<TakeResult> QueueState::Take(absl::string_view worker,
   result.item.epoch = ref.epoch;
   result.item.index = ref.index;
   result.item.lease_id = lease->lease_id();
+  result.item.work_size = items_->WorkSize(PlannedIndex(ref));
   return result;
 }
 

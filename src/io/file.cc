@@ -57,6 +57,15 @@ absl::Status CheckRangeInFile(const std::string& path, int64_t size,
   return absl::OkStatus();
 }
 
+absl::Status CheckPlannedSize(const RandomAccessFile& file, int64_t planned) {
+  if (planned < 0 || file.size() == planned) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("'", file.path(), "' changed since the plan was made: size now ",
+                   file.size(), ", planned ", planned,
+                   file.size() > planned ? " (records appended since would be read by no item)"
+                                         : ""));
+}
+
 absl::Status CheckPlannedVersion(const RandomAccessFile& file,
                                  const std::string& planned) {
   if (planned.empty()) return absl::OkStatus();

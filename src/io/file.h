@@ -199,10 +199,16 @@ absl::StatusOr<int64_t> FileSize(const std::string& path);
 // a short item as if it were whole. end < 0 means "to the end of the file"
 // (then only start is checked). FAILED_PRECONDITION:
 //   "'PATH' changed since the plan was made: size S, item ends at E"
-// A file that grew is not detected here (an item does not carry the size
-// its plan saw): the records appended after planning are not read.
+// A file that grew is not detected here (see CheckPlannedSize).
 absl::Status CheckRangeInFile(const std::string& path, int64_t size,
                               int64_t start, int64_t end);
+
+// Refuses a file whose size is not the one the plan saw: `planned` (an
+// item's WorkItem::work_size) is >= 0 and differs from file.size(). A
+// file that grew since would otherwise have its new records read by no
+// item. FAILED_PRECONDITION:
+//   "'PATH' changed since the plan was made: size now S, planned P"
+absl::Status CheckPlannedSize(const RandomAccessFile& file, int64_t planned);
 
 // Refuses a file whose content is not the one a plan saw: `planned` (an
 // item's etag parameter, URI-encoded) is not empty and differs from the

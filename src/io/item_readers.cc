@@ -78,6 +78,7 @@ absl::StatusOr<std::unique_ptr<TFRecordItemReader>> TFRecordItemReader::Open(
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckPlannedSize(**file, item.work_size); !s.ok()) return s;
   FileCompression compression = ChosenCompression(options.compression);
   if (options.compression == TFRecordReaderOptions::Compression::kAuto) {
     absl::StatusOr<FileCompression> detected = DetectCompression(**file);

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -85,6 +86,45 @@ TEST(TFRecordItemReader, OpensTheFileOncePerItem) {
     EXPECT_EQ(records, 50);
     EXPECT_EQ(fs.opens(), 1) << CompressionName(compression);
   }
+}
+
+// An item whose work's planned size (WorkItem::work_size) is not the
+// file's size now is refused naming the file, by both item readers: a file
+// that grew since planning would have its new records read by no item.
+TEST(ItemReaders, RefuseAFileWhoseSizeIsNotThePlannedOne) {
+  TempPath tfrecord(".tfrecord");
+  WriteRecords(tfrecord.path(), FileCompression::kNone, 10);
+  TempPath text(".txt");
+  {
+    std::FILE* f = std::fopen(text.path().c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("a\nb\nc\n", f);
+    std::fclose(f);
+  }
+  const int64_t tfrecord_size = 10 * (16 + 2);  // "r0".."r9": 2 bytes each
+  for (int64_t planned : {tfrecord_size - 1, tfrecord_size + 5}) {
+    WorkItem item = Parsed(absl::StrCat(tfrecord.path(), "?start=0&end=", tfrecord_size - 1));
+    item.work_size = planned;
+    auto reader = TFRecordItemReader::Open(item, {}, nullptr);
+    ASSERT_FALSE(reader.ok());
+    EXPECT_EQ(reader.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(reader.status().message(),
+                HasSubstr(absl::StrCat("'", tfrecord.path(), "' changed since the plan was made: size now ",
+                                       tfrecord_size, ", planned ", planned)));
+  }
+  WorkItem grown = Parsed(absl::StrCat(text.path(), "?start=2&end=4"));
+  grown.work_size = 4;
+  auto text_reader = OpenTextItem(grown, nullptr, RecordKeys::kFill);
+  ASSERT_FALSE(text_reader.ok());
+  EXPECT_EQ(text_reader.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(text_reader.status().message(), HasSubstr("records appended since"));
+  // The planned size, or none known: read as before.
+  grown.work_size = 6;
+  EXPECT_TRUE(OpenTextItem(grown, nullptr, RecordKeys::kFill).ok());
+  grown.work_size = -1;
+  EXPECT_TRUE(OpenTextItem(grown, nullptr, RecordKeys::kFill).ok());
+  WorkItem whole = Parsed(tfrecord.path());
+  EXPECT_TRUE(TFRecordItemReader::Open(whole, {}, nullptr).ok());
 }
 
 TEST(TFRecordItemReader, ResumeOffsetIsAfterTheLastRecordReturned) {

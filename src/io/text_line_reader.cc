@@ -57,6 +57,7 @@ absl::StatusOr<std::unique_ptr<ItemReader<Record>>> OpenTextItem(
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckPlannedSize(**file, item.work_size); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<TextSliceReader>> slice = TextSliceReader::Open(
       *std::move(file), spec->start.value_or(0), spec->end.value_or(-1));
   if (!slice.ok()) return slice.status();

@@ -59,11 +59,14 @@ void ToProto(const WorkItem& item, v1::WorkItem* out) {
   out->set_epoch(item.epoch);
   out->set_index(item.index);
   out->set_lease_id(item.lease_id);
+  if (item.work_size >= 0) out->mutable_work_size()->set_size(item.work_size);
 }
 
 WorkItem FromProto(const v1::WorkItem& item) {
-  return WorkItem{item.item(), item.epoch(), item.index(), item.lease_id(), nullptr,
-                  std::nullopt};  // parsed by WorkQueue::Take
+  WorkItem out{item.item(), item.epoch(), item.index(), item.lease_id(), nullptr,
+               std::nullopt};  // parsed by WorkQueue::Take
+  if (item.has_work_size() && item.work_size().size() >= 0) out.work_size = item.work_size().size();
+  return out;
 }
 
 void ToProto(const QueueStats& stats, v1::QueueStatus* out) {

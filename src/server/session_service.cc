@@ -69,6 +69,7 @@ void ToResponse(SessionResult& result, v1::SessionResponse* out) {
     w->set_epoch(item.epoch);
     w->set_index(item.index);
     w->set_lease_id(item.lease_id);
+    if (item.work_size >= 0) w->mutable_work_size()->set_size(item.work_size);
   }
   out->set_end_of_input(result.end_of_input);
   for (const SplitProposal& p : result.proposals) ToProto(p, out->add_splits());

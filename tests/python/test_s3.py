@@ -122,6 +122,18 @@ def test_missing_objects_and_buckets_are_not_found(s3):
         queue(["s3://no-such-bucket-x/a.txt"])
 
 
+def test_an_object_named_twice_is_refused(s3):
+    # Listed on its own and matched by a pattern too: its records would be
+    # handed out twice in every epoch.
+    minio, bucket = s3
+    minio.admin.put(bucket, "d/a.txt", b"1\n2\n")
+    minio.admin.put(bucket, "d/b.txt", b"3\n")
+    with pytest.raises(shardq.InvalidArgumentError, match=f"'s3://{bucket}/d/a.txt' is listed twice"):
+        queue([f"s3://{bucket}/d/*.txt", f"s3://{bucket}/d/a.txt"], num_slices=4)
+    assert sorted(read_all(queue([f"s3://{bucket}/d/*.txt"]), shardq.TextLineReader())) == \
+        [b"1", b"2", b"3"]
+
+
 def test_wrong_credentials_are_permission_denied_naming_the_bucket(s3, monkeypatch):
     minio, bucket = s3
     minio.admin.put(bucket, "a.txt", "x\n")

@@ -1,5 +1,6 @@
 """shardq.WorkQueue as ML users call it: the PAI usage pattern, the
 input_dataset shape, error mapping, GIL release."""
+import pathlib
 import threading
 import time
 import uuid
@@ -138,6 +139,38 @@ def test_errors_map_to_python_exceptions(text_files, tmp_path):
     queue = shardq.WorkQueue(text_files(1, 1), name=unique("c"))
     with pytest.raises(KeyError, match="not held"):
         queue.complete("never-taken")
+
+
+def test_works_that_read_the_same_data_are_refused(text_files, tmp_path):
+    # A file (or table) named twice would be handed out twice every epoch.
+    import sqlite3
+    path = text_files(1, 3)[0]
+    with pytest.raises(ValueError, match="is listed twice") as twice:
+        shardq.WorkQueue([path, path], name=unique("same"))
+    assert isinstance(twice.value, shardq.InvalidArgumentError)
+    with pytest.raises(ValueError, match="are the same file"):
+        shardq.WorkQueue([path, f"{tmp_path}/./{pathlib.Path(path).name}"],
+                         num_slices=4, name=unique("same"))
+    db = tmp_path / "t.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE clicks(v)")
+        conn.execute("CREATE TABLE views(v)")
+        conn.executemany("INSERT INTO clicks VALUES (?)", [(i,) for i in range(10)])
+        conn.executemany("INSERT INTO views VALUES (?)", [(i,) for i in range(10)])
+    with pytest.raises(ValueError, match="are the same table"):
+        shardq.WorkQueue([f"sqlite:{db}?table=clicks", f"sqlite:{tmp_path}/./t.db?table=clicks"],
+                         name=unique("same"))
+    # Two tables of one database are two works.
+    queue = shardq.WorkQueue([f"sqlite:{db}?table=clicks", f"sqlite:{db}?table=views"],
+                             num_slices=4, name=unique("same"))
+    items = []
+    while True:
+        try:
+            items.append(queue.take())
+        except shardq.OutOfRangeError:
+            break
+    assert sorted(str(item).split("?table=")[1].split("&")[0] for item in items) == \
+        ["clicks", "clicks", "views", "views"]
 
 
 def test_blocked_take_releases_the_gil_and_times_out(text_files):
