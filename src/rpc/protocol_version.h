@@ -10,7 +10,10 @@
 namespace shardq {
 
 inline constexpr int kProtocolMajor = 1;
-inline constexpr int kProtocolMinor = 0;
+// Minor versions: 1 added WorkItem.work_size (an item's planned work size;
+// a client of minor 0 ignores it, a coordinator of minor 0 sends none and
+// its clients then check no size).
+inline constexpr int kProtocolMinor = 1;
 
 // The trailing metadata in which a standby coordinator of a highly
 // available job names the leader's advertised address (in every answer it
