@@ -3,7 +3,10 @@
 // environment. Exit 0 completes the item; any other exit reports a failed
 // attempt (the item goes to the back of the queue, and after the queue's
 // max_attempts failed attempts it is set aside as failed). Heartbeats run
-// while the command runs (WorkQueue's background thread). Exits 0 at end of
+// while the command runs (WorkQueue's background thread). A slice of a
+// local file whose size is no longer the planned one is not given to the
+// command: it is a failed attempt saying the file changed since the plan
+// was made (the command would miss the records appended since). Exits 0 at end of
 // input, 4 (kExitFinishedWithFailures) when the queue finished with failed
 // items.
 #include <signal.h>
@@ -15,10 +18,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "shardq/work_queue.h"
+#include "src/io/file.h"
+#include "src/io/s3/s3_url.h"
+#include "src/io/sqlite_table.h"
 #include "src/client/retry.h"
 #include "src/client/work_queue_backend.h"
 #include "tools/client_flags.h"
@@ -30,6 +38,23 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 
 void OnStopSignal(int signal_number) { g_stop_signal.store(signal_number); }
+
+// A local file item whose file no longer has the size its plan saw
+// (WorkItem::work_size): the command would read the planned range and
+// miss what was appended since, so it is not run (CheckPlannedSize's
+// FAILED_PRECONDITION). OK for any other item: objects and tables, whole
+// files, a file that cannot be opened (the command reports that).
+absl::Status CheckItemFile(const WorkItem& item) {
+  if (item.work_size < 0 || IsS3Path(item.item) || IsTableItem(item.item)) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<SliceSpec> spec = SpecOf(item);
+  if (!spec.ok()) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      FileSystem::Default()->Open(spec->work);
+  if (!file.ok()) return absl::OkStatus();
+  return CheckPlannedSize(**file, item.work_size);
+}
 
 // Runs the command for one item; returns its exit status (128+N when it was
 // killed by signal N, 127 when it could not be started).
@@ -134,7 +159,8 @@ int RunWorker(const WorkerOptions& o) {
     if (absl::IsOutOfRange(item.status())) return EndOfInput(**queue, done);
     if (!item.ok() && g_stop_signal.load() != 0) break;  // interrupted while retrying
     if (!item.ok()) return ReportError("worker", item.status());
-    const int exit_code = RunCommand(o.command, *item);
+    const absl::Status file_ok = CheckItemFile(*item);
+    const int exit_code = file_ok.ok() ? RunCommand(o.command, *item) : -1;
     if (exit_code == 0) {
       if (absl::Status s = (*queue)->Complete(*item); !s.ok()) {
         return ReportError("worker", s);
@@ -152,11 +178,12 @@ int RunWorker(const WorkerOptions& o) {
       }
       break;
     }
-    const std::string reason = absl::StrCat("command exited ", exit_code, " (worker ",
-                                            (*queue)->worker_id(), ")");
+    const std::string what = file_ok.ok() ? absl::StrCat("command exited ", exit_code)
+                                          : std::string(file_ok.message());
+    const std::string reason = absl::StrCat(what, " (worker ", (*queue)->worker_id(), ")");
     absl::StatusOr<bool> set_aside = (*queue)->Fail(*item, reason);
-    std::fprintf(stderr, "shardq worker %s: command exited %d on %s; %s\n",
-                 (*queue)->worker_id().c_str(), exit_code, item->item.c_str(),
+    std::fprintf(stderr, "shardq worker %s: %s on %s; %s\n",
+                 (*queue)->worker_id().c_str(), what.c_str(), item->item.c_str(),
                  !set_aside.ok() ? absl::StrCat("could not report it: ",
                                                 set_aside.status().ToString()).c_str()
                  : *set_aside    ? "it failed too often and is set aside as failed"

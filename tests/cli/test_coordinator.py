@@ -190,6 +190,31 @@ def test_worker_reports_failed_attempts_and_gives_up_after_max_failures(coordina
     assert ok.returncode == 0
 
 
+def test_worker_does_not_run_a_slice_of_a_file_that_grew_since_planning(coordinator, tmp_path):
+    # The command would read the planned range and miss the appended lines:
+    # each attempt fails naming the file, and the item ends set aside as
+    # failed (shown), not completed.
+    (path,) = make_text_files(tmp_path, 1, 20)
+    run("create", "--address", coordinator.address, "--name", "grown", "--slices", "2",
+        "--no-shuffle", path)
+    seen = tmp_path / "seen.txt"
+    run("worker", "--address", coordinator.address, "--name", "grown", "--worker", "w0",
+        "--max-failures", "1", "--", "sh", "-c", f'echo "$SHARDQ_ITEM" >> {seen}; exit 1',
+        check=False)
+    assert len(seen.read_text().split()) == 1  # the command runs while the file is as planned
+    with open(path, "a") as f:
+        f.write("appended\n")
+    proc = run("worker", "--address", coordinator.address, "--name", "grown", "--worker", "w1",
+               "--max-failures", "10", "--", "sh", "-c", f'echo "$SHARDQ_ITEM" >> {seen}', check=False)
+    assert proc.returncode == 4, proc.stderr
+    assert f"'{path}' changed since the plan was made: size now" in proc.stderr
+    assert len(seen.read_text().split()) == 1  # never run on the grown file
+    status = status_json(coordinator.address, "grown")
+    assert status["completed"] == 0 and status["failed"] == 2
+    assert all("changed since the plan was made" in f["reason"]
+               for f in status["failed_items"])
+
+
 def test_status_watch_draws_progress_until_finished(coordinator, tmp_path):
     files = make_text_files(tmp_path, 2, 5)
     run("create", "--address", coordinator.address, "--name", "watch", "--epochs", "2", *files)
