@@ -19,6 +19,7 @@ import collections
 import itertools
 import operator
 import os
+import tempfile
 
 from shardq._version import __version__  # noqa: F401  (from CMake's project())
 from shardq import _tf_loading  # noqa: F401,E402  (before _shardq: see the module)
@@ -197,10 +198,21 @@ class WorkQueue:
         while self._downloads and len(self._downloads) >= self.num_clients:
             self._drop_download(next(iter(self._downloads)))
         base = os.path.basename(item.work.rstrip("/")) or "item"
-        path = os.path.join(self._download_dir, f"{next(self._download_ids):06d}-{base}")
+        # A name no other copy has, made atomically (O_EXCL): workers in
+        # other processes, or other queues of this one, may share the
+        # directory, and one copy written over another would hand a worker
+        # someone else's records. The work's name stays last (its extension
+        # tells tools the format).
+        fd, path = tempfile.mkstemp(prefix=f"{next(self._download_ids):06d}-",
+                                    suffix=f"-{base}", dir=self._download_dir)
+        os.close(fd)
         try:
             _shardq._download_item(str(item), path, item._work_size)
         except BaseException:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
             self._native.release(item)
             raise
         item.path = path

@@ -402,7 +402,9 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
   if (num_slices.has_value()) {
     if (absl::Status s = SniffObjects(&measured, &sized); !s.ok()) return s;
   }
-  for (size_t i = 0; i < measured.size(); ++i) {
+  // Said only when slices were asked for: without num_slices every work
+  // is one whole item anyway.
+  for (size_t i = 0; num_slices.has_value() && i < measured.size(); ++i) {
     const FileCompression compression = measured[i].compression;
     if (compression == FileCompression::kNone) continue;
     SHARDQ_LOG_WARN("'{}' is {}-compressed and cannot be cut: it is planned as one whole item",

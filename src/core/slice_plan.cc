@@ -110,6 +110,16 @@ absl::StatusOr<std::vector<std::string>> PlanSlices(
           absl::StrCat("work '", w.name, "' has negative size ", w.size));
     }
   }
+  // A work whose name reads as a range of another ("f?start=0&end=9") would
+  // be read as that range of f by every reader, whatever the file it names:
+  // refused, sliced or not.
+  for (const SizedWork& w : works) {
+    absl::StatusOr<SliceSpec> spec = ParseItem(w.name);
+    if (spec.ok() && !spec->whole()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("work '", w.name, "' already has a range; give whole works"));
+    }
+  }
   std::vector<std::string> items;
   if (!num_slices.has_value()) {
     for (const SizedWork& w : works) items.push_back(w.name);

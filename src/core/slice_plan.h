@@ -29,7 +29,8 @@ struct SizedWork {
 // A non-empty work that is not splittable is one item, its name with no
 // range (read whole), and counts as one of the N: the splittable works
 // share the other N - U slices (U: the unsplittable works) by size.
-// INVALID_ARGUMENT when works is empty, num_slices < 1, a size < 0, or the
+// INVALID_ARGUMENT when works is empty, num_slices < 1, a size < 0, a work
+// name reads as a range of a work ("f?start=0&end=9", sliced or not), or the
 // plan would have more than kMaxItemsPerQueue items (src/core/queue_state.h;
 // refused before any item string is made).
 absl::StatusOr<std::vector<std::string>> PlanSlices(

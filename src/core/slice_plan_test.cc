@@ -92,6 +92,22 @@ TEST(PlanSlices, BadInputNamesTheCulprit) {
   EXPECT_NE(s.message().find("'a'"), std::string::npos);
 }
 
+// A work named like a range of another is refused with or without slices:
+// every reader would read it as that range of the other file.
+TEST(PlanSlices, AWorkNamedLikeARangeIsRefusedSlicedOrNot) {
+  for (std::optional<int64_t> slices : {std::optional<int64_t>(), std::optional<int64_t>(4)}) {
+    absl::StatusOr<std::vector<std::string>> plan =
+        PlanSlices({{"a.txt", 10, true}, {"q?start=1&end=2", 12, true}}, slices);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find("work 'q?start=1&end=2' already has a range"),
+              std::string::npos)
+        << plan.status();
+  }
+  // Parameters that are not a range are a work's own (a table's).
+  EXPECT_TRUE(PlanSlices({{"sqlite:t.db?table=t", 10, true}}, std::nullopt).ok());
+}
+
 TEST(PlanSlices, RefusesAPlanOverTheItemLimitWithoutMakingIt) {
   // 10^12 bytes cut into 10^9 slices: refused at once (making the strings
   // would take tens of gigabytes); the limit itself is allowed.

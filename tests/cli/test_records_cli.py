@@ -290,13 +290,23 @@ def test_a_file_truncated_after_planning_fails_the_worker_command_and_is_not_com
     record_bytes = 16 + len(lines[0])
     os.truncate(tf, 40 * record_bytes)  # 40 records left
     assert count_of(tf)[tf] == 40
-    proc = run("worker", "--address", coordinator.address, "--name", "cut", "--worker", "w",
-               "--max-failures", "1", "--", shardq_bin(), "count", "{}", check=False)
+    # The planned item, read by a command: refused, naming the file.
+    item = f"{tf}?start=0&end={100 * record_bytes}"
+    proc = run("count", item, check=False)
     assert proc.returncode != 0
     assert "FAILED_PRECONDITION" in proc.stderr
     assert f"'{tf}' changed since the plan was made: size {40 * record_bytes}, " \
         f"item ends at {100 * record_bytes}" in proc.stderr
     assert "total" not in proc.stdout
+    # The worker does not give it to its command at all (any command would
+    # read a shorter file): a failed attempt naming the change.
+    seen = tmp_path / "seen"
+    proc = run("worker", "--address", coordinator.address, "--name", "cut", "--worker", "w",
+               "--max-failures", "1", "--", "sh", "-c", f"touch {seen}", check=False)
+    assert proc.returncode != 0
+    assert f"'{tf}' changed since the plan was made: size now {40 * record_bytes}, " \
+        f"planned {100 * record_bytes}" in proc.stderr
+    assert not seen.exists()
     status = status_of(coordinator.address, "cut")
     assert status["completed"] == 0 and not status["finished"]
 
