@@ -78,7 +78,6 @@ absl::StatusOr<std::unique_ptr<TFRecordItemReader>> TFRecordItemReader::Open(
   if (absl::Status s = CheckPlannedVersion(**file, PlannedVersion(*spec)); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckPlannedSize(**file, item.work_size); !s.ok()) return s;
   FileCompression compression = ChosenCompression(options.compression);
   if (options.compression == TFRecordReaderOptions::Compression::kAuto) {
     absl::StatusOr<FileCompression> detected = DetectCompression(**file);
@@ -94,6 +93,9 @@ absl::StatusOr<std::unique_ptr<TFRecordItemReader>> TFRecordItemReader::Open(
   read_options.file_system = file_system;
   auto records = std::make_unique<Records>();
   if (compression == FileCompression::kNone) {
+    // Not for a compressed file, read whole: planners before issue 15 gave
+    // it the range [0, 1), whose "planned size" 1 means nothing.
+    if (absl::Status s = CheckPlannedSize(**file, item.work_size); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<TFRecordSliceReader>> plain =
         TFRecordSliceReader::Open(*std::move(file), spec->start.value_or(0),
                                   spec->end.value_or(-1), read_options);

@@ -125,6 +125,18 @@ TEST(ItemReaders, RefuseAFileWhoseSizeIsNotThePlannedOne) {
   EXPECT_TRUE(OpenTextItem(grown, nullptr, RecordKeys::kFill).ok());
   WorkItem whole = Parsed(tfrecord.path());
   EXPECT_TRUE(TFRecordItemReader::Open(whole, {}, nullptr).ok());
+  // A compressed file is read whole whatever its item's range: the [0, 1)
+  // of planners before issue 15 (work size 1) still reads.
+  TempPath gz(".tfrecord.gz");
+  WriteRecords(gz.path(), FileCompression::kGzip, 10);
+  WorkItem legacy = Parsed(absl::StrCat(gz.path(), "?start=0&end=1"));
+  legacy.work_size = 1;
+  auto compressed = TFRecordItemReader::Open(legacy, {}, nullptr);
+  ASSERT_TRUE(compressed.ok()) << compressed.status();
+  Record record;
+  int records = 0;
+  while (*(*compressed)->Next(&record)) ++records;
+  EXPECT_EQ(records, 10);
 }
 
 TEST(TFRecordItemReader, ResumeOffsetIsAfterTheLastRecordReturned) {
