@@ -220,6 +220,25 @@ absl::Status RefuseRepeatedWorks(const std::vector<SizedWork>& works) {
   return absl::OkStatus();
 }
 
+// INVALID_ARGUMENT for a file or object whose name reads as an item string
+// of another work: "x?y=1.txt" is work "x" with the parameter y, and
+// "f?start=0&end=9" a range of "f", so every reader would read that other
+// work instead. (A table's "sqlite:DB?table=T" carries its own parameters.)
+absl::Status RefuseNamesThatReadAsItems(const std::vector<SizedWork>& works) {
+  for (const SizedWork& w : works) {
+    if (IsTableItem(w.name)) continue;
+    absl::StatusOr<SliceSpec> spec = ParseItem(w.name);
+    if (!spec.ok() || (spec->work == w.name && spec->whole() && spec->params.empty())) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "work '", w.name, "' reads as an item of work '", spec->work,
+        "' (the '?' after it starts parameters): every reader would read '",
+        spec->work, "' instead; rename it so that no '?' is followed by key=value pairs"));
+  }
+  return absl::OkStatus();
+}
+
 // A pattern: * ? or [ in a path that is not an item string with a range or
 // parameters ("f.txt?start=0&end=9" is a byte range, not a glob).
 bool IsPattern(const std::string& path) {
@@ -391,6 +410,7 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
     total += m.work->size;
     sized.push_back(*m.work);
   }
+  if (absl::Status s = RefuseNamesThatReadAsItems(sized); !s.ok()) return s;
   if (absl::Status s = RefuseRepeatedWorks(sized); !s.ok()) return s;
   if (num_slices.has_value() && total == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -31,7 +31,9 @@ absl::StatusOr<std::vector<std::string>> ExpandWorks(const std::vector<std::stri
 // works that read the same data (a name listed twice, two names of one file
 // such as "f" and "./f" or a link, a pattern that also matches a file listed
 // on its own, one object or table named twice): their records would be
-// handed out twice in every epoch. When every
+// handed out twice in every epoch; and for a file or object whose name
+// reads as an item of another work ("x?y=1.txt": work "x", parameter y).
+// When every
 // work is empty and slices were asked for, INVALID_ARGUMENT says so (a queue
 // with nothing to hand out is a mistake, not an empty epoch). A GZIP/ZLIB
 // compressed file (judged from its first bytes, see DetectCompression) is

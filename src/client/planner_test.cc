@@ -110,6 +110,28 @@ TEST(PlanWorks, WorksThatReadTheSameFileAreRefusedNamingThem) {
   EXPECT_TRUE(PlanWorks({dir}, "", 4).ok());
 }
 
+// A file whose name reads as an item of another work would be read as
+// that other work by every reader: refused, sliced or not. '?' followed by
+// something that is not key=value is part of the name.
+TEST(PlanWorks, AFileWhoseNameReadsAsAnItemOfAnotherWorkIsRefused) {
+  const std::string dir = testing::TempDir() + "/planner-query";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/x") << "wrong\n";
+  std::ofstream(dir + "/x?y=1.txt") << "right\n";
+  std::ofstream(dir + "/q?mark.txt") << "fine\n";
+  for (std::optional<int64_t> slices : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+    absl::Status s = PlanWorks({dir + "/x?y=1.txt"}, "", slices).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("work '" + dir + "/x?y=1.txt' reads as an item of work '" + dir +
+                               "/x'"),
+              std::string::npos)
+        << s;
+    absl::StatusOr<std::vector<std::string>> plan = PlanWorks({dir + "/q?mark.txt"}, "", slices);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+  }
+}
+
 TEST(PlanWorks, DirectoryIsTheFilesInIt) {
   const std::string dir = testing::TempDir() + "/planner-dir";
   std::filesystem::remove_all(dir);
