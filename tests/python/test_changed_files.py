@@ -3,32 +3,11 @@ items are read (SPEC: what cannot be trusted is refused, naming it): a
 file that grew would otherwise have the records appended after planning
 read by no item, silently. In process and through `shardq serve`."""
 import os
-import pathlib
-import signal
-import subprocess
-import time
-import uuid
 
 import pytest
 
 import shardq
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-SHARDQ = os.environ.get("SHARDQ_BIN", str(REPO / "build" / "bin")) + "/shardq"
-
-
-def unique(name):
-    return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def read_all(reader, producer, n=5):
-    values = []
-    while True:
-        try:
-            _, batch = reader.read_up_to(producer, n)
-        except shardq.OutOfRangeError:
-            return values
-        values.extend(batch)
+from serve_helpers import read_all, served, unique
 
 
 def files(tmp_path):
@@ -62,21 +41,9 @@ def test_a_file_that_changed_size_since_planning_is_refused(tmp_path):
 
 
 def test_a_file_that_changed_size_is_refused_through_a_coordinator(tmp_path):
-    port_file, log = tmp_path / "port", tmp_path / "serve.log"
-    with open(log, "w") as log_file:
-        serve = subprocess.Popen([SHARDQ, "serve", "--listen", "127.0.0.1:0", "--port-file",
-                                  str(port_file)], stdout=log_file, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while not port_file.exists() or not port_file.read_text().strip():
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.02)
-        address = f"127.0.0.1:{int(port_file.read_text())}"
+    with served(tmp_path) as (address, _):
         check_refused(lambda works: shardq.WorkQueue(works, num_slices=4, name=unique("grow"),
                                                      address=address), tmp_path)
-    finally:
-        os.kill(serve.pid, signal.SIGTERM)
-        serve.wait(timeout=20)
 
 
 def test_a_whole_file_item_reads_the_file_as_it_is(tmp_path):

@@ -4,33 +4,13 @@ queue and per worker: in stats, `status --json`, and /metrics
 (shardq_records_total, shardq_worker_records_total). In process, and over
 a session with a real `shardq serve`."""
 import json
-import os
-import pathlib
 import re
-import signal
 import subprocess
 import time
 import urllib.request
-import uuid
 
 import shardq
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-SHARDQ = os.environ.get("SHARDQ_BIN", str(REPO / "build" / "bin")) + "/shardq"
-
-
-def unique(name):
-    return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def read_all(reader, producer, n=7):
-    values = []
-    while True:
-        try:
-            _, batch = reader.read_up_to(producer, n)
-        except shardq.OutOfRangeError:
-            return values
-        values.extend(batch)
+from serve_helpers import SHARDQ, read_all, served, unique
 
 
 def test_a_reader_reports_the_records_of_each_item_it_completes(text_files):
@@ -76,17 +56,7 @@ def http_port(log_path):
 
 def test_records_reach_status_json_and_metrics_over_a_session(text_files, tmp_path):
     files = text_files(3, 30)
-    port_file, log = tmp_path / "port", tmp_path / "serve.log"
-    with open(log, "w") as log_file:
-        serve = subprocess.Popen([SHARDQ, "serve", "--listen", "127.0.0.1:0", "--port-file",
-                                  str(port_file), "--http", "127.0.0.1:0"],
-                                 stdout=log_file, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while not port_file.exists() or not port_file.read_text().strip():
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.02)
-        address = f"127.0.0.1:{int(port_file.read_text())}"
+    with served(tmp_path, "--http", "127.0.0.1:0") as (address, log):
         queue = shardq.WorkQueue(files, num_epochs=2, num_slices=6, name="rec",
                                  address=address, worker_id="reader-1")
         assert len(read_all(shardq.TextLineReader(), queue.input_producer())) == 180
@@ -102,6 +72,3 @@ def test_records_reach_status_json_and_metrics_over_a_session(text_files, tmp_pa
         assert "# TYPE shardq_records_total counter" in text
         assert 'shardq_records_total{queue="rec"} 180\n' in text
         assert 'shardq_worker_records_total{queue="rec",worker="reader-1"} 180\n' in text
-    finally:
-        os.kill(serve.pid, signal.SIGTERM)
-        serve.wait(timeout=20)

@@ -19,6 +19,7 @@ import shardq
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from minio_server import minio  # noqa: E402,F401  (the fixture)
+from serve_helpers import read_all as read_values  # noqa: E402
 
 
 @pytest.fixture
@@ -49,14 +50,7 @@ def queue(works, **kw):
 
 
 def read_all(q, reader, n=97):
-    producer = q.input_producer()
-    values = []
-    while True:
-        try:
-            _, batch = reader.read_up_to(producer, n)
-        except shardq.OutOfRangeError:
-            return values
-        values += batch
+    return read_values(reader, q.input_producer(), n)
 
 
 def test_text_objects_in_slices_give_every_line_once(s3):
