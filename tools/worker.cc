@@ -6,9 +6,9 @@
 // while the command runs (WorkQueue's background thread). A slice of a
 // local file whose size is no longer the planned one is not given to the
 // command: it is a failed attempt saying the file changed since the plan
-// was made (the command would miss the records appended since). Exits 0 at end of
-// input, 4 (kExitFinishedWithFailures) when the queue finished with failed
-// items.
+// was made (the command would miss the records appended since). Exits 0
+// at end of input, 4 (kExitFinishedWithFailures) when the queue finished
+// with failed items.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,12 +24,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "shardq/work_queue.h"
+#include "src/client/retry.h"
+#include "src/client/work_queue_backend.h"
 #include "src/io/compression.h"
 #include "src/io/file.h"
 #include "src/io/s3/s3_url.h"
 #include "src/io/sqlite_table.h"
-#include "src/client/retry.h"
-#include "src/client/work_queue_backend.h"
 #include "tools/client_flags.h"
 #include "tools/verbs.h"
 

@@ -109,7 +109,8 @@ TEST(ItemReaders, RefuseAFileWhoseSizeIsNotThePlannedOne) {
     ASSERT_FALSE(reader.ok());
     EXPECT_EQ(reader.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(reader.status().message(),
-                HasSubstr(absl::StrCat("'", tfrecord.path(), "' changed since the plan was made: size now ",
+                HasSubstr(absl::StrCat("'", tfrecord.path(),
+                                       "' changed since the plan was made: size now ",
                                        tfrecord_size, ", planned ", planned)));
   }
   WorkItem grown = Parsed(absl::StrCat(text.path(), "?start=2&end=4"));

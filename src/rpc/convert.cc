@@ -65,7 +65,9 @@ void ToProto(const WorkItem& item, v1::WorkItem* out) {
 WorkItem FromProto(const v1::WorkItem& item) {
   WorkItem out{item.item(), item.epoch(), item.index(), item.lease_id(), nullptr,
                std::nullopt};  // parsed by WorkQueue::Take
-  if (item.has_work_size() && item.work_size().size() >= 0) out.work_size = item.work_size().size();
+  if (item.has_work_size() && item.work_size().size() >= 0) {
+    out.work_size = item.work_size().size();
+  }
   return out;
 }
 
