@@ -125,12 +125,38 @@ void ForEachAtOnce(size_t n, const std::function<bool(size_t)>& run_one) {
   for (std::thread& t : helpers) t.join();
 }
 
+// What a work reads, the same for every name of it: a local file by its
+// device and inode (so "a.txt", "./a.txt", a link to it and a pattern that
+// matches it are one), an object by its bucket and key, a table by its
+// database file and table name. A work that cannot be looked at is its own
+// name (measuring it reports what is wrong).
+std::string WorkIdentity(const std::string& name) {
+  if (IsS3Path(name)) {
+    absl::StatusOr<S3Url> url = ParseS3Url(name);
+    return url.ok() ? url->ToString() : name;
+  }
+  std::string path = name;
+  std::string table;
+  if (IsTableItem(name)) {
+    absl::StatusOr<SliceSpec> spec = ParseItem(name);
+    if (!spec.ok()) return name;
+    absl::StatusOr<TableRef> ref = ParseTableRef(*spec);
+    if (!ref.ok()) return name;
+    path = ref->db_path;
+    table = ref->table;
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return name;
+  return absl::StrCat("file ", st.st_dev, ":", st.st_ino, table.empty() ? "" : " table ", table);
+}
+
 struct Measured {
   absl::StatusOr<SizedWork> work = absl::UnknownError("not measured");
   std::string etag;
   FileCompression compression = FileCompression::kNone;
   std::optional<S3ObjectInfo> object;  // for an s3:// work
   bool sniffed = false;                // compression known
+  std::string identity;                // WorkIdentity, once measured
 };
 
 // MeasureWork of every work, up to kMeasuredAtOnce at once; results in the
@@ -141,6 +167,7 @@ std::vector<Measured> MeasureWorks(const std::vector<std::string>& names,
   ForEachAtOnce(names.size(), [&](size_t i) {
     Measured& m = out[i];
     m.work = MeasureWork(names[i], listed, &m.etag, &m.compression, &m.object, &m.sniffed);
+    if (m.work.ok()) m.identity = WorkIdentity(names[i]);  // a stat: here, in parallel
     return m.work.ok();
   });
   return out;
@@ -170,39 +197,15 @@ absl::Status SniffObjects(std::vector<Measured>* measured, std::vector<SizedWork
   return absl::OkStatus();
 }
 
-// What a work reads, the same for every name of it: a local file by its
-// device and inode (so "a.txt", "./a.txt", a link to it and a pattern that
-// matches it are one), an object by its bucket and key, a table by its
-// database file and table name. A work that cannot be looked at is its own
-// name (measuring it reports what is wrong).
-std::string WorkIdentity(const std::string& name) {
-  if (IsS3Path(name)) {
-    absl::StatusOr<S3Url> url = ParseS3Url(name);
-    return url.ok() ? url->ToString() : name;
-  }
-  std::string path = name;
-  std::string table;
-  if (IsTableItem(name)) {
-    absl::StatusOr<SliceSpec> spec = ParseItem(name);
-    if (!spec.ok()) return name;
-    absl::StatusOr<TableRef> ref = ParseTableRef(*spec);
-    if (!ref.ok()) return name;
-    path = ref->db_path;
-    table = ref->table;
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return name;
-  return absl::StrCat("file ", st.st_dev, ":", st.st_ino, table.empty() ? "" : " table ", table);
-}
-
 // INVALID_ARGUMENT when two of the (expanded) works read the same data: a
 // queue holding both would hand out its records twice in every epoch with
 // nothing to say so (a name listed twice, "f" and "./f", a pattern that
 // also matches a file listed on its own).
-absl::Status RefuseRepeatedWorks(const std::vector<SizedWork>& works) {
+absl::Status RefuseRepeatedWorks(const std::vector<Measured>& measured,
+                                 const std::vector<SizedWork>& works) {
   std::map<std::string, size_t> seen;
   for (size_t i = 0; i < works.size(); ++i) {
-    const auto [it, first] = seen.emplace(WorkIdentity(works[i].name), i);
+    const auto [it, first] = seen.emplace(measured[i].identity, i);
     if (first) continue;
     const std::string& earlier = works[it->second].name;
     const std::string what =
@@ -411,7 +414,7 @@ absl::StatusOr<std::vector<std::string>> PlanWorks(
     sized.push_back(*m.work);
   }
   if (absl::Status s = RefuseNamesThatReadAsItems(sized); !s.ok()) return s;
-  if (absl::Status s = RefuseRepeatedWorks(sized); !s.ok()) return s;
+  if (absl::Status s = RefuseRepeatedWorks(measured, sized); !s.ok()) return s;
   if (num_slices.has_value() && total == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all ", expanded->size(), " works are empty: nothing to slice"));

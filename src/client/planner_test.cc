@@ -16,6 +16,14 @@ std::string WriteFile(const std::string& name, const std::string& contents) {
   return path;
 }
 
+// An empty directory under the test temp dir, made afresh.
+std::string FreshDir(const std::string& name) {
+  const std::string dir = testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 TEST(PlanWorks, MissingFileIsNotFoundWithItsPath) {
   absl::Status s = PlanWorks({"/no/such/shardq-file.txt"}, "", 4).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
@@ -71,9 +79,7 @@ TEST(PlanWorks, EmptyWorksAndBadSliceCountsAreRejected) {
 // Two works that read the same file would hand its records out twice in
 // every epoch, silently: refused, naming both, however the file is named.
 TEST(PlanWorks, WorksThatReadTheSameFileAreRefusedNamingThem) {
-  const std::string dir = testing::TempDir() + "/planner-same";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = FreshDir("planner-same");
   const std::string a = dir + "/a.txt";
   const std::string b = dir + "/b.txt";
   std::ofstream(a) << "one\ntwo\n";
@@ -114,9 +120,7 @@ TEST(PlanWorks, WorksThatReadTheSameFileAreRefusedNamingThem) {
 // that other work by every reader: refused, sliced or not. '?' followed by
 // something that is not key=value is part of the name.
 TEST(PlanWorks, AFileWhoseNameReadsAsAnItemOfAnotherWorkIsRefused) {
-  const std::string dir = testing::TempDir() + "/planner-query";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = FreshDir("planner-query");
   std::ofstream(dir + "/x") << "wrong\n";
   std::ofstream(dir + "/x?y=1.txt") << "right\n";
   std::ofstream(dir + "/q?mark.txt") << "fine\n";
@@ -133,9 +137,7 @@ TEST(PlanWorks, AFileWhoseNameReadsAsAnItemOfAnotherWorkIsRefused) {
 }
 
 TEST(PlanWorks, DirectoryIsTheFilesInIt) {
-  const std::string dir = testing::TempDir() + "/planner-dir";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = FreshDir("planner-dir");
   std::ofstream(dir + "/b.txt") << "b\n";
   std::ofstream(dir + "/a.txt") << "a\n";
   absl::StatusOr<std::vector<std::string>> plan = PlanWorks({dir}, "", std::nullopt);
@@ -180,10 +182,9 @@ TEST(PlanWorks, CompressedFileIsOneWholeItemAndPlainFilesGetTheirShare) {
 namespace shardq {
 namespace {
 
-// A fresh directory under the test temp dir.
+// A fresh directory under the test temp dir, holding an empty "sub".
 std::string MakeDir(const std::string& name) {
-  const std::string dir = testing::TempDir() + "/" + name;
-  std::filesystem::remove_all(dir);
+  const std::string dir = FreshDir(name);
   std::filesystem::create_directories(dir + "/sub");
   return dir;
 }
