@@ -57,7 +57,10 @@ is reached; no real record is dropped or repeated. Before each real batch
 it reports its count (one small call to the coordinator per batch); once
 dry, it may pad only up to a count another participant has reached, so it
 keeps the other ranks' training loops going without running ahead of them
-(see src/core/step_agreement.h). The alternative without padding is
+(see src/core/step_agreement.h). A participant with no batch left that hears
+nothing from the others for ``steps_timeout`` seconds (default 1800: one
+died or never started) raises DeadlineExceededError instead of waiting
+forever. The alternative without padding is
 torch.distributed.algorithms.Join (see README).
 """
 import os
@@ -240,6 +243,11 @@ def _check_epoch(epoch, queue):
 
 # How often a participant waiting for the others asks the coordinator again.
 _STEPS_POLL = 0.02
+# How long (seconds) a participant with no batch left waits for the others
+# while none of them reports anything (a participant that died, or never
+# started, would otherwise keep it waiting forever): as long as torch's
+# default process-group timeout, past which a synchronous job is stuck.
+STEPS_TIMEOUT = 1800.0
 
 
 def _padding_batch(ops, template):
@@ -294,7 +302,7 @@ def _equal_steps(it, source, ops):
     WorkQueue::AgreeSteps in include/shardq/work_queue.h)."""
     queue = source["queue"]
     native = queue._native if hasattr(queue, "_native") else queue
-    participants, participant = source["equal_steps"]
+    participants, participant, timeout = source["equal_steps"]
     epoch = source.get("epoch")
     key = "all-epochs" if epoch is None else f"epoch-{epoch}"
 
@@ -313,6 +321,10 @@ def _equal_steps(it, source, ops):
         if hasattr(it, "close"):
             it.close()
     tally = report(count, True)
+    # What the others' reports have changed; the wait ends with an error
+    # once nothing changed for `timeout` seconds.
+    heard = None
+    heard_at = time.monotonic()
     while True:
         if tally["agreed"]:
             for _ in range(tally["steps"] - count):
@@ -323,6 +335,19 @@ def _equal_steps(it, source, ops):
             count += 1
             yield _padding_batch(ops, template)
         elif not tally["agreed"]:
+            now = time.monotonic()
+            state = (tally["max_count"], tally["reported"], tally["done"])
+            if state != heard:
+                heard, heard_at = state, now
+            elif now - heard_at > timeout:
+                raise shardq.DeadlineExceededError(
+                    f"equal_steps: participant {participant!r} has no batch left and waited "
+                    f"{now - heard_at:.0f} s for the others of pass {key!r} of queue "
+                    f"{queue.name!r} with no report from any of them: {tally['done']} of "
+                    f"{participants} participants done, {tally['reported']} ever reported, "
+                    f"the most batches reported {tally['max_count']} (this one: {count}). "
+                    f"A participant that died or never started keeps the others waiting; "
+                    f"restart the job, or raise steps_timeout if one step can take longer")
             time.sleep(_STEPS_POLL)
 
 
@@ -441,7 +466,8 @@ def _python_stages(it, ops, batch_size=None):
 
 def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
                cycle_length=None, num_parallel_reads=1, complete="auto", _pass_siblings="",
-               equal_steps=False, participants=None, participant=None):
+               equal_steps=False, participants=None, participant=None,
+               steps_timeout=STEPS_TIMEOUT):
     """The records of a WorkQueue's items, read by the C++ pipeline: bytes
     for "text" and "tfrecord", dict rows (column -> value) for "table".
 
@@ -457,7 +483,10 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
     ``equal_steps``: see the module docstring; ``participants`` (default:
     the world size, torch.distributed's or WORLD_SIZE) iterate datasets
     over the queue, each named ``participant`` (default: the queue's
-    worker id), and the chain must end in batches."""
+    worker id), and the chain must end in batches; a participant with no
+    batch left raises DeadlineExceededError once none of the others has
+    reported anything for ``steps_timeout`` seconds (one died or never
+    started)."""
     if reader not in _READERS:
         raise shardq.InvalidArgumentError(
             f"reader must be 'text', 'tfrecord' or 'table', got {reader!r}")
@@ -476,7 +505,12 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
         participants = _world_size() if participants is None else int(participants)
         if participants < 1:
             raise shardq.InvalidArgumentError(f"participants must be >= 1, got {participants}")
-        steps = (participants, str(participant) if participant else queue.worker_id)
+        steps_timeout = float(steps_timeout)
+        if not steps_timeout > 0:
+            raise shardq.InvalidArgumentError(
+                f"steps_timeout must be > 0 seconds, got {steps_timeout}")
+        steps = (participants, str(participant) if participant else queue.worker_id,
+                 steps_timeout)
     return Dataset(None, (), dict(queue=queue, reader=reader, on_corrupt=on_corrupt,
                                   read_size=int(read_size), cycle_length=int(cycle_length),
                                   num_parallel_reads=int(num_parallel_reads),

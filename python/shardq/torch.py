@@ -213,14 +213,18 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
     forever in an all-reduce. No real record is dropped or repeated. Every
     DataLoader worker of every rank is a participant (world size from
     torch.distributed, else WORLD_SIZE; every rank must use the same
-    num_workers and the same queue ``name``). See shardq.data.
+    num_workers and the same queue ``name``). A rank with no batch left
+    raises DeadlineExceededError once no other participant has reported
+    anything for ``steps_timeout`` seconds (default 1800: one died or never
+    started). See shardq.data.
     """
 
     def __init__(self, works, reader="tfrecord", features=None, batch_size=256,
                  drop_remainder=False, num_epochs=1, shuffle=True, seed=None, prefix=None,
                  num_slices=None, num_clients=1, name=None, address=None, on_corrupt="fail",
                  connect_timeout=None, *, lease_timeout=None, num_parallel_calls=None,
-                 take_ahead=None, equal_steps=False, state_dir=None):
+                 take_ahead=None, equal_steps=False, state_dir=None,
+                 steps_timeout=shardq.data.STEPS_TIMEOUT):
         super().__init__()
         if reader not in ("text", "tfrecord", "table"):
             raise shardq.InvalidArgumentError(
@@ -252,6 +256,10 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
             self.queue_args["take_ahead"] = int(take_ahead)
         self.on_corrupt = on_corrupt
         self.equal_steps = bool(equal_steps)
+        self.steps_timeout = float(steps_timeout)
+        if not self.steps_timeout > 0:
+            raise shardq.InvalidArgumentError(
+                f"steps_timeout must be > 0 seconds, got {steps_timeout}")
         if address is None:
             # A torchrun/TF_CONFIG job naming no coordinator: its serving task
             # (rank 0) serves the queue from this process, before the
@@ -336,7 +344,8 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
             info = torch.utils.data.get_worker_info()
             workers = info.num_workers if info is not None else 1
             steps = dict(equal_steps=True, participants=world * workers,
-                         participant=f"rank{rank}-w{info.id if info else 0}")
+                         participant=f"rank{rank}-w{info.id if info else 0}",
+                         steps_timeout=self.steps_timeout)
         ds = shardq.data.from_queue(queue, reader=self.reader, on_corrupt=self.on_corrupt,
                                     cycle_length=_CYCLE, complete="consumed",
                                     _pass_siblings=siblings, **steps)

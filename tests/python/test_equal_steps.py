@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 import shardq  # noqa: E402
 import shardq.data  # noqa: E402
+import shardq.torch  # noqa: E402
 from example_data import write_files  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -161,3 +162,110 @@ def test_equal_steps_needs_batches(tmp_path):
     with pytest.raises(shardq.InvalidArgumentError, match="batch"):
         list(ds)
 
+
+
+def _participants(tmp_path, name, workers, participants, consume, files=2, per_file=8,
+                  steps_timeout=shardq.data.STEPS_TIMEOUT):
+    """Runs one thread per worker id in `workers`, each iterating an
+    equal-steps dataset over the same queue and calling consume(batch);
+    returns {worker: batches or the exception raised}."""
+    import threading
+    paths = write_files(tmp_path, files, per_file, width=2)
+    features = {"y": shardq.FixedLen((), "int64")}
+    got = {}
+
+    def run(worker):
+        try:
+            q = shardq.WorkQueue(paths, name=name, num_clients=8, worker_id=worker, seed=1)
+            ds = (shardq.data.from_queue(q, equal_steps=True, participants=participants,
+                                         steps_timeout=steps_timeout)
+                  .batch(2).parse_example(features))
+            got[worker] = [consume(batch) for batch in ds]
+        except Exception as e:  # noqa: BLE001 - handed to the test
+            got[worker] = e
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)  # a hang guard only
+    assert not any(t.is_alive() for t in threads), "a participant hung"
+    return got
+
+
+def test_a_participant_that_never_reports_ends_the_wait_with_an_error(tmp_path):
+    # Two participants expected, one runs (the other died before its first
+    # report): the one with no batch left raises instead of waiting forever.
+    got = _participants(tmp_path, "steps-missing", ["a"], 2, lambda b: b, steps_timeout=1.0)
+    error = got["a"]
+    assert isinstance(error, shardq.DeadlineExceededError), error
+    assert isinstance(error, TimeoutError)
+    message = str(error)
+    assert "'a'" in message and "1 of 2 participants done" in message
+    assert "1 ever reported" in message and "steps_timeout" in message
+
+
+def test_a_participant_that_stops_reporting_mid_pass_ends_the_wait_with_an_error(tmp_path):
+    # Participant b reports its first batch, then stops (as a rank killed
+    # mid-pass does): a pads up to b's count, then raises.
+    class Died(Exception):
+        pass
+
+    def consume_b(batch):
+        raise Died()
+
+    import threading
+    got_a = {}
+    paths_dir = tmp_path / "data"
+    paths_dir.mkdir()
+    paths = write_files(paths_dir, 2, 8, width=2)
+    features = {"y": shardq.FixedLen((), "int64")}
+
+    def run(worker, consume, out):
+        try:
+            q = shardq.WorkQueue(paths, name="steps-died", num_clients=1, worker_id=worker,
+                                 seed=1)
+            ds = (shardq.data.from_queue(q, equal_steps=True, participants=2,
+                                         steps_timeout=1.0)
+                  .batch(2).parse_example(features))
+            out[worker] = [consume(batch) for batch in ds]
+        except Exception as e:  # noqa: BLE001
+            out[worker] = e
+
+    # b first, alone, so that it holds real records when it dies (a
+    # participant that ran dry first and then died is done already).
+    for worker, consume in (("b", consume_b), ("a", lambda b: b)):
+        t = threading.Thread(target=run, args=(worker, consume, got_a))
+        t.start()
+        t.join(timeout=120)  # a hang guard only
+        assert not t.is_alive(), f"{worker} hung"
+    assert isinstance(got_a["b"], Died)
+    assert isinstance(got_a["a"], shardq.DeadlineExceededError), got_a["a"]
+    assert "1 of 2 participants done" in str(got_a["a"])
+    assert "2 ever reported" in str(got_a["a"])
+
+
+def test_a_slow_participant_that_keeps_reporting_is_waited_for(tmp_path):
+    # Each batch takes 0.1 s to consume; an item is 8 batches, so whoever
+    # runs dry first waits longer than steps_timeout in all, but hears a
+    # report every 0.1 s: no error, and both yield the same count.
+    def consume(batch):
+        time.sleep(0.1)
+        return batch
+
+    got = _participants(tmp_path, "steps-slow", ["a", "b"], 2, consume, files=2,
+                        per_file=16, steps_timeout=1.0)
+    for worker in "ab":
+        assert not isinstance(got[worker], Exception), got[worker]
+    assert len(got["a"]) == len(got["b"])
+    real = sorted(int(y) for w in "ab" for batch in got[w] for y in batch["y"][batch["_mask"]])
+    assert real == list(range(32))
+
+
+def test_steps_timeout_must_be_positive(tmp_path):
+    files = write_files(tmp_path, 1, 2, width=2)
+    q = shardq.WorkQueue(files, name="steps-timeout", worker_id="a")
+    with pytest.raises(shardq.InvalidArgumentError, match="steps_timeout"):
+        shardq.data.from_queue(q, equal_steps=True, participants=1, steps_timeout=0)
+    with pytest.raises(shardq.InvalidArgumentError, match="steps_timeout"):
+        shardq.torch.WorkQueueDataset(files, equal_steps=True, steps_timeout=-1)
