@@ -102,6 +102,16 @@ class ShuffleStage final : public Stage<T> {
           ++context_->shuffle_drains;
           break;
         }
+        if (static_cast<int64_t>(buffer_.size()) + 1 == options_.buffer_size &&
+            !buffer_.empty()) {
+          // The draw that a full buffer makes, without the element first
+          // joining the buffer: the drawn one leaves, the new one takes its
+          // place (or is drawn itself), as a push and PopTo would.
+          ++staged_next_;
+          DrawWith(std::move(in), out);
+          if (produced() >= max) return absl::OkStatus();
+          continue;
+        }
         buffer_.push_back(std::move(in));
         ++staged_next_;
       }
@@ -142,6 +152,20 @@ class ShuffleStage final : public Stage<T> {
     out->push_back(std::move(buffer_[index]));
     if (index + 1 != buffer_.size()) buffer_[index] = std::move(buffer_.back());
     buffer_.pop_back();
+    held_records_ -= NumRecords(out->back().tags);
+  }
+
+  // PopTo as if `in` had been pushed first: the same draw, one move less.
+  void DrawWith(Tracked<T>&& in, std::vector<Tracked<T>>* out) {
+    const size_t size = buffer_.size() + 1;
+    const size_t index =
+        static_cast<size_t>(rng_.UniformBelow(static_cast<uint64_t>(size)));
+    if (index + 1 == size) {
+      out->push_back(std::move(in));
+    } else {
+      out->push_back(std::move(buffer_[index]));
+      buffer_[index] = std::move(in);
+    }
     held_records_ -= NumRecords(out->back().tags);
   }
 

@@ -165,10 +165,12 @@ class RecordTags {
   // Moves every tag of `other` to the end of this.
   void Append(RecordTags&& other) {
     if (other.empty()) return;
-    if (empty()) {
+    if (empty() && (other.rest_ || !rest_)) {
       *this = std::move(other);
       return;
     }
+    // (An empty this with room reserved keeps its room: a batch's tags
+    // are appended a record at a time.)
     push_back(other.first_);
     if (other.rest_) {
       if (!rest_) rest_ = std::make_unique<std::vector<RecordTag>>();

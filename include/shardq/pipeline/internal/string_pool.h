@@ -34,8 +34,12 @@ class StringPool {
   static constexpr size_t kMaxBytes = size_t{4} << 20;
   static constexpr size_t kMaxStringBytes = 64 << 10;
 
-  // Keeps what fits of *strings (cleared, capacity kept); what is left in
-  // *strings is for the caller to destroy.
+  // Keeps what fits of *strings (as they are: contents and capacity); what
+  // is left in *strings is for the caller to destroy. Not cleared: a reader
+  // overwrites what a string held, and a string that still holds about a
+  // record's bytes is cut or grown by the difference (std::string::resize
+  // zero-fills what it grows by, so a cleared string would be zero-filled
+  // whole before every record is copied in).
   void Give(std::vector<std::string>* strings) {
     if (strings->empty()) return;
     absl::MutexLock lock(&mu_);
@@ -44,7 +48,6 @@ class StringPool {
       const size_t cap = s.capacity();
       if (cap <= kMaxStringBytes && kept_.size() < kMaxStrings &&
           bytes_ + cap <= kMaxBytes) {
-        s.clear();
         kept_.push_back(std::move(s));
         bytes_ += cap;
       } else if (cap <= kMaxStringBytes) {
@@ -54,7 +57,8 @@ class StringPool {
     }
   }
 
-  // Moves up to `n` kept (empty) strings to the end of *out.
+  // Moves up to `n` kept strings (contents unspecified: overwrite them) to
+  // the end of *out.
   void Take(size_t n, std::vector<std::string>* out) {
     absl::MutexLock lock(&mu_);
     while (n-- > 0 && !kept_.empty()) {
