@@ -63,6 +63,11 @@ __all__ += ["FIFOQueue", "RandomShuffleQueue", "PriorityQueue", "QueueRunner", "
             "shuffle_batch_join"]
 
 
+def _epoch_of(item):
+    """The epoch an Item from take() carries; None for a bare string."""
+    return item.epoch if isinstance(item, Item) else None
+
+
 class Item(str):
     """An item from WorkQueue.take(): the item string (what complete() and
     release() take), plus ``epoch`` (0-based), ``work`` (the file or table
@@ -187,7 +192,8 @@ class WorkQueue:
 
     def _init_downloads(self, download_dir):
         self._download_dir = None if download_dir is None else os.fspath(download_dir)
-        self._downloads = collections.OrderedDict()  # item string -> local path
+        # (item string, epoch) -> local path
+        self._downloads = collections.OrderedDict()
         self._download_ids = itertools.count()
         if self._download_dir is not None:
             os.makedirs(self._download_dir, exist_ok=True)
@@ -196,7 +202,7 @@ class WorkQueue:
         # PAI's take(): at the num_clients limit the oldest held item counts
         # as finished (the native queue completed it): drop its copy.
         while self._downloads and len(self._downloads) >= self.num_clients:
-            self._drop_download(next(iter(self._downloads)))
+            self._drop_download(*next(iter(self._downloads)))
         base = os.path.basename(item.work.rstrip("/")) or "item"
         # A name no other copy has, made atomically (O_EXCL): workers in
         # other processes, or other queues of this one, may share the
@@ -213,13 +219,13 @@ class WorkQueue:
                 os.remove(path)
             except FileNotFoundError:
                 pass
-            self._native.release(item)
+            self._native.release(str(item), item.epoch)
             raise
         item.path = path
-        self._downloads[str(item)] = path
+        self._downloads[(str(item), item.epoch)] = path
 
-    def _drop_download(self, item):
-        path = self._downloads.pop(str(item), None)
+    def _drop_download(self, item, epoch):
+        path = self._downloads.pop((str(item), epoch), None)
         if path is not None:
             try:
                 os.remove(path)
@@ -258,14 +264,17 @@ class WorkQueue:
 
     def complete(self, item):
         """Marks an item returned by take() as done (and removes its local
-        copy, with download_dir)."""
-        self._native.complete(item)
-        self._drop_download(item)
+        copy, with download_dir). Pass the Item itself: a bare string is
+        refused (InvalidArgumentError) while this worker holds that item in
+        two epochs."""
+        epoch = self._native.complete(str(item), _epoch_of(item))
+        self._drop_download(str(item), epoch)
 
     def release(self, item):
-        """Gives an item back unfinished: it goes to the front of the queue."""
-        self._native.release(item)
-        self._drop_download(item)
+        """Gives an item back unfinished: it goes to the front of the queue.
+        As complete(), pass the Item itself."""
+        epoch = self._native.release(str(item), _epoch_of(item))
+        self._drop_download(str(item), epoch)
 
     def input_dataset(self):
         """Iterator over items; each is completed when the next is requested."""
@@ -302,8 +311,8 @@ class WorkQueue:
     def close(self):
         """Gives back every item still held through take()."""
         self._native.close()
-        for item in list(self._downloads):
-            self._drop_download(item)
+        for key in list(self._downloads):
+            self._drop_download(*key)
 
     def __enter__(self):
         return self

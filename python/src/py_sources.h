@@ -30,8 +30,11 @@ class PyWorkQueue {
   // PAI's take(): (item string, epoch, work, start, end); start and end are
   // None for a whole work. shardq.WorkQueue.take wraps it in an Item.
   pybind11::tuple Take(std::optional<double> timeout_seconds);
-  void Complete(const std::string& item);
-  void Release(const std::string& item);
+  // complete() / release() of an item taken through take(); `epoch` picks
+  // which when the worker holds the item in two epochs (an Item carries
+  // it; a bare string then is refused as ambiguous). Return the epoch.
+  int64_t Complete(const std::string& item, std::optional<int64_t> epoch);
+  int64_t Release(const std::string& item, std::optional<int64_t> epoch);
   pybind11::dict Stats();
   void Close();
   void SaveCheckpoint(const std::string& path);
@@ -46,8 +49,10 @@ class PyWorkQueue {
  private:
   std::unique_ptr<WorkQueue> queue_;
   std::unique_ptr<InputProducer> producer_;  // destroyed before queue_
-  // Removes `item` from taken_ and returns it; NotFoundError otherwise.
-  WorkItem Untrack(const std::string& item);
+  // Removes `item` (of `epoch`, when given) from taken_ and returns it;
+  // NotFoundError if not held, InvalidArgumentError if held in several
+  // epochs and `epoch` is not given.
+  WorkItem Untrack(const std::string& item, std::optional<int64_t> epoch);
   std::deque<WorkItem> taken_;  // leased through take(), oldest first
 };
 

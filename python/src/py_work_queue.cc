@@ -6,8 +6,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
@@ -150,31 +152,52 @@ py::tuple PyWorkQueue::Take(std::optional<double> timeout_seconds) {
                         bound(item.spec->end), item.work_size);
 }
 
-WorkItem PyWorkQueue::Untrack(const std::string& item) {
+WorkItem PyWorkQueue::Untrack(const std::string& item,
+                              std::optional<int64_t> epoch) {
+  auto found = taken_.end();
+  std::vector<int64_t> epochs;  // of the copies held, when ambiguous
   for (auto it = taken_.begin(); it != taken_.end(); ++it) {
-    if (it->item != item) continue;
-    WorkItem found = *it;
-    taken_.erase(it);
-    return found;
+    if (it->item != item || (epoch.has_value() && it->epoch != *epoch)) continue;
+    if (found == taken_.end()) found = it;
+    epochs.push_back(it->epoch);
   }
-  ThrowStatus(absl::NotFoundError(absl::StrCat(
-      "queue '", queue_->name(), "': item '", item, "' is not held by this worker")));
+  if (found == taken_.end()) {
+    ThrowStatus(absl::NotFoundError(absl::StrCat(
+        "queue '", queue_->name(), "': item '", item, "'",
+        epoch.has_value() ? absl::StrCat(" of epoch ", *epoch) : "",
+        " is not held by this worker")));
+  }
+  if (epochs.size() > 1) {
+    // Completing the wrong one would count the other epoch's copy as read
+    // (and re-read this one after a crash): refuse rather than guess.
+    ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+        "queue '", queue_->name(), "': item '", item,
+        "' is held in several epochs (", absl::StrJoin(epochs, ", "),
+        "): pass the Item that take() returned, which carries its epoch")));
+  }
+  WorkItem untracked = *found;
+  taken_.erase(found);
+  return untracked;
 }
 
-void PyWorkQueue::Complete(const std::string& item) {
-  const WorkItem done = Untrack(item);
+int64_t PyWorkQueue::Complete(const std::string& item,
+                              std::optional<int64_t> epoch) {
+  const WorkItem done = Untrack(item, epoch);
   ThrowIfError([&] {
     py::gil_scoped_release release;
     return queue_->Complete(done);
   }());
+  return done.epoch;
 }
 
-void PyWorkQueue::Release(const std::string& item) {
-  const WorkItem given_back = Untrack(item);
+int64_t PyWorkQueue::Release(const std::string& item,
+                             std::optional<int64_t> epoch) {
+  const WorkItem given_back = Untrack(item, epoch);
   ThrowIfError([&] {
     py::gil_scoped_release release;
     return queue_->Release(given_back);
   }());
+  return given_back.epoch;
 }
 
 py::dict PyWorkQueue::Stats() {
@@ -306,8 +329,10 @@ void BindWorkQueue(py::module_& m) {
            py::arg("split_min_residual") = 1, py::arg("connect_timeout") = 60.0,
            py::arg("take_ahead") = 1)
       .def("take", &PyWorkQueue::Take, py::arg("timeout") = py::none())
-      .def("complete", &PyWorkQueue::Complete, py::arg("item"))
-      .def("release", &PyWorkQueue::Release, py::arg("item"))
+      .def("complete", &PyWorkQueue::Complete, py::arg("item"),
+           py::arg("epoch") = py::none())
+      .def("release", &PyWorkQueue::Release, py::arg("item"),
+           py::arg("epoch") = py::none())
       .def("stats", &PyWorkQueue::Stats)
       .def("close", &PyWorkQueue::Close)
       .def("save_checkpoint", &PyWorkQueue::SaveCheckpoint, py::arg("path"))

@@ -61,3 +61,24 @@ def test_a_failed_copy_leaves_no_file_behind(tmp_path):
         pass
     assert os.listdir(staging) == []
     assert q.stats()["leased"] == 0 and q.stats()["pending"] == 2
+
+
+def test_one_item_held_in_two_epochs_has_two_copies(tmp_path):
+    # The same item in epochs 0 and 1, held at once: each copy is its own,
+    # and completing one removes only its copy (the copies were keyed by
+    # the item string: the second replaced the first, which then leaked).
+    path, expected = lines_file(tmp_path, n=10)
+    staging = tmp_path / "copies"
+    q = shardq.WorkQueue([path], num_epochs=2, num_clients=2, download_dir=str(staging),
+                         name=f"dl-epochs-{uuid.uuid4().hex[:8]}")
+    first, second = q.take(timeout=10), q.take(timeout=10)
+    assert (first.epoch, second.epoch) == (0, 1)
+    assert first.path != second.path
+    assert sorted(os.listdir(staging)) == sorted(
+        os.path.basename(i.path) for i in (first, second))
+    q.complete(second)
+    assert os.listdir(staging) == [os.path.basename(first.path)]
+    with open(first.path, "rb") as f:
+        assert f.read().splitlines() == expected
+    q.complete(first)
+    assert os.listdir(staging) == []

@@ -219,6 +219,44 @@ def test_context_manager_gives_items_back(text_files):
     assert other.take(timeout=5) == files[0]
 
 
+def _per_epoch_completed(q):
+    return [e["completed"] for e in q.stats()["per_epoch"]]
+
+
+def test_an_item_held_in_two_epochs_is_completed_in_the_epoch_given(text_files):
+    # One item, two epochs, two clients: take() hands out both copies.
+    # Completing epoch 1's copy completed epoch 0's before (the first
+    # copy with that string): its records counted as read in epoch 0.
+    files = text_files(1, 1)
+    q = shardq.WorkQueue(files, num_epochs=2, num_clients=2, name=unique("epochs"))
+    first, second = q.take(timeout=10), q.take(timeout=10)
+    assert (first.epoch, second.epoch) == (0, 1) and str(first) == str(second)
+    with pytest.raises(shardq.InvalidArgumentError, match=r"several epochs \(0, 1\)"):
+        q.complete(str(second))  # a bare string: which one?
+    with pytest.raises(shardq.InvalidArgumentError, match="several epochs"):
+        q.release(str(first))
+    assert _per_epoch_completed(q) == [0, 0]  # nothing done by the refusals
+    q.complete(second)
+    assert _per_epoch_completed(q) == [0, 1]
+    with pytest.raises(shardq.NotFoundError, match="of epoch 1 is not held"):
+        q.complete(second)
+    q.complete(str(first))  # the one copy held: a string is enough
+    assert _per_epoch_completed(q) == [1, 1]
+    assert q.stats()["finished"]
+
+
+def test_releasing_one_epochs_copy_keeps_the_other(text_files):
+    files = text_files(1, 1)
+    q = shardq.WorkQueue(files, num_epochs=2, num_clients=2, name=unique("epochs-rel"))
+    first, second = q.take(timeout=10), q.take(timeout=10)
+    q.release(second)
+    per_epoch = q.stats()["per_epoch"]
+    assert [e["leased"] for e in per_epoch] == [1, 0]
+    assert [e["pending"] for e in per_epoch] == [0, 1]
+    q.complete(first)
+    assert _per_epoch_completed(q) == [1, 0]
+
+
 def _read_with_a_straggler(tmp_path, split):
     """Two workers over 2 slices of 1200 equal lines; "slow" sleeps 2 ms a line."""
     path = tmp_path / f"lines-{split}.txt"
