@@ -265,25 +265,48 @@ class PosixFile final : public RandomAccessFile {
   int64_t will_end_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
+// Opens `path` for reading if it is a regular file whose size tells what
+// it holds; fills *st. Opened without blocking (a FIFO's open would wait
+// for a writer: it is refused instead). A file that reports size 0 but
+// reads bytes (/proc, /sys) is refused too: everything plans and reads a
+// file by its size, so its content would be left unread without a word.
+absl::StatusOr<int> OpenRegular(const std::string& path, struct stat* st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ErrnoToStatus(errno, "open", path);
+  absl::Status refused;
+  if (::fstat(fd, st) != 0) {
+    refused = ErrnoToStatus(errno, "stat", path);
+  } else if (!S_ISREG(st->st_mode)) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a regular file"));
+  } else if (st->st_size == 0) {
+    char byte;
+    if (::pread(fd, &byte, 1, 0) > 0) {
+      refused = absl::InvalidArgumentError(absl::StrCat(
+          "'", path, "' reports a size of 0 but has content (a /proc or "
+          "/sys file?): files are read by their size; copy it to a "
+          "regular file first"));
+    }
+  }
+  if (refused.ok() && ::fcntl(fd, F_SETFL, 0) != 0) {
+    refused = ErrnoToStatus(errno, "fcntl", path);
+  }
+  if (!refused.ok()) {
+    ::close(fd);
+    return refused;
+  }
+  return fd;
+}
+
 class PosixFileSystem final : public FileSystem {
  public:
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(
       const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoToStatus(errno, "open", path);
     struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      const int error = errno;
-      ::close(fd);
-      return ErrnoToStatus(error, "stat", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", path, "' is not a regular file"));
-    }
+    absl::StatusOr<int> fd = OpenRegular(path, &st);
+    if (!fd.ok()) return fd.status();
     return std::make_unique<PosixFile>(path, static_cast<int64_t>(st.st_size),
-                                       fd);
+                                       *fd);
   }
 };
 
@@ -345,6 +368,14 @@ absl::StatusOr<int64_t> FileSize(const std::string& path) {
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat("work '", path, "' is not a regular file"));
+  }
+  if (st.st_size == 0) {
+    // Planned as empty: make sure it is (OpenRegular refuses a file that
+    // only reports size 0).
+    absl::StatusOr<int> fd = OpenRegular(path, &st);
+    if (!fd.ok()) return fd.status();
+    ::close(*fd);
+    return 0;
   }
   if (::access(path.c_str(), R_OK) != 0) return ErrnoToStatus(errno, "open", path);
   return static_cast<int64_t>(st.st_size);

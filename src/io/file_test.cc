@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -162,6 +165,40 @@ TEST(FileSystem, MissingFileIsNotFoundAndADirectoryIsInvalid) {
   EXPECT_THAT(file.status().message(), HasSubstr("/nonexistent/shardq-file"));
   file = FileSystem::Default()->Open(::testing::TempDir());
   EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FileSystem, AFifoIsRefusedWithoutWaitingForAWriter) {
+  TempPath fifo(".fifo");
+  ::unlink(fifo.path().c_str());
+  ASSERT_EQ(::mkfifo(fifo.path().c_str(), 0600), 0) << std::strerror(errno);
+  // A blocking open would wait here forever (no writer ever comes).
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+      FileSystem::Default()->Open(fifo.path());
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(file.status().message(), HasSubstr("not a regular file"));
+  EXPECT_EQ(FileSize(fifo.path()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FileSystem, AFileThatReportsSizeZeroButHasContentIsRefused) {
+  // /proc files report st_size 0 and read their content: planned and
+  // opened by their size, they would read as empty.
+  const std::string proc = "/proc/self/status";
+  if (::access(proc.c_str(), R_OK) != 0) GTEST_SKIP() << "no " << proc;
+  for (const absl::Status& status :
+       {FileSystem::Default()->Open(proc).status(), FileSize(proc).status()}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr(proc));
+    EXPECT_THAT(status.message(), HasSubstr("size of 0 but has content"));
+  }
+  // A truly empty file is fine, and its size is 0.
+  TempPath empty(".txt");
+  testing_util::WriteBytes(empty.path(), "");
+  EXPECT_EQ(FileSize(empty.path()).value_or(-1), 0);
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> opened =
+      FileSystem::Default()->Open(empty.path());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->size(), 0);
 }
 
 TEST(ReadFully, FileEndingEarlyNamesTheOffsetAndTheSizeAtOpen) {
