@@ -332,6 +332,53 @@ TEST(StringPool, KeepsStringsWithinItsBounds) {
   EXPECT_GE(big.size(), 4u);
 }
 
+TEST(StringPool, KeepsBlocksWholeWithinItsBounds) {
+  internal::StringPool pool;
+  using Block = internal::StringPool::Block;
+  std::vector<Block> blocks;
+  std::vector<std::string> rows(3, std::string(100, 'a'));
+  const std::optional<size_t> bytes = internal::BlockBytes(rows);
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_GE(*bytes, 300u);
+  blocks.push_back(Block{rows, *bytes});
+  // Over the byte bound: stays with the caller.
+  blocks.push_back(Block{{std::string(10, 'b')}, internal::StringPool::kMaxBytes});
+  blocks.push_back(Block{rows, *bytes});
+  pool.GiveBlocks(&blocks);
+  EXPECT_EQ(pool.size(), 6u);
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(blocks[0].strings, std::vector<std::string>{std::string(10, 'b')});
+  // Taken string by string, across blocks, kept strings first.
+  std::vector<std::string> loose = {std::string(50, 'c')};
+  pool.Give(&loose);
+  std::vector<std::string> got;
+  pool.Take(2, &got);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], std::string(50, 'c'));
+  pool.Take(10, &got);
+  EXPECT_EQ(got.size(), 7u);
+  EXPECT_EQ(pool.size(), 0u);
+  for (size_t i = 1; i < got.size(); ++i) EXPECT_GE(got[i].capacity(), 100u);
+
+  // Full by count.
+  std::vector<Block> many;
+  many.push_back(Block{std::vector<std::string>(internal::StringPool::kMaxStrings,
+                                                std::string(20, 'x')),
+                       0});
+  many.push_back(Block{std::vector<std::string>(1, std::string(20, 'y')), 0});
+  many.back().bytes = *internal::BlockBytes(many.back().strings);
+  many.front().bytes = *internal::BlockBytes(many.front().strings);
+  pool.GiveBlocks(&many);
+  EXPECT_EQ(pool.size(), internal::StringPool::kMaxStrings);
+  ASSERT_EQ(many.size(), 1u);
+  EXPECT_EQ(many[0].strings[0], std::string(20, 'y'));
+
+  // A string longer than the pool keeps: no block of it.
+  EXPECT_FALSE(internal::BlockBytes(
+                   {std::string(internal::StringPool::kMaxStringBytes + 1, 'z')})
+                   .has_value());
+}
+
 TEST(StringPool, HarvestTakesTheStringsOfKnownElements) {
   std::vector<std::string> out;
   Batch<Record> batch;

@@ -39,8 +39,10 @@
 #include <deque>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -111,7 +113,11 @@ class PrefetchStage final : public Stage<T> {
 
   void Recycle(T spent) override {
     if (fill_done_) return;  // destroyed here
-    spent_.elements.push_back(std::move(spent));
+    std::optional<size_t> block_bytes;
+    if constexpr (std::is_same_v<T, Batch<std::string>>) {
+      block_bytes = BlockBytes(spent.rows);  // here: the consumer is idle
+    }
+    spent_.elements.push_back(Spent{std::move(spent), block_bytes});
     MaybeHandBack();
   }
 
@@ -126,8 +132,13 @@ class PrefetchStage final : public Stage<T> {
   // the records it consumed (RecycleTags), all made in the fill thread.
   // Moved between the vectors below, never swapped: each vector's buffer
   // stays with the thread that allocated it.
+  struct Spent {
+    T element;
+    // For a batch of strings: BlockBytes of its rows (see ReuseSpent).
+    std::optional<size_t> block_bytes;
+  };
   struct Returns {
-    std::vector<T> elements;
+    std::vector<Spent> elements;
     std::vector<RecordTags> tags;
     bool empty() const { return elements.empty() && tags.empty(); }
     size_t size() const { return elements.size() + tags.size(); }
@@ -207,9 +218,20 @@ class PrefetchStage final : public Stage<T> {
   // destroyed once Put has released the lock.
   void ReuseSpent() {
     if (spent_here_.empty()) return;
-    for (T& element : spent_here_.elements) Harvest(element, &strings_here_);
+    for (Spent& spent : spent_here_.elements) {
+      if constexpr (std::is_same_v<T, Batch<std::string>>) {
+        if (spent.block_bytes.has_value()) {  // its rows go whole
+          blocks_here_.push_back(StringPool::Block{
+              std::move(spent.element.rows), *spent.block_bytes});
+          continue;
+        }
+      }
+      Harvest(spent.element, &strings_here_);
+    }
     context_->strings.Give(&strings_here_);
+    context_->strings.GiveBlocks(&blocks_here_);
     strings_here_.clear();
+    blocks_here_.clear();  // what the pool did not keep is freed here
     spent_here_.clear();
   }
 
@@ -355,6 +377,7 @@ class PrefetchStage final : public Stage<T> {
   Returns returned_ ABSL_GUARDED_BY(mu_);
   Returns spent_here_;                   // the fill thread's: see ReuseSpent
   std::vector<std::string> strings_here_;  // the fill thread's
+  std::vector<StringPool::Block> blocks_here_;  // the fill thread's
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the fill thread is done
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Written under mu_ (PublishLocked), read by the spinning consumer.

@@ -10,6 +10,11 @@
 // there were no pool. Thread-safe; one lock per call, and calls move whole
 // blocks of strings.
 //
+// GiveBlocks keeps a spent batch's rows vector whole (strings kept as
+// they are; the capacity of its strings counted by the consumer thread with
+// BlockBytes), so that recycling costs the fill thread one move a batch
+// rather than a few a string.
+//
 // Harvest(element, &strings) moves the strings out of an element the pool
 // knows (std::string, a Record's value, Batch and PerReplicaBatches of
 // them); for any other type it takes nothing.
@@ -17,6 +22,7 @@
 #define SHARDQ_SRC_PIPELINE_STRING_POOL_H_
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,10 +52,11 @@ class StringPool {
     while (!strings->empty()) {
       std::string& s = strings->back();
       const size_t cap = s.capacity();
-      if (cap <= kMaxStringBytes && kept_.size() < kMaxStrings &&
+      if (cap <= kMaxStringBytes && count_ < kMaxStrings &&
           bytes_ + cap <= kMaxBytes) {
         kept_.push_back(std::move(s));
         bytes_ += cap;
+        ++count_;
       } else if (cap <= kMaxStringBytes) {
         return;  // full: the rest is the caller's
       }
@@ -57,27 +64,86 @@ class StringPool {
     }
   }
 
+  // A vector of strings kept whole (a spent batch's rows), without moving
+  // its strings one by one: `bytes` is the capacity of its strings, each
+  // of which is at most kMaxStringBytes (see BlockBytes).
+  struct Block {
+    std::vector<std::string> strings;
+    size_t bytes = 0;
+  };
+
+  // Keeps the blocks of *blocks that fit within the bounds; the rest stay
+  // in *blocks for the caller to destroy.
+  void GiveBlocks(std::vector<Block>* blocks) {
+    if (blocks->empty()) return;
+    absl::MutexLock lock(&mu_);
+    size_t kept = 0;
+    for (size_t i = 0; i < blocks->size(); ++i) {
+      Block& block = (*blocks)[i];
+      const size_t n = block.strings.size();
+      if (n == 0 || count_ + n > kMaxStrings || bytes_ + block.bytes > kMaxBytes) {
+        if (kept != i) (*blocks)[kept] = std::move(block);
+        ++kept;
+        continue;
+      }
+      count_ += n;
+      bytes_ += block.bytes;
+      blocks_.push_back(std::move(block.strings));
+    }
+    blocks->resize(kept);
+  }
+
   // Moves up to `n` kept strings (contents unspecified: overwrite them) to
   // the end of *out.
   void Take(size_t n, std::vector<std::string>* out) {
     absl::MutexLock lock(&mu_);
-    while (n-- > 0 && !kept_.empty()) {
-      bytes_ -= kept_.back().capacity();
-      out->push_back(std::move(kept_.back()));
-      kept_.pop_back();
+    while (n > 0 && !kept_.empty()) {
+      TakeOne(kept_, out);
+      --n;
+    }
+    while (n > 0 && !blocks_.empty()) {
+      std::vector<std::string>& block = blocks_.back();
+      while (n > 0 && !block.empty()) {
+        TakeOne(block, out);
+        --n;
+      }
+      if (block.empty()) blocks_.pop_back();
     }
   }
 
   size_t size() const {
     absl::MutexLock lock(&mu_);
-    return kept_.size();
+    return count_;
   }
 
  private:
+  void TakeOne(std::vector<std::string>& from, std::vector<std::string>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    bytes_ -= from.back().capacity();
+    --count_;
+    out->push_back(std::move(from.back()));
+    from.pop_back();
+  }
+
   mutable absl::Mutex mu_;
   std::vector<std::string> kept_ ABSL_GUARDED_BY(mu_);
-  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // capacity of kept_
+  std::vector<std::vector<std::string>> blocks_ ABSL_GUARDED_BY(mu_);
+  size_t count_ ABSL_GUARDED_BY(mu_) = 0;  // strings in kept_ and blocks_
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // their capacity
 };
+
+// The capacity of `strings` for StringPool::Block, or nullopt if one of
+// them is longer than the pool keeps (the block then goes string by
+// string, through Harvest and Give). A read-only pass: the consumer
+// thread makes it, so that the fill thread only moves the vector.
+inline std::optional<size_t> BlockBytes(const std::vector<std::string>& strings) {
+  size_t bytes = 0;
+  for (const std::string& s : strings) {
+    if (s.capacity() > StringPool::kMaxStringBytes) return std::nullopt;
+    bytes += s.capacity();
+  }
+  return bytes;
+}
 
 // Moves the strings of `element` to the end of *out (see the top).
 template <typename T>
