@@ -363,7 +363,7 @@ class ItemSlots {
     int64_t offset = 0;
     while (taken < n && !slot.finished && slot.error.ok()) {
       R& record = out->emplace_back().value;
-      Reuse(&record, n + 1 - taken, &fresh_);
+      Reuse(&record, kSerialTake, &fresh_);
       if (!ReadOne(slot, slot.ticket->item(), &record, &offset, &slot.finished,
                    &slot.error)) {
         out->pop_back();
@@ -374,7 +374,7 @@ class ItemSlots {
     }
     if (taken == n && !slot.finished && slot.error.ok()) {
       R& ahead = slot.records.emplace_back();
-      Reuse(&ahead, 1, &fresh_);
+      Reuse(&ahead, kSerialTake, &fresh_);
       if (ReadOne(slot, slot.ticket->item(), &ahead, &offset, &slot.finished,
                   &slot.error)) {
         slot.offsets.push_back(offset);
@@ -430,7 +430,10 @@ class ItemSlots {
   const bool parallel_;
   const int64_t min_ahead_;  // read_ahead, or MinAhead(block_length) for 0
   // Serial mode (the one reading thread's): pooled strings taken, not yet
-  // read into.
+  // read into, taken kSerialTake at a time (a batch's worth: one lock of
+  // the pool, whose mutex the consumer side touches too, every few blocks
+  // rather than every block).
+  static constexpr size_t kSerialTake = 256;
   std::vector<std::string> fresh_;
   absl::Mutex mu_;
   absl::CondVar slot_cv_;  // the merger waits for a slot's records

@@ -225,9 +225,11 @@ struct PipelineContext {
   std::atomic<int64_t> short_batches{0};
   std::atomic<int64_t> records_dropped{0};
   std::atomic<int64_t> shuffle_drains{0};
-  // Strings of recycled elements, for the reading stage to reuse.
-  StringPool strings;
-  ThreadCoordinator coordinator;
+  // Strings of recycled elements, for the reading stage to reuse. On a
+  // cache line of its own: its mutex is locked by the reading thread, and
+  // the consumer reads the fields around it on every element.
+  alignas(64) StringPool strings;
+  alignas(64) ThreadCoordinator coordinator;  // (not on strings' lines)
 
   // See ItemLedger::Stalled.
   StallReason Stalled(int64_t own_records) const {
