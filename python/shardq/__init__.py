@@ -107,10 +107,11 @@ def _check_works(works):
     if isinstance(works, (str, bytes)):
         raise InvalidArgumentError(
             f"works must be a list of work names, not a single string ({works!r})")
-    works = list(works)
+    works = [os.fspath(w) if isinstance(w, os.PathLike) else w for w in works]
     for w in works:
         if not isinstance(w, str):
-            raise InvalidArgumentError(f"works must be strings, got {type(w).__name__}: {w!r}")
+            raise InvalidArgumentError(
+                f"works must be strings or paths, got {type(w).__name__}: {w!r}")
     return works
 
 

@@ -239,7 +239,7 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         if num_parallel_calls is not None and num_parallel_calls < 1:
             raise shardq.InvalidArgumentError(
                 f"num_parallel_calls must be >= 1, got {num_parallel_calls}")
-        self.works = list(works)
+        self.works = shardq._check_works(works)
         self.reader = reader
         self.features = features
         self.batch_size = int(batch_size)

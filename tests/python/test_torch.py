@@ -617,3 +617,13 @@ def test_a_strided_view_of_a_slot_is_copied_and_frees_that_slot():
         assert held.header[0] == 0  # free again: its batch was copied out
     finally:
         shardq._torch_slots._slots = old
+
+
+def test_works_given_as_one_string_are_refused(tmp_path):
+    # list("a.tfrecord") is its characters: refused as WorkQueue does.
+    path = write_files(tmp_path, 1, 2, width=2)[0]
+    with pytest.raises(shardq.InvalidArgumentError, match="not a single string"):
+        shardq.torch.WorkQueueDataset(path)
+    with pytest.raises(shardq.InvalidArgumentError, match="works must be strings or paths"):
+        shardq.torch.WorkQueueDataset([3])
+    assert shardq.torch.WorkQueueDataset([pathlib.Path(path)]).works == [path]

@@ -346,3 +346,13 @@ def test_a_lease_timeout_a_dead_worker_would_never_end_is_refused(text_files, le
         shardq.WorkQueue(text_files(1, 3), name=unique("lease"), lease_timeout=lease)
     assert shardq.WorkQueue(text_files(1, 3, prefix="g"), name=unique("lease"),
                             lease_timeout=86400.0).take() is not None
+
+
+def test_works_may_be_paths_but_not_one_string(text_files):
+    files = text_files(1, 1)
+    q = shardq.WorkQueue([pathlib.Path(files[0])], name=unique("paths"))
+    assert q.take(timeout=10) == files[0]
+    with pytest.raises(shardq.InvalidArgumentError, match="not a single string"):
+        shardq.WorkQueue(files[0], name=unique("one-string"))
+    with pytest.raises(shardq.InvalidArgumentError, match="strings or paths"):
+        shardq.WorkQueue([b"bytes.txt"], name=unique("bytes"))
