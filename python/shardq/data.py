@@ -305,6 +305,11 @@ def _equal_steps(it, source, ops):
     participants, participant, timeout = source["equal_steps"]
     epoch = source.get("epoch")
     key = "all-epochs" if epoch is None else f"epoch-{epoch}"
+    # A job torchrun restarted (every rank at once) is a pass of its own:
+    # the counts its participants reported before the restart are stale.
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if restart not in ("", "0"):
+        key += f"-restart-{restart}"
 
     def report(count, done):
         return native._agree_steps(key, participant, participants, count, done)

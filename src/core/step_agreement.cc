@@ -67,7 +67,11 @@ absl::StatusOr<StepTally> StepAgreements::Report(const StepReport& r) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": participant '", r.participant, "' reports count ", r.count,
         r.done ? " (done)" : " (not done)", " after ", me.count,
-        me.done ? " (done)" : " (not done)"));
+        me.done ? " (done)" : " (not done)",
+        ": it started the pass over (a restarted participant?), and a "
+        "pass's counts only grow. Every participant of a restarted job "
+        "needs a pass of its own: under torchrun each restart is one "
+        "(TORCHELASTIC_RESTART_COUNT)"));
   }
   if (a.agreed >= 0) {
     // A padding request that crossed the agreement: refused, not an error.

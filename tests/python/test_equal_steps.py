@@ -269,3 +269,35 @@ def test_steps_timeout_must_be_positive(tmp_path):
         shardq.data.from_queue(q, equal_steps=True, participants=1, steps_timeout=0)
     with pytest.raises(shardq.InvalidArgumentError, match="steps_timeout"):
         shardq.torch.WorkQueueDataset(files, equal_steps=True, steps_timeout=-1)
+
+
+def test_a_job_restarted_by_torchrun_agrees_its_steps_afresh(tmp_path, monkeypatch):
+    # The coordinator outlives the job: the participant's counts from
+    # before the restart stay on it. After torchrun restarts the job (its
+    # restart count rises), the pass starts from count 0 again: a pass of
+    # its own, not an error. Without the restart count it is refused,
+    # naming the restart.
+    paths = write_files(tmp_path, 4, 8, width=2)
+    features = {"y": shardq.FixedLen((), "int64")}
+
+    def run(batches=None):
+        q = shardq.WorkQueue(paths, name="steps-restart", num_clients=4, worker_id="a",
+                             seed=1)
+        ds = (shardq.data.from_queue(q, equal_steps=True, participants=1)
+              .batch(2).parse_example(features))
+        it = iter(ds)
+        got = [next(it) for _ in range(batches)] if batches else list(it)
+        it.close()
+        q.close()  # gives back what it holds, as a killed worker's lease would
+        return got
+
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    first = run(batches=3)
+    with pytest.raises(shardq.InvalidArgumentError, match="restarted participant"):
+        run()
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    rest = run()
+    assert len(rest) > 0
+    labels = [int(y) for batch in first + rest for y in batch["y"][batch["_mask"]]]
+    # Every record at least once (a restart may repeat what was in flight).
+    assert set(labels) == set(range(32))
