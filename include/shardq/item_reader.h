@@ -19,6 +19,13 @@ namespace shardq {
 // values) skips it; the keys are then empty.
 enum class RecordKeys { kFill, kSkip };
 
+// What a reader passed over on purpose (TFRecord's on_corrupt = skip):
+// corrupt regions resynchronised past, and their bytes. Zero otherwise.
+struct ItemSkips {
+  int64_t corrupt_regions = 0;
+  int64_t skipped_bytes = 0;
+};
+
 // Reads the records of one work item, in order, until its range ends. A
 // reader of an item that can be split (WorkItem::range set) claims each
 // record's start offset before returning it and stops where a split ended
@@ -41,6 +48,9 @@ class ItemReader {
   // resume an item in the middle: a compressed file); no progress is then
   // reported.
   virtual int64_t resume_offset() const = 0;
+
+  // What the reader skipped in the item so far (see ItemSkips).
+  virtual ItemSkips skips() const { return {}; }
 };
 
 }  // namespace shardq

@@ -479,7 +479,8 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
     ``cycle_length``: items read at once, taking turns (default: up to 4,
     at most the queue's num_clients); ``num_parallel_reads``: threads
     reading them; ``read_size``: rows fetched per query for tables;
-    ``on_corrupt``: "fail" or "skip" corrupt TFRecord regions;
+    ``on_corrupt``: "fail" or "skip" corrupt TFRecord regions (skipped ones
+    are counted in the iterator's stats(): corrupt_regions, skipped_bytes);
     ``complete``: "consumed", "read" or "auto" (see the module docstring).
     The pipeline must be the queue's only taker (no take() on it
     meanwhile). ``_pass_siblings`` (shardq.torch): the worker-id prefix of

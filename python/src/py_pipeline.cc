@@ -216,6 +216,8 @@ py::dict StatsToDict(const pipeline::PipelineStats& s) {
   d["records_dropped"] = s.records_dropped;
   d["stalls"] = s.stalls;
   d["shuffle_drains"] = s.shuffle_drains;
+  d["corrupt_regions"] = s.corrupt_regions;
+  d["skipped_bytes"] = s.skipped_bytes;
   d["short_batches"] = s.short_batches;
   return d;
 }

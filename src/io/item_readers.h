@@ -112,6 +112,9 @@ class TFRecordItemReader final : public ItemReader<Record> {
 
   // Skipped bytes and corrupt regions of the item so far (kSkip).
   const TFRecordReadStats& stats() const;
+  ItemSkips skips() const override {
+    return ItemSkips{stats().corrupt_regions, stats().skipped_bytes};
+  }
 
  private:
   class Records;

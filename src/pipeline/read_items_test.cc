@@ -368,6 +368,42 @@ int64_t ReadAheadOf(const std::string& path, int64_t read_ahead, int64_t settle_
   return count.load();
 }
 
+TEST(ReadItems, StatsCountWhatTheReadersSkipped) {
+  // Two files of 20 records; in each, record 7's data is damaged. Read with
+  // on_corrupt = kSkip, serially and in parallel: 38 records, and the two
+  // regions and their bytes in the pipeline's stats (they were only
+  // written to stderr).
+  std::vector<std::string> paths;
+  for (int f = 0; f < 2; ++f) {
+    paths.push_back(absl::StrCat(::testing::TempDir(), "/", UniqueName("skips"), ".tfrecord"));
+    std::string bytes;
+    size_t damaged_at = 0;
+    for (int r = 0; r < 20; ++r) {
+      if (r == 7) damaged_at = bytes.size() + 14;
+      bytes += EncodeTFRecord(absl::StrCat("record ", f, "-", r));
+    }
+    bytes[damaged_at] ^= 0x5a;
+    std::ofstream(paths.back(), std::ios::binary) << bytes;
+  }
+  TFRecordReaderOptions options;
+  options.on_corrupt = TFRecordReaderOptions::OnCorrupt::kSkip;
+  options.log_skips = false;
+  for (const int64_t threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    ListItemSource source(paths);
+    InterleaveOptions read;
+    read.num_parallel_reads = threads;
+    auto it = ValueOrDie(
+        ReadItems(&source, TFRecordReaderFactory(options), read).MakeIterator());
+    std::vector<Record> records = Drain(*it);
+    EXPECT_EQ(records.size(), 38u);
+    const PipelineStats stats = it->stats();
+    EXPECT_EQ(stats.corrupt_regions, 2);
+    EXPECT_EQ(stats.skipped_bytes,
+              2 * static_cast<int64_t>(EncodeTFRecord("record 0-7").size()));
+  }
+}
+
 TEST(ReadItems, ParallelReadsOfSmallRecordsReadAheadByBytes) {
   // ~100-byte lines: about 256 KiB of records is ~1000 of them, far more
   // than the 64-record floor, so a reading thread is woken once per

@@ -303,3 +303,22 @@ def test_a_second_pass_over_a_finished_queue_raises(text_files):
     with pytest.raises(shardq.FailedPreconditionError, match="is finished"):
         list(shardq.data.from_queue(queue, reader="text").map(len))
 
+
+
+def test_skipped_corrupt_records_are_counted_in_the_pipeline_stats(tmp_path):
+    # on_corrupt="skip" loses the damaged records; the iterator's stats say
+    # how many regions and bytes (before, only a log line did).
+    files = write_files(tmp_path, 2, 30, width=2)
+    payloads = _tfrecord_payloads(files)
+    damaged = bytearray(open(files[1], "rb").read())
+    damaged[len(damaged) // 2] ^= 0xFF
+    open(files[1], "wb").write(bytes(damaged))
+    it = iter(shardq.data.from_queue(queue_of(files), on_corrupt="skip"))
+    got = list(it)
+    stats = it.stats()
+    assert stats["corrupt_regions"] == 1
+    assert stats["skipped_bytes"] > 0
+    assert len(got) == len(payloads) - 1 and set(got) < set(payloads)
+    clean = iter(shardq.data.from_queue(queue_of(files[:1]), on_corrupt="skip"))
+    assert len(list(clean)) == 30
+    assert clean.stats()["corrupt_regions"] == 0 and clean.stats()["skipped_bytes"] == 0

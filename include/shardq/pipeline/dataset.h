@@ -122,6 +122,10 @@ struct PipelineStats {
   int64_t stalls = 0;
   int64_t shuffle_drains = 0;   // shuffle buffers emptied early by a stall
   int64_t short_batches = 0;    // batches with fewer than batch_size rows
+  // Passed over by the readers of items read to their end (TFRecord with
+  // on_corrupt = kSkip): corrupt regions, and their bytes.
+  int64_t corrupt_regions = 0;
+  int64_t skipped_bytes = 0;
 };
 
 // Hands out the elements of a built pipeline. Not thread-safe.

@@ -147,6 +147,8 @@ PipelineStats Iterator<T>::stats() const {
   stats.records_dropped = context_->records_dropped.load();
   stats.shuffle_drains = context_->shuffle_drains.load();
   stats.short_batches = context_->short_batches.load();
+  stats.corrupt_regions = context_->corrupt_regions.load();
+  stats.skipped_bytes = context_->skipped_bytes.load();
   return stats;
 }
 

@@ -157,6 +157,13 @@ class ReadStage final : public Stage<R> {
       ApplyEmits();  // FinishReading counts on every record emitted
       // Destroyed below, unlocked.
       std::unique_ptr<ItemReader<R>> reader = slots_.Vacate(i);
+      if (reader != nullptr) {
+        const ItemSkips skips = reader->skips();
+        if (skips.corrupt_regions > 0 || skips.skipped_bytes > 0) {
+          context_->corrupt_regions += skips.corrupt_regions;
+          context_->skipped_bytes += skips.skipped_bytes;
+        }
+      }
       // Before the last records can be consumed, so that consuming the
       // last one completes the item (inside Iterator::Next). Completes
       // right away only an item without records.

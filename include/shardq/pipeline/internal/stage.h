@@ -225,6 +225,8 @@ struct PipelineContext {
   std::atomic<int64_t> short_batches{0};
   std::atomic<int64_t> records_dropped{0};
   std::atomic<int64_t> shuffle_drains{0};
+  std::atomic<int64_t> corrupt_regions{0};  // skipped by the readers
+  std::atomic<int64_t> skipped_bytes{0};
   // Strings of recycled elements, for the reading stage to reuse. On a
   // cache line of its own: its mutex is locked by the reading thread, and
   // the consumer reads the fields around it on every element.
