@@ -58,8 +58,9 @@ One pass over the DataLoader reads every epoch of the queue, unless
 A pass then reads epoch e (plus items of earlier epochs given back or
 expired since) and stops at the first item of a later epoch, which it gives
 back; across all ranks and workers every record of the epoch is read once.
-(set_epoch reaches the workers that the DataLoader starts for each pass:
-not with persistent_workers=True, which keep the dataset of their start.)
+(set_epoch reaches the DataLoader's workers, also persistent ones
+(persistent_workers=True): the epoch lives in shared memory that every copy
+of the dataset reads at the start of its pass.)
 Another pass over the same dataset, once its queue is finished, raises
 FailedPreconditionError (it never ends silently empty): make a new dataset,
 or give another queue ``name``. (A worker that joins a queue others have
@@ -278,7 +279,12 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         self.connect_timeout = connect_timeout
         self._id = uuid.uuid4().hex[:8]  # names this dataset's workers, in every pass
         self._passes = 0  # passes begun by this copy (a worker's, with persistent_workers)
-        self._epoch = None  # set_epoch: the epoch the next passes read; None: all
+        # set_epoch's epoch (-1: None, every epoch), in shared memory: a
+        # DataLoader with persistent_workers=True keeps the copies of the
+        # dataset its workers started with, and a plain attribute set in the
+        # training process after that would never reach them (their passes
+        # then read the first epoch's leftovers: nothing, without a word).
+        self._epoch_cell = torch.full((1,), -1, dtype=torch.int64).share_memory_()
 
     def set_epoch(self, epoch):
         """The next passes read epoch ``epoch`` (from 0, below num_epochs),
@@ -293,7 +299,14 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                 raise shardq.InvalidArgumentError(
                     f"set_epoch({epoch}): the queue has num_epochs={num_epochs} "
                     f"(epochs 0 to {num_epochs - 1})")
-        self._epoch = epoch
+        self._epoch_cell[0] = -1 if epoch is None else epoch
+
+    @property
+    def _epoch(self):
+        """The epoch set_epoch last set, None for every epoch; read at the
+        start of each pass, in whichever process runs it."""
+        epoch = int(self._epoch_cell[0])
+        return None if epoch < 0 else epoch
 
     def __getstate__(self):
         state = dict(self.__dict__)

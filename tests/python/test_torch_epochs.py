@@ -22,11 +22,19 @@ def test_set_epoch_loop_reads_every_record_once_per_pass(tmp_path):
     _set_epoch_loop(tmp_path, workers=2)
 
 
-def _set_epoch_loop(tmp_path, workers):
+def test_set_epoch_reaches_persistent_workers(tmp_path):
+    # persistent_workers=True keeps the workers (and their copies of the
+    # dataset) from the first pass: set_epoch must still reach them. It did
+    # not: passes after the first read nothing, without an error.
+    _set_epoch_loop(tmp_path, workers=2, persistent_workers=True)
+
+
+def _set_epoch_loop(tmp_path, workers, **loader_args):
     files = write_files(tmp_path, 4, 25, width=4)
     dataset = shardq.torch.WorkQueueDataset(files, reader="tfrecord", features=FEATURES,
                                             batch_size=8, num_epochs=3, num_slices=12)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
+                                         **loader_args)
     for epoch in range(3):
         dataset.set_epoch(epoch)
         assert sorted(_labels(loader)) == list(range(100)), f"epoch {epoch}"
