@@ -192,8 +192,11 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
     (num_epochs, shuffle, seed, prefix, num_slices, num_clients, name,
     address, connect_timeout, lease_timeout, take_ahead) are those of shardq.WorkQueue,
     except that num_clients is raised to at least batch_size + 4 (a worker
-    holds the items of its batches until they are consumed); a worker that
-    cannot reach the coordinator raises, and the DataLoader re-raises it.
+    holds the items of its batches until they are consumed), and that a job
+    of several ranks must give ``name`` (the same on every rank; without it
+    each rank would get a queue of its own: InvalidArgumentError); a worker
+    that cannot reach the coordinator raises, and the DataLoader re-raises
+    it.
     ``state_dir``: as shardq.WorkQueue's, for the coordinator a torchrun or
     TF_CONFIG job's serving task starts here (shardq.cluster).
     ``drop_remainder`` drops short batches (a worker's last one). One pass
@@ -246,8 +249,10 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         self.batch_size = int(batch_size)
         self.drop_remainder = bool(drop_remainder)
         self.num_parallel_calls = num_parallel_calls
-        self.queue_args = dict(num_epochs=num_epochs, shuffle=shuffle,
-                               seed=seed if seed is not None else int.from_bytes(os.urandom(7), "big"),
+        # seed None: the coordinator draws one when the queue is made, and
+        # every rank and DataLoader worker that attaches takes it (a seed
+        # drawn here would differ between ranks, which then could not attach).
+        self.queue_args = dict(num_epochs=num_epochs, shuffle=shuffle, seed=seed,
                                prefix=prefix, num_slices=num_slices,
                                num_clients=max(int(num_clients), self.batch_size + _CYCLE),
                                name=name or f"torch-{uuid.uuid4().hex[:12]}")
@@ -275,6 +280,14 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
                     "every rank would read all the data")
             self._local = _CoordinatorProcess()
             address = self._local.address
+        _, world = _rank_and_world()
+        if name is None and world > 1:
+            # Each rank would make a queue of its own (a fresh default name)
+            # and read all the data: every record once per rank, silently.
+            raise shardq.InvalidArgumentError(
+                f"WorkQueueDataset needs a queue name when the job has {world} ranks "
+                "(WORLD_SIZE or torch.distributed): give every rank the same name=..., "
+                "so that they share one queue; without it each rank would read all the data")
         self.address = address  # None: the WorkQueue discovers it
         self.connect_timeout = connect_timeout
         self._id = uuid.uuid4().hex[:8]  # names this dataset's workers, in every pass

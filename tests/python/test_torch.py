@@ -627,3 +627,42 @@ def test_works_given_as_one_string_are_refused(tmp_path):
     with pytest.raises(shardq.InvalidArgumentError, match="works must be strings or paths"):
         shardq.torch.WorkQueueDataset([3])
     assert shardq.torch.WorkQueueDataset([pathlib.Path(path)]).works == [path]
+
+
+def test_a_job_of_several_ranks_must_name_its_queue(tmp_path, monkeypatch):
+    # Without a name each rank made a queue of its own (a fresh default
+    # name) and read all the data: every record once per rank, silently.
+    files = write_files(tmp_path, 1, 4, width=2)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(shardq.InvalidArgumentError, match="same name"):
+        shardq.torch.WorkQueueDataset(files, reader="tfrecord", address="127.0.0.1:1")
+
+
+def test_ranks_without_a_seed_share_one_queue(tmp_path):
+    # seed=None on every rank: the coordinator draws one seed when the
+    # queue is made and the other ranks attach to it (a seed drawn by each
+    # rank's dataset made the second rank's attach fail).
+    files = write_files(tmp_path, 2, 5, width=2)
+    serve, address = _serve(tmp_path)
+    try:
+        name = f"seedless-{os.getpid()}"
+        datasets = [shardq.torch.WorkQueueDataset(files, reader="tfrecord", batch_size=2,
+                                                  name=name, address=address,
+                                                  features={"y": shardq.FixedLen((), "int64")})
+                    for _ in range(2)]
+        its = [iter(d) for d in datasets]
+        labels = []
+        done = [False, False]
+        while not all(done):  # the two "ranks" take turns
+            for k, it in enumerate(its):
+                if done[k]:
+                    continue
+                try:
+                    labels += next(it)["y"].tolist()
+                except StopIteration:
+                    done[k] = True
+        assert sorted(labels) == list(range(10))
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
