@@ -215,7 +215,7 @@ class Dataset:
                 builder.parse_example(parser.spec, threads, slots)
             else:
                 getattr(builder, name)(*args)
-        native = builder.iterator()
+        native = builder.iterator(source.get("defer", 0))
         if source.get("equal_steps") is not None:
             it = _python_stages(_closing(native), python_ops, _batch_size_at_end(native_ops))
             return _equal_steps(it, source, self._ops)
@@ -471,6 +471,7 @@ def _python_stages(it, ops, batch_size=None):
 
 def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
                cycle_length=None, num_parallel_reads=1, complete="auto", _pass_siblings="",
+               _defer=0,
                equal_steps=False, participants=None, participant=None,
                steps_timeout=STEPS_TIMEOUT):
     """The records of a WorkQueue's items, read by the C++ pipeline: bytes
@@ -483,7 +484,10 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
     are counted in the iterator's stats(): corrupt_regions, skipped_bytes);
     ``complete``: "consumed", "read" or "auto" (see the module docstring).
     The pipeline must be the queue's only taker (no take() on it
-    meanwhile). ``_pass_siblings`` (shardq.torch): the worker-id prefix of
+    meanwhile). ``_defer`` (shardq.torch): the records of a batch count as
+    consumed only once that many more were handed out, or when the pipeline
+    would wait (Iterator::DeferConsumption). ``_pass_siblings``
+    (shardq.torch): the worker-id prefix of
     the other DataLoader workers of this pass; the pipeline then ends, as
     the queue's end, once it holds nothing and they hold the rest.
     ``equal_steps``: see the module docstring; ``participants`` (default:
@@ -522,4 +526,5 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
                                   num_parallel_reads=int(num_parallel_reads),
                                   complete_when_read=complete == "read",
                                   siblings=str(_pass_siblings), epoch=None,
+                                  defer=int(_defer),
                                   equal_steps=steps))

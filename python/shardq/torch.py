@@ -35,8 +35,14 @@ a slot is written again only once no tensor of its batch is left. An item
 is completed only once every one of its records has left the worker's
 pipeline in a batch (complete="consumed"), so a worker that dies mid-item
 leaves the item to be read again (after the queue's lease_timeout), never
-lost. A worker therefore holds the items its buffered batches come from:
-the queue's num_clients is at least batch_size + 4.
+lost. Nor does a training process that dies: a batch's records count as
+consumed only once the loop is done with it (when it asks for the next
+batch; for a DataLoader worker's batch, when that worker is asked for its
+third batch after it, the DataLoader asking a worker for more only as the
+loop takes batches; with a prefetch_factor above the default 2, the extra
+prefetched batches are not covered), or when the worker's pipeline would
+otherwise wait. A worker therefore holds the items its buffered batches
+come from: the queue's num_clients is at least batch_size + 4.
 
 The DataLoader takes batches from its workers in a fixed round-robin order
 and asks a worker for more only once its earlier batches were taken, so a
@@ -181,6 +187,14 @@ def _rank_and_world():
 # Items a worker's pipeline reads at once (from_queue's cycle_length); the
 # queue lets a worker hold a batch's worth of items more than that.
 _CYCLE = 4
+
+# In a DataLoader worker, the batches after which a batch's records count
+# as consumed: the worker is asked for its batch k only once the training
+# loop has taken the batch it yielded prefetch_factor (default 2) batches
+# before, and has finished with the one before that. A larger
+# prefetch_factor leaves its extra batches unprotected (see the module
+# docstring).
+_WORKER_DEFER = 3
 
 
 class WorkQueueDataset(torch.utils.data.IterableDataset):
@@ -372,9 +386,16 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
             steps = dict(equal_steps=True, participants=world * workers,
                          participant=f"rank{rank}-w{info.id if info else 0}",
                          steps_timeout=self.steps_timeout)
+        # A batch's items complete only once the training loop is done with
+        # it: in the training process, when it asks for the next batch; in
+        # a DataLoader worker, when the worker is asked for its batch
+        # _WORKER_DEFER later (the DataLoader asks a worker for more only as
+        # the loop takes batches, holding prefetch_factor of each worker's
+        # ready). A training process that dies then loses no record.
+        defer = _WORKER_DEFER if torch.utils.data.get_worker_info() is not None else 1
         ds = shardq.data.from_queue(queue, reader=self.reader, on_corrupt=self.on_corrupt,
                                     cycle_length=_CYCLE, complete="consumed",
-                                    _pass_siblings=siblings, **steps)
+                                    _pass_siblings=siblings, _defer=defer, **steps)
         ds.set_epoch(self._epoch)
         ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
         if self.features:

@@ -495,7 +495,8 @@ class PyPipeline {
   // Builds the pipeline and starts its threads. A Prefetch(1) is added at
   // the end unless the chain ends with one, so that next() can wait in
   // slices (see Iterator::TryNext).
-  std::unique_ptr<PyPipelineIterator> MakeIterator() {
+  // `defer`: Iterator::DeferConsumption's elements (0: none).
+  std::unique_ptr<PyPipelineIterator> MakeIterator(int64_t defer) {
     Elements::Datasets stream = stream_;
     if (!ends_with_prefetch_) {
       stream = std::visit(
@@ -505,9 +506,10 @@ class PyPipeline {
     {
       py::gil_scoped_release release;
       iterator = std::visit(
-          [](const auto& ds) -> absl::StatusOr<Elements::Iterators> {
+          [defer](const auto& ds) -> absl::StatusOr<Elements::Iterators> {
             auto it = ds.MakeIterator();
             if (!it.ok()) return it.status();
+            if (absl::Status s = (*it)->DeferConsumption(defer); !s.ok()) return s;
             return Elements::Iterators(*std::move(it));
           },
           stream);
@@ -550,7 +552,7 @@ void BindPipeline(py::module_& m) {
       .def("parse_example", &PyPipeline::ParseExample, py::arg("spec"),
            py::arg("num_threads"), py::arg("slots") = nullptr)
       .def("prefetch", &PyPipeline::Prefetch, py::arg("buffer_size"))
-      .def("iterator", &PyPipeline::MakeIterator)
+      .def("iterator", &PyPipeline::MakeIterator, py::arg("defer") = 0)
       .def_property_readonly("kind", &PyPipeline::kind);
 
   py::class_<PyPipelineIterator>(m, "_PipelineIterator")

@@ -131,6 +131,77 @@ TEST(ReadItems, CompletesAnItemOnlyOnceItsLastRecordIsConsumed) {
   EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
 }
 
+TEST(ReadItems, DeferredConsumptionCompletesAnItemElementsLater) {
+  // Items of 5 lines, batches of 5: batch k is item k. With consumption
+  // deferred by 2 batches, item k completes when batch k + 2 is handed out,
+  // and the last two at the end of the data.
+  const std::string tag = UniqueName("defer");
+  std::vector<std::string> files = WriteTextFiles(tag, 6, 5);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/8);
+  InterleaveOptions read;
+  read.cycle_length = 1;
+  BatchOptions batch;
+  batch.batch_size = 5;
+  auto it = ValueOrDie(ReadItems(queue.get(), TextReaderFactory(), read)
+                           .Batch(batch)
+                           .Prefetch(8)
+                           .MakeIterator());
+  ASSERT_TRUE(it->DeferConsumption(2).ok());
+  for (int k = 0; k < 6; ++k) {
+    ASSERT_TRUE(it->Next().ok());
+    EXPECT_EQ(ValueOrDie(queue->Stats()).completed, std::max(0, k - 1)) << "batch " << k;
+  }
+  EXPECT_TRUE(absl::IsOutOfRange(it->Next().status()));
+  EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 6);
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+TEST(ReadItems, DeferredRecordsOfADestroyedIteratorAreReadAgain) {
+  // The consumer dies while it still uses the last two batches it got:
+  // their items go back to the queue, whole, and another pipeline reads
+  // them; the items of the batches it was done with are completed.
+  const std::string tag = UniqueName("defer-dies");
+  std::vector<std::string> files = WriteTextFiles(tag, 6, 5);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/8);
+  InterleaveOptions read;
+  read.cycle_length = 1;
+  BatchOptions batch;
+  batch.batch_size = 5;
+  auto dataset = ReadItems(queue.get(), TextReaderFactory(), read).Batch(batch).Prefetch(8);
+  std::vector<std::string> first;
+  {
+    auto it = ValueOrDie(dataset.MakeIterator());
+    ASSERT_TRUE(it->DeferConsumption(2).ok());
+    for (int k = 0; k < 4; ++k) {
+      Batch<Record> b = ValueOrDie(it->Next());
+      for (const Record& r : b.rows) first.push_back(r.value);
+    }
+    EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 2);
+  }
+  std::vector<std::string> second;
+  for (const Batch<Record>& b : DrainDataset(dataset)) {
+    for (const Record& r : b.rows) second.push_back(r.value);
+  }
+  EXPECT_EQ(second.size(), 20u);  // items 2-5: two delivered before, read again
+  std::vector<std::string> all = first;
+  all.insert(all.end(), second.begin(), second.end());
+  std::vector<std::string> unique = Sorted(all);
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  EXPECT_EQ(unique, Sorted(ExpectedLines(tag, 6, 5)));
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+TEST(ReadItems, DeferredConsumptionNeedsAPrefetchAtTheEnd) {
+  const std::string tag = UniqueName("defer-bad");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 1, 5), 0, 4);
+  auto it = ValueOrDie(ReadItems(queue.get(), TextReaderFactory()).MakeIterator());
+  EXPECT_EQ(it->DeferConsumption(1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(it->DeferConsumption(0).ok());
+  auto prefetched =
+      ValueOrDie(ReadItems(queue.get(), TextReaderFactory()).Prefetch(2).MakeIterator());
+  EXPECT_EQ(prefetched->DeferConsumption(-1).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ReadItems, DroppedRemaindersStillCompleteTheirItems) {
   const std::string tag = UniqueName("drop");
   std::vector<std::string> files = WriteTextFiles(tag, 3, 50);  // 150 lines

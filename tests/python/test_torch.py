@@ -666,3 +666,50 @@ def test_ranks_without_a_seed_share_one_queue(tmp_path):
     finally:
         serve.terminate()
         serve.wait(timeout=30)
+
+
+DIES_MID_PASS = """
+import sys, json, os
+sys.path.insert(0, {pkg!r})
+import torch, shardq, shardq.torch
+files, address, name, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+dataset = shardq.torch.WorkQueueDataset(
+    files, reader="tfrecord", batch_size=4, num_slices=30, seed=2, name=name, address=address,
+    lease_timeout=2.0, features={{"y": shardq.FixedLen((), "int64")}})
+loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+with open(out, "w") as f:
+    for step, batch in enumerate(loader):
+        if step == 5:
+            os._exit(9)  # the training process dies, its workers with it
+        f.write(json.dumps(batch["y"].tolist()) + "\\n")  # trained on
+        f.flush()
+"""
+
+
+def test_a_training_process_that_dies_loses_no_record(tmp_path):
+    # The DataLoader fetches batches from its workers ahead of the loop
+    # (prefetch_factor per worker). Their items were completed on hand-over,
+    # so when the training process died, the records of the fetched but
+    # untrained batches were lost. Now an item completes only once the loop
+    # is done with its batches: what the dead process did not train on is
+    # read again after the lease timeout.
+    files = write_files(tmp_path, 3, 40, width=2)  # 120 records, 30 items
+    serve, address = _serve(tmp_path)
+    try:
+        name = f"dies-{os.getpid()}"
+        trained_file = tmp_path / "trained.jsonl"
+        package_dir = os.environ.get("SHARDQ_PYTHONPATH", str(REPO / "build" / "python"))
+        child = subprocess.run(
+            [sys.executable, "-c", DIES_MID_PASS.format(pkg=package_dir), json.dumps(files),
+             address, name, str(trained_file)], capture_output=True, text=True, timeout=300)
+        assert child.returncode == 9, child.stderr[-3000:]
+        trained = [y for line in trained_file.read_text().splitlines() for y in json.loads(line)]
+        assert len(trained) == 5 * 4
+        rest = shardq.torch.WorkQueueDataset(
+            files, reader="tfrecord", batch_size=4, num_slices=30, seed=2, name=name,
+            address=address, lease_timeout=2.0, features={"y": shardq.FixedLen((), "int64")})
+        again = [y for batch in rest for y in batch["y"].tolist()]
+        assert set(trained) | set(again) == set(range(120))
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)

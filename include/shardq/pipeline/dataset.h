@@ -34,8 +34,9 @@
 //    batch is handed on short (or dropped with drop_remainder).
 //  * Exactly-once accounting: a work item is completed (WorkQueue::Complete)
 //    only once every one of its records has left the pipeline (returned by
-//    Next, or dropped on purpose by Batch / Distribute), so a crash never
-//    loses a half-read item; it is re-read, as at-least-once delivery
+//    Next, or dropped on purpose by Batch / Distribute; with
+//    Iterator::DeferConsumption, only some elements after that), so a crash
+//    never loses a half-read item; it is re-read, as at-least-once delivery
 //    requires. Progress (ItemSource::NoteProgress) follows the
 //    records returned in order.
 //  * Errors (a missing file, a corrupt record, a failing map function, a
@@ -63,6 +64,7 @@
 #define SHARDQ_PIPELINE_DATASET_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -82,6 +84,7 @@ namespace shardq::pipeline {
 
 namespace internal {
 struct PipelineContext;
+class RecordTags;
 template <typename T>
 class Stage;
 template <typename T>
@@ -172,15 +175,37 @@ class Iterator {
 
   PipelineStats stats() const;
 
+  // From now on, the records of an element returned by Next count as
+  // consumed (so their items may complete) only once `elements` (>= 0)
+  // more elements were returned after it, when the pipeline cannot go on
+  // without their items completed (its reading stage idle at the held-item
+  // limit, or with nothing else to take: Next then waits in slices of
+  // kDeferredPoll and checks), or at the end of the data; never earlier.
+  // For a consumer that is still using an element after it asked for the
+  // next ones: a DataLoader worker, whose batches wait in the DataLoader's
+  // prefetch queue before training uses them. If the iterator is destroyed
+  // (or fails) first, their items are released unfinished and read again.
+  // INVALID_ARGUMENT for a pipeline that does not end in a Prefetch (its
+  // Next cannot tell that it is about to wait).
+  absl::Status DeferConsumption(int64_t elements);
+  static constexpr absl::Duration kDeferredPoll = absl::Milliseconds(5);
+
  private:
   template <typename>
   friend class Dataset;
   Iterator(std::unique_ptr<internal::PipelineContext> context,
            std::unique_ptr<internal::Stage<T>> stage);
+  // Consumes the deferred records of the oldest elements until at most
+  // `keep` elements' wait. False (and status_ set) on an error.
+  bool ConsumeDeferred(size_t keep);
 
   const std::unique_ptr<internal::PipelineContext> context_;
   const std::unique_ptr<internal::Stage<T>> stage_;
   absl::Status status_;  // sticky: the end or the error
+  int64_t defer_ = 0;    // DeferConsumption's
+  // Records of returned elements not yet consumed, oldest first.
+  std::deque<internal::RecordTags> deferred_;
+  int64_t deferred_records_ = 0;  // the records of deferred_
 };
 
 template <typename T>

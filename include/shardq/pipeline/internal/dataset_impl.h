@@ -97,12 +97,31 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
   if (!status_.ok()) return status_;
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
+    // Nothing ready while records are deferred: wait in slices as long as
+    // the pipeline can go on without them; once its reading stage is idle
+    // for want of their items (the held-item limit, or nothing else left
+    // to take), they are consumed.
+    while (!deferred_.empty() && !stage_->WaitReady(absl::ZeroDuration())) {
+      if (context_->Stalled(deferred_records_) != internal::StallReason::kNone) {
+        if (!ConsumeDeferred(0)) return status_;
+        break;
+      }
+      const absl::Time now = absl::Now();
+      if (now >= deadline) return std::optional<T>();
+      stage_->WaitReady(std::min(kDeferredPoll, deadline - now));
+    }
     if (timeout != absl::InfiniteDuration() &&
         !stage_->WaitReady(std::max(absl::ZeroDuration(),
                                     deadline - absl::Now()))) {
       return std::optional<T>();
     }
     internal::Envelope<T> next = stage_->Next();
+    if (!next.ok() && absl::IsOutOfRange(next.status()) && !deferred_.empty() &&
+        !ConsumeDeferred(0)) {
+      // The end of the data: the consumer asked past the last element, so
+      // the deferred ones are done with (and their items complete).
+      return status_;
+    }
     if (!next.ok()) {
       status_ = next.status();
       if (absl::IsOutOfRange(status_)) {
@@ -114,6 +133,13 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
       return status_;
     }
     if (next->marker) continue;
+    if (defer_ > 0 && context_->ledger != nullptr) {
+      deferred_records_ += internal::NumRecords(next->tags);
+      deferred_.push_back(std::move(next->tags));
+      // An error here ends the pipeline after this element (status_).
+      ConsumeDeferred(static_cast<size_t>(defer_));
+      return std::optional<T>(std::move(next->value));
+    }
     if (context_->ledger != nullptr) {
       absl::Status consumed = context_->ledger->Consume(next->tags);
       if (!consumed.ok()) {
@@ -125,6 +151,43 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
     stage_->RecycleTags(std::move(next->tags));
     return std::optional<T>(std::move(next->value));
   }
+}
+
+template <typename T>
+bool Iterator<T>::ConsumeDeferred(size_t keep) {
+  while (deferred_.size() > keep) {
+    internal::RecordTags tags = std::move(deferred_.front());
+    deferred_.pop_front();
+    deferred_records_ -= internal::NumRecords(tags);
+    absl::Status consumed = context_->ledger->Consume(tags);
+    stage_->RecycleTags(std::move(tags));
+    if (!consumed.ok()) {
+      // The elements are delivered; the pipeline ends with the error.
+      status_ = std::move(consumed);
+      context_->coordinator.RequestStop();
+      deferred_.clear();
+      deferred_records_ = 0;
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+absl::Status Iterator<T>::DeferConsumption(int64_t elements) {
+  if (elements < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeferConsumption: elements = ", elements, ", must be >= 0"));
+  }
+  if (elements > 0 && !stage_->CanWaitReady()) {
+    return absl::InvalidArgumentError(
+        "DeferConsumption needs a pipeline that ends in a Prefetch");
+  }
+  defer_ = elements;
+  if (!deferred_.empty() && !ConsumeDeferred(static_cast<size_t>(defer_))) {
+    return status_;
+  }
+  return absl::OkStatus();
 }
 
 template <typename T>

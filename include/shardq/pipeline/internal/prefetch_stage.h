@@ -110,6 +110,7 @@ class PrefetchStage final : public Stage<T> {
   bool WaitReady(absl::Duration timeout) override {
     return !taken_.empty() || Take(timeout);
   }
+  bool CanWaitReady() const override { return true; }
 
   void Recycle(T spent) override {
     if (fill_done_) return;  // destroyed here

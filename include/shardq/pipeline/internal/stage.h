@@ -105,6 +105,10 @@ class Stage {
     (void)timeout;
     return true;
   }
+  // Whether WaitReady really waits (and answers false when nothing is
+  // ready): true for a stage that hands elements over from a thread of its
+  // own (Prefetch).
+  virtual bool CanWaitReady() const { return false; }
 
   // Called once, before the pipeline starts, by a stage that pulls from
   // this one from a thread of its own (Prefetch) and is its only puller:
