@@ -486,7 +486,7 @@ def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,
     The pipeline must be the queue's only taker (no take() on it
     meanwhile). ``_defer`` (shardq.torch): the records of a batch count as
     consumed only once that many more were handed out, or when the pipeline
-    would wait (Iterator::DeferConsumption). ``_pass_siblings``
+    cannot go on without their items (Iterator::DeferConsumption). ``_pass_siblings``
     (shardq.torch): the worker-id prefix of
     the other DataLoader workers of this pass; the pipeline then ends, as
     the queue's end, once it holds nothing and they hold the rest.

@@ -40,8 +40,8 @@ consumed only once the loop is done with it (when it asks for the next
 batch; for a DataLoader worker's batch, when that worker is asked for its
 third batch after it, the DataLoader asking a worker for more only as the
 loop takes batches; with a prefetch_factor above the default 2, the extra
-prefetched batches are not covered), or when the worker's pipeline would
-otherwise wait. A worker therefore holds the items its buffered batches
+prefetched batches are not covered), or when the worker's pipeline cannot
+go on without their items. A worker therefore holds the items its buffered batches
 come from: the queue's num_clients is at least batch_size + 4.
 
 The DataLoader takes batches from its workers in a fixed round-robin order
