@@ -271,6 +271,12 @@ class PosixFile final : public RandomAccessFile {
 // reads bytes (/proc, /sys) is refused too: everything plans and reads a
 // file by its size, so its content would be left unread without a word.
 absl::StatusOr<int> OpenRegular(const std::string& path, struct stat* st) {
+  // Not even opened when it is not a regular file (opening some devices
+  // does something); checked again on the open file below.
+  if (::stat(path.c_str(), st) == 0 && !S_ISREG(st->st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a regular file"));
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoToStatus(errno, "open", path);
   absl::Status refused;
