@@ -246,20 +246,46 @@ def test_a_participant_that_stops_reporting_mid_pass_ends_the_wait_with_an_error
 
 
 def test_a_slow_participant_that_keeps_reporting_is_waited_for(tmp_path):
-    # Each batch takes 0.1 s to consume; an item is 8 batches, so whoever
-    # runs dry first waits longer than steps_timeout in all, but hears a
-    # report every 0.1 s: no error, and both yield the same count.
-    def consume(batch):
-        time.sleep(0.1)
-        return batch
+    # b starts first and takes 0.2 s a batch over at least 20 batches (it
+    # holds one or both items); a, started once b has its first batch, runs
+    # dry at once and waits for b for 4 s or more, twice steps_timeout in
+    # all, but hears a report every 0.2 s: no error, the same count.
+    import threading
+    paths = write_files(tmp_path, 2, 40, width=2)
+    features = {"y": shardq.FixedLen((), "int64")}
+    got = {}
+    b_started = threading.Event()
 
-    got = _participants(tmp_path, "steps-slow", ["a", "b"], 2, consume, files=2,
-                        per_file=16, steps_timeout=1.0)
+    def run(worker, delay):
+        try:
+            q = shardq.WorkQueue(paths, name="steps-slow", num_clients=8, worker_id=worker,
+                                 seed=1)
+            ds = (shardq.data.from_queue(q, equal_steps=True, participants=2,
+                                         steps_timeout=2.0)
+                  .batch(2).parse_example(features))
+            out = []
+            for batch in ds:
+                out.append(batch)
+                b_started.set()
+                time.sleep(delay)
+            got[worker] = out
+        except Exception as e:  # noqa: BLE001 - handed to the test
+            got[worker] = e
+            b_started.set()
+
+    slow = threading.Thread(target=run, args=("b", 0.2))
+    slow.start()
+    assert b_started.wait(timeout=60)
+    fast = threading.Thread(target=run, args=("a", 0.0))
+    fast.start()
+    for t in (slow, fast):
+        t.join(timeout=120)  # a hang guard only
+        assert not t.is_alive(), "a participant hung"
     for worker in "ab":
         assert not isinstance(got[worker], Exception), got[worker]
     assert len(got["a"]) == len(got["b"])
     real = sorted(int(y) for w in "ab" for batch in got[w] for y in batch["y"][batch["_mask"]])
-    assert real == list(range(32))
+    assert real == list(range(80))
 
 
 def test_steps_timeout_must_be_positive(tmp_path):
