@@ -131,21 +131,22 @@ TEST(ReadItems, CompletesAnItemOnlyOnceItsLastRecordIsConsumed) {
   EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
 }
 
-TEST(ReadItems, DeferredConsumptionCompletesAnItemElementsLater) {
-  // Items of 5 lines, batches of 5: batch k is item k. With consumption
-  // deferred by 2 batches, item k completes when batch k + 2 is handed out,
-  // and the last two at the end of the data.
-  const std::string tag = UniqueName("defer");
-  std::vector<std::string> files = WriteTextFiles(tag, 6, 5);
-  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/8);
+// For the DeferConsumption tests: 6 items of 5 lines read one at a time
+// into batches of 5, so that batch k is item k.
+Dataset<Batch<Record>> OneItemABatch(WorkQueue* queue) {
   InterleaveOptions read;
   read.cycle_length = 1;
   BatchOptions batch;
   batch.batch_size = 5;
-  auto it = ValueOrDie(ReadItems(queue.get(), TextReaderFactory(), read)
-                           .Batch(batch)
-                           .Prefetch(8)
-                           .MakeIterator());
+  return ReadItems(queue, TextReaderFactory(), read).Batch(batch).Prefetch(8);
+}
+
+TEST(ReadItems, DeferredConsumptionCompletesAnItemElementsLater) {
+  // With consumption deferred by 2 batches, item k completes when batch
+  // k + 2 is handed out, and the last two at the end of the data.
+  const std::string tag = UniqueName("defer");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 6, 5), 0, 8);
+  auto it = ValueOrDie(OneItemABatch(queue.get()).MakeIterator());
   ASSERT_TRUE(it->DeferConsumption(2).ok());
   for (int k = 0; k < 6; ++k) {
     ASSERT_TRUE(it->Next().ok());
@@ -161,13 +162,8 @@ TEST(ReadItems, DeferredRecordsOfADestroyedIteratorAreReadAgain) {
   // their items go back to the queue, whole, and another pipeline reads
   // them; the items of the batches it was done with are completed.
   const std::string tag = UniqueName("defer-dies");
-  std::vector<std::string> files = WriteTextFiles(tag, 6, 5);
-  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 0, /*num_clients=*/8);
-  InterleaveOptions read;
-  read.cycle_length = 1;
-  BatchOptions batch;
-  batch.batch_size = 5;
-  auto dataset = ReadItems(queue.get(), TextReaderFactory(), read).Batch(batch).Prefetch(8);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 6, 5), 0, 8);
+  auto dataset = OneItemABatch(queue.get());
   std::vector<std::string> first;
   {
     auto it = ValueOrDie(dataset.MakeIterator());

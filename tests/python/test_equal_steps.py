@@ -164,39 +164,44 @@ def test_equal_steps_needs_batches(tmp_path):
 
 
 
-def _participants(tmp_path, name, workers, participants, consume, files=2, per_file=8,
-                  steps_timeout=shardq.data.STEPS_TIMEOUT):
-    """Runs one thread per worker id in `workers`, each iterating an
-    equal-steps dataset over the same queue and calling consume(batch);
-    returns {worker: batches or the exception raised}."""
+def _participant(paths, name, worker, got, steps_timeout, consume=lambda b: b,
+                 num_clients=8, participants=2):
+    """One participant of an equal-steps pass over `paths` (batches of 2):
+    consume(batch) for each; got[worker] = the batches, or the exception."""
+    try:
+        q = shardq.WorkQueue(paths, name=name, num_clients=num_clients, worker_id=worker,
+                             seed=1)
+        ds = (shardq.data.from_queue(q, equal_steps=True, participants=participants,
+                                     steps_timeout=steps_timeout)
+              .batch(2).parse_example({"y": shardq.FixedLen((), "int64")}))
+        out = []
+        for batch in ds:
+            consume(batch)
+            out.append(batch)
+        got[worker] = out
+    except Exception as e:  # noqa: BLE001 - handed to the test
+        got[worker] = e
+
+
+def _started(*args, **kwargs):
+    """_participant in a thread of its own, started."""
     import threading
-    paths = write_files(tmp_path, files, per_file, width=2)
-    features = {"y": shardq.FixedLen((), "int64")}
-    got = {}
+    t = threading.Thread(target=_participant, args=args, kwargs=kwargs)
+    t.start()
+    return t
 
-    def run(worker):
-        try:
-            q = shardq.WorkQueue(paths, name=name, num_clients=8, worker_id=worker, seed=1)
-            ds = (shardq.data.from_queue(q, equal_steps=True, participants=participants,
-                                         steps_timeout=steps_timeout)
-                  .batch(2).parse_example(features))
-            got[worker] = [consume(batch) for batch in ds]
-        except Exception as e:  # noqa: BLE001 - handed to the test
-            got[worker] = e
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
+def _joined(*threads):
     for t in threads:
         t.join(timeout=120)  # a hang guard only
-    assert not any(t.is_alive() for t in threads), "a participant hung"
-    return got
+        assert not t.is_alive(), "a participant hung"
 
 
 def test_a_participant_that_never_reports_ends_the_wait_with_an_error(tmp_path):
     # Two participants expected, one runs (the other died before its first
     # report): the one with no batch left raises instead of waiting forever.
-    got = _participants(tmp_path, "steps-missing", ["a"], 2, lambda b: b, steps_timeout=1.0)
+    got = {}
+    _joined(_started(write_files(tmp_path, 2, 8, width=2), "steps-missing", "a", got, 1.0))
     error = got["a"]
     assert isinstance(error, shardq.DeadlineExceededError), error
     assert isinstance(error, TimeoutError)
@@ -214,78 +219,41 @@ def test_a_participant_that_stops_reporting_mid_pass_ends_the_wait_with_an_error
     def consume_b(batch):
         raise Died()
 
-    import threading
-    got_a = {}
-    paths_dir = tmp_path / "data"
-    paths_dir.mkdir()
-    paths = write_files(paths_dir, 2, 8, width=2)
-    features = {"y": shardq.FixedLen((), "int64")}
-
-    def run(worker, consume, out):
-        try:
-            q = shardq.WorkQueue(paths, name="steps-died", num_clients=1, worker_id=worker,
-                                 seed=1)
-            ds = (shardq.data.from_queue(q, equal_steps=True, participants=2,
-                                         steps_timeout=1.0)
-                  .batch(2).parse_example(features))
-            out[worker] = [consume(batch) for batch in ds]
-        except Exception as e:  # noqa: BLE001
-            out[worker] = e
-
+    paths = write_files(tmp_path, 2, 8, width=2)
+    got = {}
     # b first, alone, so that it holds real records when it dies (a
     # participant that ran dry first and then died is done already).
-    for worker, consume in (("b", consume_b), ("a", lambda b: b)):
-        t = threading.Thread(target=run, args=(worker, consume, got_a))
-        t.start()
-        t.join(timeout=120)  # a hang guard only
-        assert not t.is_alive(), f"{worker} hung"
-    assert isinstance(got_a["b"], Died)
-    assert isinstance(got_a["a"], shardq.DeadlineExceededError), got_a["a"]
-    assert "1 of 2 participants done" in str(got_a["a"])
-    assert "2 ever reported" in str(got_a["a"])
+    _joined(_started(paths, "steps-died", "b", got, 1.0, consume_b, num_clients=1))
+    _joined(_started(paths, "steps-died", "a", got, 1.0, num_clients=1))
+    assert isinstance(got["b"], Died)
+    assert isinstance(got["a"], shardq.DeadlineExceededError), got["a"]
+    assert "1 of 2 participants done" in str(got["a"])
+    assert "2 ever reported" in str(got["a"])
 
 
 def test_a_slow_participant_that_keeps_reporting_is_waited_for(tmp_path):
-    # b starts first and takes 0.2 s a batch over at least 20 batches (it
-    # holds one or both items); a, started once b has its first batch, runs
-    # dry at once and waits for b for 4 s or more, twice steps_timeout in
-    # all, but hears a report every 0.2 s: no error, the same count.
+    # b starts first and takes 0.2 s a batch over at least 30 batches (it
+    # holds one item or both); a, started once b has its first batch, runs
+    # dry at once and waits for b for 6 s or more, longer than
+    # steps_timeout (4 s) in all, but hears a report every 0.2 s: no error,
+    # the same count.
     import threading
-    paths = write_files(tmp_path, 2, 40, width=2)
-    features = {"y": shardq.FixedLen((), "int64")}
+    paths = write_files(tmp_path, 2, 60, width=2)
     got = {}
     b_started = threading.Event()
 
-    def run(worker, delay):
-        try:
-            q = shardq.WorkQueue(paths, name="steps-slow", num_clients=8, worker_id=worker,
-                                 seed=1)
-            ds = (shardq.data.from_queue(q, equal_steps=True, participants=2,
-                                         steps_timeout=2.0)
-                  .batch(2).parse_example(features))
-            out = []
-            for batch in ds:
-                out.append(batch)
-                b_started.set()
-                time.sleep(delay)
-            got[worker] = out
-        except Exception as e:  # noqa: BLE001 - handed to the test
-            got[worker] = e
-            b_started.set()
+    def slowly(batch):
+        b_started.set()
+        time.sleep(0.2)
 
-    slow = threading.Thread(target=run, args=("b", 0.2))
-    slow.start()
-    assert b_started.wait(timeout=60)
-    fast = threading.Thread(target=run, args=("a", 0.0))
-    fast.start()
-    for t in (slow, fast):
-        t.join(timeout=120)  # a hang guard only
-        assert not t.is_alive(), "a participant hung"
+    slow = _started(paths, "steps-slow", "b", got, 4.0, slowly)
+    assert b_started.wait(timeout=60) and "b" not in got
+    _joined(_started(paths, "steps-slow", "a", got, 4.0), slow)
     for worker in "ab":
         assert not isinstance(got[worker], Exception), got[worker]
     assert len(got["a"]) == len(got["b"])
     real = sorted(int(y) for w in "ab" for batch in got[w] for y in batch["y"][batch["_mask"]])
-    assert real == list(range(80))
+    assert real == list(range(120))
 
 
 def test_steps_timeout_must_be_positive(tmp_path):
