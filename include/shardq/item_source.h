@@ -36,6 +36,16 @@ class ItemSource {
   // item's start/end). A WorkQueue sends it with its next heartbeat, so a
   // checkpoint can resume the item where reading stopped. Default: ignored.
   virtual void NoteProgress(const WorkItem& item, int64_t offset) {}
+  // Called by a reader with what it has returned of `item` so far, so that
+  // a source that gets the item back unfinished (the reader stopped, its
+  // process is closing) can give back only the unread rest (see
+  // LeaseSource::ReleaseRest): `returned` of its records were returned to
+  // the consumer, and the first `in_order` of them are every record before
+  // `offset` (the resume offset; -1 when none is known). Records returned
+  // after `offset` (out of order, through a shuffle) would be returned again
+  // by whoever reads the rest. The latest call counts. Default: ignored.
+  virtual void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
+                            int64_t returned) {}
 
   // The item NextItem would return next, when the source has it at hand
   // already (an item a WorkQueue took ahead, one an input producer
@@ -68,6 +78,17 @@ class LeaseSource : public ItemSource {
   virtual absl::StatusOr<WorkItem> TakeWithin(absl::Duration timeout) = 0;
   // Gives an item back unread: it goes to the front of the queue.
   virtual absl::Status Release(const WorkItem& item) = 0;
+  // Gives back what is left of an item a reader stopped in (after
+  // NoteReturned): the part before the offset noted for it, whose records
+  // were all returned, is completed, and the rest goes to the front of the
+  // queue as an item of its own (a split); true then. false when the item
+  // went back whole instead, as Release (nothing returned in order, an item
+  // that cannot be split there). Default: Release.
+  virtual absl::StatusOr<bool> ReleaseRest(const WorkItem& item) {
+    absl::Status s = Release(item);
+    if (!s.ok()) return s;
+    return false;
+  }
   // Gives back the items taken ahead and not handed out yet.
   virtual void ReleaseReady() = 0;
   // How many items this reader may hold at once (being read).

@@ -88,6 +88,20 @@ class WorkQueue final : public LeaseSource {
   // the queue either way.
   absl::Status Release(const WorkItem& item) override;
 
+  // Gives back the unread rest of an item a reader stopped in, as noted by
+  // NoteReturned: the item is split where the records returned in order
+  // end, the part before is completed (with their count), and the rest
+  // goes to the front of the queue as an item of its own; true. Without a
+  // noted offset, for an item that cannot be split (no byte range, the
+  // queue's split off) or when the coordinator refuses the split, the item
+  // goes back whole, as Release; false. Records returned that will be
+  // returned again (out of order after the split point, or all of them when
+  // the item went back whole) are counted in records_read_again() and
+  // logged. The destructor does the same for every item a reader returned
+  // records of. A pipeline over this queue calls it for the items it holds
+  // when its iterator is destroyed.
+  absl::StatusOr<bool> ReleaseRest(const WorkItem& item) override;
+
   // Reports a failed attempt at the item (`reason` is shown by `shardq
   // status --failed`): it goes to the back of the queue, or, after the
   // queue's max_attempts failed attempts, is set aside as failed. Returns
@@ -122,6 +136,10 @@ class WorkQueue final : public LeaseSource {
   // Completions of leases that the coordinator no longer knew (lost in a
   // coordinator crash, see Complete) since this worker started.
   int64_t lost_leases() const;
+  // Records this worker's readers returned of items it gave back unfinished
+  // (ReleaseRest, the destructor) that will be returned again by whoever
+  // reads the rest, since this worker started.
+  int64_t records_read_again() const;
 
   absl::StatusOr<QueueStats> Stats();
   // True when this worker may end its pass of a torch DataLoader: the
@@ -136,6 +154,10 @@ class WorkQueue final : public LeaseSource {
   // ItemSource: remembers how far `item` was read; sent with the next
   // heartbeat.
   void NoteProgress(const WorkItem& item, int64_t offset) override;
+  // ItemSource: remembers what a reader returned of `item`, for
+  // ReleaseRest.
+  void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
+                    int64_t returned) override;
 
   // Sends the progress noted so far now, synchronously (call before
   // SaveCheckpoint so that nothing already read is read again).

@@ -328,6 +328,12 @@ class WorkQueue:
     num_items = property(lambda self: self._native.num_items)
     num_epochs = property(lambda self: self._native.num_epochs)
     num_clients = property(lambda self: self._native.num_clients)
+    #: Records this worker's readers returned of items it gave back
+    #: unfinished (a pipeline's iterator dropped mid-item, the queue closed)
+    #: that will be returned again: those that came out of order (a shuffle)
+    #: after the point where the item was split, or all of them when it
+    #: could not be split. Each such give-back is also logged.
+    records_read_again = property(lambda self: self._native.records_read_again)
 
     def __repr__(self):
         return (f"shardq.WorkQueue(name={self.name!r}, items={self.num_items}, "

@@ -21,7 +21,10 @@ With ``complete="consumed"``, items are completed only when every one of
 their records has left the pipeline (returned to Python, or dropped by
 ``drop_remainder`` / split), so a worker that stops, or dies, mid-item
 leaves it to be read again; dropping an iterator (or ``close()``) gives its
-unfinished items back to the queue. The pipeline then holds items whose
+unfinished items back to the queue: of an item whose first records were
+returned, only the rest (the item is split after them; records that a
+shuffle returned out of order beyond that point are read again and counted
+in the queue's ``records_read_again``). The pipeline then holds items whose
 records wait in its buffers: the queue needs a ``num_clients`` large enough
 for the items one batch spans (at most the batch size), otherwise ``batch``
 fails with FailedPreconditionError saying so. With ``complete="read"`` an

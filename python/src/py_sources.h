@@ -80,6 +80,8 @@ class PassSource final : public ItemSource {
   absl::StatusOr<WorkItem> NextItem() override;
   absl::Status ItemDone(const WorkItem& item) override;
   void NoteProgress(const WorkItem& item, int64_t offset) override;
+  void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
+                    int64_t returned) override;
 
  private:
   std::shared_ptr<PyWorkQueue> queue_;

@@ -68,6 +68,11 @@ void PassSource::NoteProgress(const WorkItem& item, int64_t offset) {
   queue_->queue()->NoteProgress(item, offset);
 }
 
+void PassSource::NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
+                              int64_t returned) {
+  queue_->queue()->NoteReturned(item, offset, in_order, returned);
+}
+
 void BindTorchSupport(py::module_& m) {
   py::class_<PassSource, std::shared_ptr<PassSource>>(m, "_PassSource")
       .def(py::init([](py::object queue, std::string siblings) {

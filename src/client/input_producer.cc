@@ -126,6 +126,11 @@ void InputProducer::NoteProgress(const WorkItem& item, int64_t offset) {
   queue_->NoteProgress(item, offset);
 }
 
+void InputProducer::NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
+                                 int64_t returned) {
+  queue_->NoteReturned(item, offset, in_order, returned);
+}
+
 std::optional<WorkItem> InputProducer::PeekNextItem() {
   {
     absl::MutexLock lock(&state_->mu_);

@@ -168,23 +168,20 @@ WorkQueue::Impl::~Impl() {
     new std::shared_ptr<QueueBackend>(backend_);  // NOLINT: intentional leak
     return;
   }
-  std::vector<uint64_t> leases;
+  std::vector<std::pair<uint64_t, WorkItem>> leases;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     stop_changed_.SignalAll();
-    for (const auto& [id, item] : held_) leases.push_back(id);
-    held_.clear();
+    for (const auto& [id, item] : held_) leases.emplace_back(id, item);
     ready_.clear();
   }
   // A call stuck retrying an unreachable coordinator gives up now.
   backend_->BeginShutdown();
   if (background_thread_.joinable()) background_thread_.join();
-  for (uint64_t id : leases) {
-    // Best effort: if the coordinator is gone the lease expires instead.
-    // Items taken ahead and never read go back to the queue here too.
-    backend_->Release(name_, worker_id_, id).IgnoreError();
-  }
+  // Best effort: if the coordinator is gone the leases expire instead.
+  // Items taken ahead and never read go back to the queue here too.
+  for (const auto& [id, item] : leases) ReleaseAtShutdown(id, item);
   if (session_.ok() && *session_) backend_->EndSession(name_, worker_id_);
 }
 
@@ -474,6 +471,7 @@ bool WorkQueue::Impl::LeaseLostByCoordinator(const WorkItem& item) {
 bool WorkQueue::Impl::Forget(uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
   progress_.erase(lease_id);
+  returned_.erase(lease_id);
   if (auto it = std::find(ready_.begin(), ready_.end(), lease_id); it != ready_.end()) {
     ready_.erase(it);
   }
@@ -537,6 +535,14 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::RestoreCheckpoint(
 absl::StatusOr<WorkItem> WorkQueue::Take(absl::Duration timeout) { return impl_->Take(timeout); }
 absl::Status WorkQueue::Complete(const WorkItem& item) { return impl_->Complete(item); }
 absl::Status WorkQueue::Release(const WorkItem& item) { return impl_->Release(item); }
+absl::StatusOr<bool> WorkQueue::ReleaseRest(const WorkItem& item) {
+  return impl_->ReleaseRest(item);
+}
+void WorkQueue::NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
+                            int64_t returned) {
+  impl_->NoteReturned(item, offset, in_order, returned);
+}
+int64_t WorkQueue::records_read_again() const { return impl_->records_read_again(); }
 absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view reason) {
   return impl_->Fail(item, reason);
 }

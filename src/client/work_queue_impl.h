@@ -44,6 +44,9 @@ class WorkQueue::Impl final : public SessionListener {
   absl::StatusOr<WorkItem> Take(absl::Duration timeout);
   absl::Status Complete(const WorkItem& item);
   absl::Status Release(const WorkItem& item);
+  absl::StatusOr<bool> ReleaseRest(const WorkItem& item);
+  void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order, int64_t returned);
+  int64_t records_read_again() const;
   absl::StatusOr<bool> Fail(const WorkItem& item, absl::string_view reason);
   int64_t lost_leases() const;
   int64_t held() const;
@@ -84,7 +87,13 @@ class WorkQueue::Impl final : public SessionListener {
   // when this worker holds it and the queue still exists, i.e. the
   // coordinator lost the lease; false when the error is the caller's.
   bool LeaseLostByCoordinator(const WorkItem& item);
-  // Drops a lease from held_, ready_ and progress_; false if it was not held.
+  // Gives back a held lease at the destructor: its unread rest when a
+  // reader returned part of it (ReleaseRest), else whole. Best effort.
+  void ReleaseAtShutdown(uint64_t lease_id, const WorkItem& item);
+  // Counts records that will be returned again and says so on stderr.
+  void CountReadAgain(const WorkItem& item, int64_t records, absl::string_view why);
+  // Drops a lease from held_, ready_, progress_ and returned_; false if it
+  // was not held.
   bool Forget(uint64_t lease_id);
   // Parses granted items (no lock needed).
   static void Prepare(std::vector<WorkItem>& items);
@@ -136,6 +145,15 @@ class WorkQueue::Impl final : public SessionListener {
   // Consumed offset per held lease, as noted by readers.
   absl::flat_hash_map<uint64_t, int64_t> progress_ ABSL_GUARDED_BY(mu_);
   bool progress_unsent_ ABSL_GUARDED_BY(mu_) = false;
+  // What readers returned of held leases (NoteReturned).
+  struct Returned {
+    int64_t offset = -1;
+    int64_t in_order = 0;
+    int64_t returned = 0;
+  };
+  absl::flat_hash_map<uint64_t, Returned> returned_ ABSL_GUARDED_BY(mu_);
+  // Records returned before whose items went back: read again by someone.
+  int64_t records_read_again_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Signalled when stopping_ is set or a pushed proposal arrives.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -235,6 +236,10 @@ bool ItemLedger::ConsumeLocked(ItemTicket& ticket, int64_t seq,
     *progress = ticket.progress_.front().resume_offset;
     ticket.progress_.pop_front();
     ++ticket.in_order_;
+    if (*progress >= 0) {
+      ticket.resume_offset_ = *progress;
+      ticket.resume_in_order_ = ticket.in_order_;
+    }
   }
   if (ticket.done_ || !ticket.read_all_ ||
       ticket.consumed_ != ticket.emitted_) {
@@ -332,15 +337,41 @@ StallReason ItemLedger::Stalled(int64_t own_records) const {
 
 void ItemLedger::ReleaseHeld() {
   std::map<uint64_t, WorkItem> held;
+  // Items the consumer got records of: what it got, for NoteReturned.
+  struct Returned {
+    WorkItem item;
+    int64_t offset;
+    int64_t in_order;
+    int64_t consumed;
+  };
+  std::vector<Returned> returned;
   {
     absl::MutexLock lock(&mu_);
     held.swap(held_items_);
+    for (const auto& [raw, ticket] : live_) {
+      if (ticket->done_ || ticket->consumed_ == 0) continue;
+      returned.push_back(Returned{ticket->item(), ticket->resume_offset_,
+                                  ticket->resume_in_order_, ticket->consumed_});
+    }
   }
+  std::set<uint64_t> partly_returned;
+  for (const Returned& r : returned) {
+    source_->NoteReturned(r.item, r.offset, r.in_order, r.consumed);
+    partly_returned.insert(r.item.lease_id);
+  }
+  if (leases_ == nullptr) return;
   // Best effort, as in ~WorkQueue: an item whose lease is gone meanwhile
-  // is back in the queue anyway.
-  for (const auto& [lease, item] : held) leases_->Release(item).IgnoreError();
+  // is back in the queue anyway. Of an item the consumer got records of,
+  // only the rest goes back.
+  for (const auto& [lease, item] : held) {
+    if (partly_returned.count(lease) > 0) {
+      leases_->ReleaseRest(item).IgnoreError();
+    } else {
+      leases_->Release(item).IgnoreError();
+    }
+  }
   // And the items the queue took ahead for this reader.
-  if (leases_ != nullptr) leases_->ReleaseReady();
+  leases_->ReleaseReady();
 }
 
 LedgerStats ItemLedger::stats() const {

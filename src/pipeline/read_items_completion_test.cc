@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "shardq/input_producer.h"
 #include "shardq/pipeline/dataset.h"
+#include "shardq/text_line_reader.h"
 #include "shardq/work_queue.h"
 #include "src/pipeline/dataset_test_util.h"
 #include "src/pipeline/read_items_test_util.h"
@@ -185,6 +186,96 @@ TEST(ReadItems, DeferredRecordsOfADestroyedIteratorAreReadAgain) {
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
   EXPECT_EQ(unique, Sorted(ExpectedLines(tag, 6, 5)));
   EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+TEST(ReadItems, ADestroyedIteratorGivesBackOnlyTheRestOfTheItemItStoppedIn) {
+  // Two items of 10 lines; the consumer stops after 3 batches of 5, in the
+  // middle of the second item (the pipeline has read all of it). The item
+  // is split after the 5 records the consumer got: they are completed, and
+  // only the other 5 are read again.
+  const std::string tag = UniqueName("stop-mid-item");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 2, 10), 2, 8);
+  auto dataset = OneItemABatch(queue.get());
+  std::vector<std::string> all;
+  {
+    auto it = ValueOrDie(dataset.MakeIterator());
+    for (int k = 0; k < 3; ++k) {
+      for (const Record& r : ValueOrDie(it->Next()).rows) all.push_back(r.value);
+    }
+  }
+  const QueueStats stopped = ValueOrDie(queue->Stats());
+  EXPECT_EQ(stopped.completed, 2);  // the first item, and the second's first half
+  EXPECT_EQ(stopped.splits, 1);
+  EXPECT_EQ(stopped.records, 15);
+  std::vector<std::string> rest;
+  for (const Batch<Record>& b : DrainDataset(dataset)) {
+    for (const Record& r : b.rows) rest.push_back(r.value);
+  }
+  EXPECT_EQ(rest.size(), 5u);
+  all.insert(all.end(), rest.begin(), rest.end());
+  EXPECT_EQ(Sorted(all), Sorted(ExpectedLines(tag, 2, 10)));  // each once
+  EXPECT_EQ(queue->records_read_again(), 0);
+  const QueueStats done = ValueOrDie(queue->Stats());
+  EXPECT_TRUE(done.finished);
+  EXPECT_EQ(done.records, 20);
+}
+
+TEST(ReadItems, RecordsReturnedOutOfOrderAreCountedWhenReadAgain) {
+  // A shuffle hands the consumer records of an item out of order: those
+  // after the last one returned in order are read again, and counted.
+  const std::string tag = UniqueName("stop-shuffled");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 2, 40), 2, 8);
+  InterleaveOptions read;
+  read.cycle_length = 2;
+  ShuffleOptions shuffle;
+  shuffle.buffer_size = 30;
+  shuffle.seed = 3;
+  BatchOptions batch;
+  batch.batch_size = 8;
+  auto dataset = ReadItems(queue.get(), TextReaderFactory(), read).Shuffle(shuffle).Batch(batch);
+  std::map<std::string, int> seen;
+  {
+    auto it = ValueOrDie(dataset.MakeIterator());
+    for (int k = 0; k < 4; ++k) {
+      for (const Record& r : ValueOrDie(it->Next()).rows) ++seen[r.value];
+    }
+  }
+  for (const Batch<Record>& b : DrainDataset(dataset)) {
+    for (const Record& r : b.rows) ++seen[r.value];
+  }
+  int64_t doubled = 0;
+  std::vector<std::string> distinct;
+  for (const auto& [value, n] : seen) {
+    distinct.push_back(value);
+    doubled += n - 1;
+  }
+  EXPECT_EQ(Sorted(distinct), Sorted(ExpectedLines(tag, 2, 40)));  // none lost
+  EXPECT_GT(doubled, 0);
+  EXPECT_EQ(queue->records_read_again(), doubled);
+}
+
+TEST(ReadItems, ADestroyedQueueGivesBackOnlyTheRestOfTheItemItsReaderWasIn) {
+  const std::string tag = UniqueName("queue-gone-mid-item");
+  const std::vector<std::string> files = WriteTextFiles(tag, 1, 10);
+  const std::string name = UniqueName("queue-gone");
+  std::vector<std::string> all;
+  {
+    std::unique_ptr<WorkQueue> first = MakeQueue(files, 1, 1, 7, 1, name);
+    TextLineReader reader;
+    for (const Record& r : ValueOrDie(reader.ReadUpTo(*first, 4))) all.push_back(r.value);
+  }  // the reader and its worker go away mid-item
+  std::unique_ptr<WorkQueue> second = MakeQueue(files, 1, 1, 7, 1, name);
+  TextLineReader reader;
+  while (true) {
+    absl::StatusOr<std::vector<Record>> got = reader.ReadUpTo(*second, 3);
+    if (absl::IsOutOfRange(got.status())) break;
+    for (const Record& r : ValueOrDie(std::move(got))) all.push_back(r.value);
+  }
+  EXPECT_EQ(Sorted(all), Sorted(ExpectedLines(tag, 1, 10)));
+  const QueueStats stats = ValueOrDie(second->Stats());
+  EXPECT_TRUE(stats.finished);
+  EXPECT_EQ(stats.records, 10);
+  EXPECT_EQ(stats.splits, 1);
 }
 
 TEST(ReadItems, DeferredConsumptionNeedsAPrefetchAtTheEnd) {

@@ -136,9 +136,12 @@ template <typename T>
 class Iterator {
  public:
   // Stops every thread of the pipeline and joins them. Items whose records
-  // were not all consumed are released to a WorkQueue source (back to the
-  // front of the queue, to be read again by this or another worker); other
-  // sources keep them.
+  // were not all consumed go back to a WorkQueue source, to the front of
+  // the queue for this or another worker: of an item whose first records
+  // were consumed, only the rest after them (WorkQueue::ReleaseRest: the
+  // item is split there and the part consumed completed; records consumed
+  // out of order after that point are read again, and counted in
+  // WorkQueue::records_read_again). Other sources keep their items.
   ~Iterator();
   Iterator(const Iterator&) = delete;
   Iterator& operator=(const Iterator&) = delete;

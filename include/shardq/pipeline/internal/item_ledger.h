@@ -9,8 +9,9 @@
 // once its reader has reached its end (FinishReading) and every record it
 // handed on was consumed, never earlier, so a crash re-reads it. Records
 // consumed in order advance the item's progress, sent with NoteProgress.
-// Records that die with a destroyed pipeline are neither: their items stay
-// held and go back to the queue (released by ~WorkQueue, or lease expiry).
+// Records that die with a destroyed pipeline are neither: their items go
+// back to the queue (ReleaseHeld, ~WorkQueue, or lease expiry), split where
+// the records consumed in order end, so that only the rest is read again.
 //
 // Fetching. A fetcher thread takes the next item from the source ahead of
 // need, keeping at most max_items_held items taken and not completed. From
@@ -120,6 +121,10 @@ class ItemTicket {
   // it (-1: unknown).
   int64_t in_order_ = 0;
   RecordProgress progress_;
+  // The latest known resume offset (-1: none yet) and the records before
+  // it (all consumed), for ItemSource::NoteReturned.
+  int64_t resume_offset_ = -1;
+  int64_t resume_in_order_ = 0;
 };
 
 // Which record of which item an element carries. A plain value: the
@@ -297,10 +302,14 @@ class ItemLedger {
     const int64_t records_;
   };
 
-  // Gives the items still held back to a lease source (Release: to the
-  // front of the queue, for this or another worker to read again), as
-  // ~WorkQueue would. Call after every thread using the ledger was joined.
-  // Other sources have no way to take items back; they keep them.
+  // Gives the items still held back to a lease source, to the front of the
+  // queue for this or another worker to read: only the rest of an item the
+  // consumer got records of (LeaseSource::ReleaseRest, after telling the
+  // source what it got with NoteReturned), others whole (Release). Call
+  // after every thread using the ledger was joined. Other sources have no
+  // way to take items back: they keep them, and are only told what the
+  // consumer got (a WorkQueue behind them gives back the rest when it is
+  // destroyed).
   void ReleaseHeld();
 
   int64_t max_items_held() const { return options_.max_items_held; }

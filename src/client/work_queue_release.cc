@@ -1,0 +1,120 @@
+// WorkQueue: giving back what is left of an item a reader stopped in
+// (ReleaseRest), so that the records it returned are not returned again.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "shardq/splittable_range.h"
+#include "shardq/work_queue.h"
+#include "src/client/backend.h"
+#include "src/client/work_queue_impl.h"
+#include "src/log/log.h"
+
+namespace shardq {
+
+void WorkQueue::Impl::NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
+                                   int64_t returned) {
+  absl::MutexLock lock(&mu_);
+  if (held_.contains(item.lease_id)) {
+    returned_[item.lease_id] = Returned{offset, std::max<int64_t>(in_order, 0),
+                                        std::max<int64_t>(returned, 0)};
+  }
+}
+
+int64_t WorkQueue::Impl::records_read_again() const {
+  absl::MutexLock lock(&mu_);
+  return records_read_again_;
+}
+
+void WorkQueue::Impl::CountReadAgain(const WorkItem& item, int64_t records,
+                                     absl::string_view why) {
+  if (records <= 0) return;
+  {
+    absl::MutexLock lock(&mu_);
+    records_read_again_ += records;
+  }
+  SHARDQ_LOG_WARN(
+      "queue '{}', worker '{}': {} records of '{}' (epoch {}) that this worker's reader "
+      "returned will be returned again: {}",
+      name_, worker_id_, records, item.item, item.epoch, std::string(why));
+}
+
+absl::StatusOr<bool> WorkQueue::Impl::ReleaseRest(const WorkItem& item) {
+  Returned returned;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_.contains(item.lease_id)) {
+      return absl::NotFoundError(
+          absl::StrCat("queue '", name_, "': worker '", worker_id_, "' does not hold lease ",
+                       item.lease_id, " ('", item.item, "')"));
+    }
+    // A split the coordinator did not record leaves its lease whole there,
+    // which the split below covers (it cuts at the offset reached).
+    SettleSplit(item.lease_id);
+    if (auto it = returned_.find(item.lease_id); it != returned_.end()) returned = it->second;
+    // The background thread leaves this lease alone from now on.
+    split_in_flight_.insert(item.lease_id);
+  }
+  auto settle = [&] {
+    absl::MutexLock lock(&mu_);
+    split_in_flight_.erase(item.lease_id);
+    split_settled_.SignalAll();
+  };
+  const SplittableRange* range = item.range.get();
+  const bool split_here = range != nullptr && returned.in_order > 0 &&
+                          returned.offset > range->start();
+  absl::StatusOr<bool> split = false;
+  if (split_here) {
+    split = backend_->AcceptSplit(name_, worker_id_, item.lease_id, returned.offset);
+    if (!split.ok() && absl::IsInvalidArgument(split.status()) &&
+        returned.offset >= range->end()) {
+      // Past the end of the lease (cut by a recorded split): every record
+      // of it was returned in order. Complete it as it is.
+      split = true;
+    }
+  }
+  if (split.ok() && *split) {
+    absl::StatusOr<CompleteOutcome> outcome =
+        backend_->Complete(name_, worker_id_, item.lease_id, returned.in_order);
+    settle();
+    if (outcome.ok() || (absl::IsNotFound(outcome.status()) && LeaseLostByCoordinator(item))) {
+      Forget(item.lease_id);
+      CountReadAgain(item, returned.returned - returned.in_order,
+                     "they came out of order (a shuffle), after the point where the rest "
+                     "of the item was given back");
+      return true;
+    }
+    return outcome.status();
+  }
+  settle();
+  absl::Status released = Release(item);
+  if (!released.ok()) return released;
+  CountReadAgain(item, returned.returned,
+                 range == nullptr ? "the item went back whole (it cannot be split)"
+                 : returned.in_order == 0
+                     ? "the item went back whole (its first record was not returned: "
+                       "they came out of order, through a shuffle)"
+                     : "the item went back whole (the coordinator did not split it)");
+  return false;
+}
+
+void WorkQueue::Impl::ReleaseAtShutdown(uint64_t lease_id, const WorkItem& item) {
+  bool returned_some;
+  {
+    absl::MutexLock lock(&mu_);
+    returned_some = returned_.contains(lease_id);
+  }
+  if (returned_some) {
+    ReleaseRest(item).IgnoreError();
+  } else {
+    backend_->Release(name_, worker_id_, lease_id).IgnoreError();
+  }
+  Forget(lease_id);
+}
+
+}  // namespace shardq

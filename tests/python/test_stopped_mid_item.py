@@ -1,0 +1,124 @@
+"""A reader that stops mid-item gives back only the unread rest.
+
+A pipeline's iterator dropped mid-item, or a WorkQueue closed while its
+reader was mid-item, used to give the item back whole: the next pass (or
+another worker) returned every record again, doubled without an error or a
+counter. Now the item is split where the records returned in order end: the
+part before is completed and only the rest is read again. Records that came
+out of order (a shuffle) after that point are counted in
+WorkQueue.records_read_again (and logged)."""
+import collections
+import gc
+
+import shardq
+import shardq.data
+
+from serve_helpers import served, unique
+
+
+def _files(tmp_path, count=4, lines=500):
+    paths, lines_all = [], []
+    for f in range(count):
+        p = tmp_path / f"part-{f}.txt"
+        rows = [f"{f}-{i}" for i in range(lines)]
+        p.write_text("".join(r + "\n" for r in rows))
+        paths.append(str(p))
+        lines_all += rows
+    return paths, lines_all
+
+
+def _read_in_two_passes(queue, make, first_batches):
+    """Counts of every record over two passes: the first stops after
+    `first_batches` batches (its iterator dropped), the second reads on."""
+    seen = collections.Counter()
+    it = iter(make(queue))
+    for _ in range(first_batches):
+        for r in next(it):
+            seen[r.decode()] += 1
+    first = sum(seen.values())
+    del it
+    for batch in make(queue):
+        for r in batch:
+            seen[r.decode()] += 1
+    return first, seen
+
+
+def test_a_dropped_iterator_gives_back_only_what_it_did_not_return(tmp_path):
+    paths, lines = _files(tmp_path)
+    q = shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3, name=unique("mid-item"))
+    first, seen = _read_in_two_passes(
+        q, lambda q: shardq.data.from_queue(q, reader="text").batch(64), first_batches=5)
+    assert first == 320
+    assert set(seen) == set(lines)
+    assert max(seen.values()) == 1, "records returned before the drop came back"
+    assert q.records_read_again == 0
+    stats = q.stats()
+    assert stats["finished"] and stats["records"] == len(lines)
+    # The items stopped in were split where their returned records ended.
+    assert stats["splits"] >= 1
+
+
+def test_records_that_came_out_of_order_are_counted_when_returned_again(tmp_path):
+    paths, lines = _files(tmp_path)
+    q = shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3, name=unique("mid-item"))
+    first, seen = _read_in_two_passes(
+        q, lambda q: shardq.data.from_queue(q, reader="text").shuffle(300, seed=1).batch(64),
+        first_batches=5)
+    assert first == 320
+    assert set(seen) == set(lines), "a record was lost"
+    doubled = sum(n - 1 for n in seen.values())
+    assert doubled > 0  # a shuffle returns records of an item out of order
+    assert q.records_read_again == doubled
+    assert q.stats()["finished"]
+
+
+def test_a_destroyed_queue_gives_back_the_rest_of_the_item_its_reader_was_in(tmp_path):
+    paths, lines = _files(tmp_path, count=2, lines=1000)
+    name = unique("destroyed-mid-item")
+    reader = shardq.TextLineReader()
+    first = shardq.WorkQueue(paths, num_slices=2, name=name, seed=5)
+    _, values = reader.read_up_to(first, 300)
+    got = [v.decode() for v in values]
+    assert len(got) == 300
+    del first  # the worker goes away mid-item (its reader too)
+    del reader
+    gc.collect()
+    with shardq.WorkQueue(paths, num_slices=2, name=name, seed=5) as second:
+        again = shardq.TextLineReader()
+        while True:
+            try:
+                _, values = again.read_up_to(second, 256)
+            except shardq.OutOfRangeError:
+                break
+            got += [v.decode() for v in values]
+        stats = second.stats()
+    assert sorted(got) == sorted(lines)
+    assert stats["finished"] and stats["records"] == len(lines)
+
+
+def test_a_remote_queue_splits_off_the_rest_too(tmp_path):
+    paths, lines = _files(tmp_path)
+    with served(tmp_path) as (address, _):
+        q = shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3,
+                             address=address, name=unique("remote-mid-item"))
+        first, seen = _read_in_two_passes(
+            q, lambda q: shardq.data.from_queue(q, reader="text").batch(64), first_batches=3)
+        assert first == 192
+        assert set(seen) == set(lines) and max(seen.values()) == 1
+        assert q.records_read_again == 0
+        stats = q.stats()
+        assert stats["finished"] and stats["records"] == len(lines)
+        q.close()
+
+
+def test_a_queue_without_splits_gives_the_item_back_whole_and_counts_it(tmp_path):
+    paths, lines = _files(tmp_path, count=2, lines=400)
+    # Whole files as items: no byte range to split.
+    q = shardq.WorkQueue(paths, num_clients=4, seed=3, name=unique("whole-items"))
+    first, seen = _read_in_two_passes(
+        q, lambda q: shardq.data.from_queue(q, reader="text").batch(50), first_batches=2)
+    assert first == 100
+    assert set(seen) == set(lines)
+    doubled = sum(n - 1 for n in seen.values())
+    assert doubled == 100
+    assert q.records_read_again == doubled
