@@ -342,21 +342,22 @@ void ItemLedger::ReleaseHeld() {
     WorkItem item;
     int64_t offset;
     int64_t in_order;
-    int64_t consumed;
+    int64_t returned;
   };
   std::vector<Returned> returned;
   {
     absl::MutexLock lock(&mu_);
     held.swap(held_items_);
     for (const auto& [raw, ticket] : live_) {
-      if (ticket->done_ || ticket->consumed_ == 0) continue;
+      const int64_t got = ticket->consumed_ + ticket->deferred_;
+      if (ticket->done_ || got == 0) continue;
       returned.push_back(Returned{ticket->item(), ticket->resume_offset_,
-                                  ticket->resume_in_order_, ticket->consumed_});
+                                  ticket->resume_in_order_, got});
     }
   }
   std::set<uint64_t> partly_returned;
   for (const Returned& r : returned) {
-    source_->NoteReturned(r.item, r.offset, r.in_order, r.consumed);
+    source_->NoteReturned(r.item, r.offset, r.in_order, r.returned);
     partly_returned.insert(r.item.lease_id);
   }
   if (leases_ == nullptr) return;
@@ -372,6 +373,11 @@ void ItemLedger::ReleaseHeld() {
   }
   // And the items the queue took ahead for this reader.
   leases_->ReleaseReady();
+}
+
+void ItemLedger::NoteDeferred(const RecordTags& tags) {
+  absl::MutexLock lock(&mu_);
+  tags.ForEach([](const RecordTag& tag) { ++tag.ticket->deferred_; });
 }
 
 LedgerStats ItemLedger::stats() const {

@@ -180,6 +180,8 @@ TEST(ReadItems, DeferredRecordsOfADestroyedIteratorAreReadAgain) {
     for (const Record& r : b.rows) second.push_back(r.value);
   }
   EXPECT_EQ(second.size(), 20u);  // items 2-5: two delivered before, read again
+  // Those two items' records were returned, and are counted as read again.
+  EXPECT_EQ(queue->records_read_again(), 10);
   std::vector<std::string> all = first;
   all.insert(all.end(), second.begin(), second.end());
   std::vector<std::string> unique = Sorted(all);

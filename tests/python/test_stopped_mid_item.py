@@ -122,3 +122,21 @@ def test_a_queue_without_splits_gives_the_item_back_whole_and_counts_it(tmp_path
     doubled = sum(n - 1 for n in seen.values())
     assert doubled == 100
     assert q.records_read_again == doubled
+
+
+def test_deferred_batches_of_a_dropped_iterator_are_counted_when_read_again(tmp_path):
+    # A training loop that defers consumption by a batch (shardq.torch does,
+    # so that a crash loses no batch it was training on): the last batch it
+    # got counts as unconsumed when the iterator is dropped, so its records
+    # are read again, and counted.
+    paths, lines = _files(tmp_path)
+    q = shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3, name=unique("deferred"))
+    first, seen = _read_in_two_passes(
+        q, lambda q: shardq.data.from_queue(q, reader="text", _defer=1).batch(64).prefetch(2),
+        first_batches=5)
+    assert first == 320
+    assert set(seen) == set(lines)
+    doubled = sum(n - 1 for n in seen.values())
+    assert doubled == 64  # the fifth batch
+    assert q.records_read_again == doubled
+    assert q.stats()["finished"]

@@ -82,7 +82,11 @@ template <typename T>
 Iterator<T>::~Iterator() {
   context_->coordinator.RequestStop();
   context_->coordinator.Join().IgnoreError();
-  if (context_->ledger != nullptr) context_->ledger->ReleaseHeld();
+  if (context_->ledger == nullptr) return;
+  // Deferred records were returned: if their items go back, they are read
+  // again, and counted as such.
+  for (const internal::RecordTags& tags : deferred_) context_->ledger->NoteDeferred(tags);
+  context_->ledger->ReleaseHeld();
 }
 
 template <typename T>

@@ -125,6 +125,9 @@ class ItemTicket {
   // it (all consumed), for ItemSource::NoteReturned.
   int64_t resume_offset_ = -1;
   int64_t resume_in_order_ = 0;
+  // Records handed to the consumer whose consumption was deferred
+  // (Iterator::DeferConsumption) when the pipeline stopped.
+  int64_t deferred_ = 0;
 };
 
 // Which record of which item an element carries. A plain value: the
@@ -311,6 +314,10 @@ class ItemLedger {
   // consumer got (a WorkQueue behind them gives back the rest when it is
   // destroyed).
   void ReleaseHeld();
+  // Before ReleaseHeld: records the consumer got whose consumption was
+  // deferred and will not be counted (the iterator is being destroyed).
+  // They were returned, and will be read again.
+  void NoteDeferred(const RecordTags& tags);
 
   int64_t max_items_held() const { return options_.max_items_held; }
   LedgerStats stats() const;
