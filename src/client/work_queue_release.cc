@@ -78,6 +78,16 @@ absl::StatusOr<bool> WorkQueue::Impl::ReleaseRest(const WorkItem& item) {
       split = true;
     }
   }
+  // Without an answer (the coordinator unreachable) the lease is dropped
+  // here, so that no heartbeat renews it: it expires and the item is read
+  // again whole, every record returned included.
+  auto unanswered = [&](const absl::Status& s) {
+    Forget(item.lease_id);
+    CountReadAgain(item, returned.returned,
+                   "the coordinator did not answer; the item goes back whole when its lease "
+                   "expires");
+    return s;
+  };
   if (split.ok() && *split) {
     absl::StatusOr<CompleteOutcome> outcome =
         backend_->Complete(name_, worker_id_, item.lease_id, returned.in_order);
@@ -89,11 +99,15 @@ absl::StatusOr<bool> WorkQueue::Impl::ReleaseRest(const WorkItem& item) {
                      "of the item was given back");
       return true;
     }
-    return outcome.status();
+    return unanswered(outcome.status());
   }
   settle();
+  if (!split.ok() && !absl::IsInvalidArgument(split.status()) &&
+      !absl::IsFailedPrecondition(split.status()) && !absl::IsNotFound(split.status())) {
+    return unanswered(split.status());  // a release would not be answered either
+  }
   absl::Status released = Release(item);
-  if (!released.ok()) return released;
+  if (!released.ok()) return unanswered(released);
   CountReadAgain(item, returned.returned,
                  range == nullptr ? "the item went back whole (it cannot be split)"
                  : returned.in_order == 0
