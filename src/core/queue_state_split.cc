@@ -166,6 +166,11 @@ absl::StatusOr<bool> QueueState::AcceptSplit(absl::string_view worker, uint64_t 
     if (absl::Status s = Commit(update); !s.ok()) return s;
     return true;
   }
+  if (!config_.split) {
+    // Splitting is off for this queue: a holder that stopped mid-item
+    // (WorkQueue::ReleaseRest) gives the item back whole instead.
+    return false;
+  }
   const ItemRange range = RangeOf(lease.ref);
   if (!range.full() || split_point <= range.start || split_point >= range.end) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -72,6 +72,33 @@ Scene SlowAndFast() {
   return scene;
 }
 
+TEST(Split, AHolderMaySplitOffTheRestOfItsItemUnasked) {
+  // A reader that stopped mid-item (WorkQueue::ReleaseRest): the holder
+  // splits where its records ended, completes the part before, and the rest
+  // is handed out as an item of its own.
+  std::unique_ptr<QueueState> s = Make(Config(1));
+  WorkItem held = Take(*s, "w", kT0);
+  EXPECT_EQ(*s->AcceptSplit("w", held.lease_id, 300, kT0), true);
+  EXPECT_EQ(*s->Complete("w", held.lease_id, kT0), CompleteOutcome::kCompleted);
+  WorkItem rest = Take(*s, "other", kT0);
+  EXPECT_EQ(*Spec(rest.item).start, 300);
+  EXPECT_EQ(*Spec(rest.item).end, 1000);
+  EXPECT_EQ(*s->Complete("other", rest.lease_id, kT0), CompleteOutcome::kCompleted);
+  EXPECT_TRUE(s->Stats(kT0).finished);
+}
+
+TEST(Split, AQueueWithSplittingOffRefusesAHoldersSplit) {
+  QueueConfig c = Config(1);
+  c.split = false;
+  std::unique_ptr<QueueState> s = Make(std::move(c));
+  WorkItem held = Take(*s, "w", kT0);
+  EXPECT_EQ(*s->AcceptSplit("w", held.lease_id, 300, kT0), false);
+  // Still whole and held: a release gives all of it back.
+  ASSERT_TRUE(s->Release("w", held.lease_id, kT0).ok());
+  WorkItem again = Take(*s, "w", kT0);
+  EXPECT_EQ(again.item, held.item);
+}
+
 TEST(Split, IdleWorkerGetsAProposalThatLetsBothFinishTogether) {
   Scene scene = SlowAndFast();
   QueueState& s = *scene.s;

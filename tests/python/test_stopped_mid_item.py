@@ -140,3 +140,17 @@ def test_deferred_batches_of_a_dropped_iterator_are_counted_when_read_again(tmp_
     assert doubled == 64  # the fifth batch
     assert q.records_read_again == doubled
     assert q.stats()["finished"]
+
+
+def test_a_queue_with_splitting_off_gets_its_items_back_whole(tmp_path):
+    paths, lines = _files(tmp_path)
+    q = shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3, split=False,
+                         name=unique("no-split"))
+    first, seen = _read_in_two_passes(
+        q, lambda q: shardq.data.from_queue(q, reader="text").batch(64), first_batches=5)
+    assert first == 320
+    assert set(seen) == set(lines)
+    doubled = sum(n - 1 for n in seen.values())
+    assert doubled == 320  # four items read in turns, none finished: all back whole
+    assert q.records_read_again == doubled
+    assert q.stats()["splits"] == 0
