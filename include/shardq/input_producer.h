@@ -33,6 +33,7 @@ class InputProducer final : public ItemSource {
   void NoteProgress(const WorkItem& item, int64_t offset) override;
   void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
                     int64_t returned) override;
+  void NoteLost(const WorkItem& item, int64_t records) override;
   // The oldest buffered item, else the queue's next item taken ahead.
   std::optional<WorkItem> PeekNextItem() override;
   // True: NextItem waits while `capacity` items are out and not done.

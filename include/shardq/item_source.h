@@ -46,6 +46,12 @@ class ItemSource {
   // by whoever reads the rest. The latest call counts. Default: ignored.
   virtual void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
                             int64_t returned) {}
+  // Called by a reader that stops for good while it still holds `records`
+  // records of `item` that it will never return, after it already passed
+  // the item to ItemDone (a pipeline that completes items when they are
+  // read, destroyed with records in its buffers): they are lost. Default:
+  // ignored.
+  virtual void NoteLost(const WorkItem& item, int64_t records) {}
 
   // The item NextItem would return next, when the source has it at hand
   // already (an item a WorkQueue took ahead, one an input producer

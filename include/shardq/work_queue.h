@@ -140,6 +140,10 @@ class WorkQueue final : public LeaseSource {
   // (ReleaseRest, the destructor) that will be returned again by whoever
   // reads the rest, since this worker started.
   int64_t records_read_again() const;
+  // Records of items completed when read (a pipeline's complete_when_read)
+  // that a destroyed pipeline still held, never returned to anyone, since
+  // this worker started; each such loss is also logged (NoteLost).
+  int64_t records_lost() const;
 
   absl::StatusOr<QueueStats> Stats();
   // True when this worker may end its pass of a torch DataLoader: the
@@ -158,6 +162,8 @@ class WorkQueue final : public LeaseSource {
   // ReleaseRest.
   void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
                     int64_t returned) override;
+  // ItemSource: counts them in records_lost() and logs them.
+  void NoteLost(const WorkItem& item, int64_t records) override;
 
   // Sends the progress noted so far now, synchronously (call before
   // SaveCheckpoint so that nothing already read is read again).

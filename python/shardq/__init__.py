@@ -334,6 +334,12 @@ class WorkQueue:
     #: after the point where the item was split, or all of them when it
     #: could not be split. Each such give-back is also logged.
     records_read_again = property(lambda self: self._native.records_read_again)
+    #: Records of items completed when they were read (shardq.data's
+    #: ``complete="read"``, the default for ``num_clients=1``) that a
+    #: pipeline still held when it was dropped: returned to no one. Each such
+    #: loss is also logged. With ``num_clients >= 2`` (``complete="consumed"``)
+    #: nothing is lost this way.
+    records_lost = property(lambda self: self._native.records_lost)
 
     def __repr__(self):
         return (f"shardq.WorkQueue(name={self.name!r}, items={self.num_items}, "

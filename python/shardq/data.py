@@ -29,7 +29,9 @@ records wait in its buffers: the queue needs a ``num_clients`` large enough
 for the items one batch spans (at most the batch size), otherwise ``batch``
 fails with FailedPreconditionError saying so. With ``complete="read"`` an
 item is completed once all its records are read into the pipeline, as the
-readers do; a crash may then lose what its buffers held. The default,
+readers do; a crash may then lose what its buffers held, and so does
+dropping the iterator (those are logged and counted in the queue's
+``records_lost``). The default,
 ``"auto"``, is "read" for a queue with ``num_clients=1`` (the default,
 where a batch spanning two items could never be filled otherwise) and
 "consumed" for any larger ``num_clients``.

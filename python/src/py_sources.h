@@ -82,6 +82,7 @@ class PassSource final : public ItemSource {
   void NoteProgress(const WorkItem& item, int64_t offset) override;
   void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
                     int64_t returned) override;
+  void NoteLost(const WorkItem& item, int64_t records) override;
 
  private:
   std::shared_ptr<PyWorkQueue> queue_;

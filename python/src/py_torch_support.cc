@@ -73,6 +73,10 @@ void PassSource::NoteReturned(const WorkItem& item, int64_t offset, int64_t in_o
   queue_->queue()->NoteReturned(item, offset, in_order, returned);
 }
 
+void PassSource::NoteLost(const WorkItem& item, int64_t records) {
+  queue_->queue()->NoteLost(item, records);
+}
+
 void BindTorchSupport(py::module_& m) {
   py::class_<PassSource, std::shared_ptr<PassSource>>(m, "_PassSource")
       .def(py::init([](py::object queue, std::string siblings) {

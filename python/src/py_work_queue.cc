@@ -379,7 +379,9 @@ void BindWorkQueue(py::module_& m) {
       .def_property_readonly("num_clients",
                              [](PyWorkQueue& q) { return q.queue()->num_clients(); })
       .def_property_readonly("records_read_again",
-                             [](PyWorkQueue& q) { return q.queue()->records_read_again(); });
+                             [](PyWorkQueue& q) { return q.queue()->records_read_again(); })
+      .def_property_readonly("records_lost",
+                             [](PyWorkQueue& q) { return q.queue()->records_lost(); });
 
   py::class_<PyItemIterator>(m, "_ItemIterator")
       .def("__iter__", [](PyItemIterator& it) -> PyItemIterator& { return it; },

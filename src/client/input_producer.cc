@@ -131,6 +131,10 @@ void InputProducer::NoteReturned(const WorkItem& item, int64_t offset, int64_t i
   queue_->NoteReturned(item, offset, in_order, returned);
 }
 
+void InputProducer::NoteLost(const WorkItem& item, int64_t records) {
+  queue_->NoteLost(item, records);
+}
+
 std::optional<WorkItem> InputProducer::PeekNextItem() {
   {
     absl::MutexLock lock(&state_->mu_);

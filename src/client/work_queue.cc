@@ -543,6 +543,8 @@ void WorkQueue::NoteReturned(const WorkItem& item, int64_t offset, int64_t in_or
   impl_->NoteReturned(item, offset, in_order, returned);
 }
 int64_t WorkQueue::records_read_again() const { return impl_->records_read_again(); }
+int64_t WorkQueue::records_lost() const { return impl_->records_lost(); }
+void WorkQueue::NoteLost(const WorkItem& item, int64_t records) { impl_->NoteLost(item, records); }
 absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view reason) {
   return impl_->Fail(item, reason);
 }

@@ -47,6 +47,8 @@ class WorkQueue::Impl final : public SessionListener {
   absl::StatusOr<bool> ReleaseRest(const WorkItem& item);
   void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order, int64_t returned);
   int64_t records_read_again() const;
+  void NoteLost(const WorkItem& item, int64_t records);
+  int64_t records_lost() const;
   absl::StatusOr<bool> Fail(const WorkItem& item, absl::string_view reason);
   int64_t lost_leases() const;
   int64_t held() const;
@@ -154,6 +156,8 @@ class WorkQueue::Impl final : public SessionListener {
   absl::flat_hash_map<uint64_t, Returned> returned_ ABSL_GUARDED_BY(mu_);
   // Records returned before whose items went back: read again by someone.
   int64_t records_read_again_ ABSL_GUARDED_BY(mu_) = 0;
+  // Records of completed items a destroyed pipeline never returned.
+  int64_t records_lost_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Signalled when stopping_ is set or a pushed proposal arrives.

@@ -44,6 +44,26 @@ void WorkQueue::Impl::CountReadAgain(const WorkItem& item, int64_t records,
       name_, worker_id_, records, item.item, item.epoch, std::string(why));
 }
 
+void WorkQueue::Impl::NoteLost(const WorkItem& item, int64_t records) {
+  if (records <= 0) return;
+  {
+    absl::MutexLock lock(&mu_);
+    records_lost_ += records;
+  }
+  SHARDQ_LOG_WARN(
+      "queue '{}', worker '{}': {} records of '{}' (epoch {}) are lost: the item was completed "
+      "when it was read, and the pipeline holding them stopped before it returned them "
+      "(complete when read: shardq.data's complete=\"read\", the default for num_clients=1; "
+      "with num_clients >= 2 items complete when their records are consumed and nothing is "
+      "lost)",
+      name_, worker_id_, records, item.item, item.epoch);
+}
+
+int64_t WorkQueue::Impl::records_lost() const {
+  absl::MutexLock lock(&mu_);
+  return records_lost_;
+}
+
 absl::StatusOr<bool> WorkQueue::Impl::ReleaseRest(const WorkItem& item) {
   Returned returned;
   {

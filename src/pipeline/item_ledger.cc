@@ -345,16 +345,24 @@ void ItemLedger::ReleaseHeld() {
     int64_t returned;
   };
   std::vector<Returned> returned;
+  // Items completed when read (complete_when_read) whose records were still
+  // here: nobody gets those.
+  std::vector<std::pair<WorkItem, int64_t>> lost;
   {
     absl::MutexLock lock(&mu_);
     held.swap(held_items_);
     for (const auto& [raw, ticket] : live_) {
+      if (ticket->done_ && ticket->consumed_ + ticket->deferred_ < ticket->emitted_) {
+        lost.emplace_back(ticket->item(),
+                          ticket->emitted_ - ticket->consumed_ - ticket->deferred_);
+      }
       const int64_t got = ticket->consumed_ + ticket->deferred_;
       if (ticket->done_ || got == 0) continue;
       returned.push_back(Returned{ticket->item(), ticket->resume_offset_,
                                   ticket->resume_in_order_, got});
     }
   }
+  for (const auto& [item, records] : lost) source_->NoteLost(item, records);
   std::set<uint64_t> partly_returned;
   for (const Returned& r : returned) {
     source_->NoteReturned(r.item, r.offset, r.in_order, r.returned);

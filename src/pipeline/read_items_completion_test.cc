@@ -2,6 +2,7 @@
 // read_items_test.cc: errors from readers and map functions reach the
 // consumer, an item is completed only once its records were consumed, and
 // options the queue cannot honour are refused.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -278,6 +279,35 @@ TEST(ReadItems, ADestroyedQueueGivesBackOnlyTheRestOfTheItemItsReaderWasIn) {
   EXPECT_TRUE(stats.finished);
   EXPECT_EQ(stats.records, 10);
   EXPECT_EQ(stats.splits, 1);
+}
+
+TEST(ReadItems, RecordsOfItemsCompletedWhenReadAreCountedAsLostWhenDropped) {
+  // Items complete when read: the records of the first item still in the
+  // shuffle buffer when the iterator is destroyed are returned to no one.
+  const std::string tag = UniqueName("lost-when-dropped");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 2, 10), 2, 1);
+  InterleaveOptions read;
+  read.cycle_length = 1;
+  read.complete_when_read = true;
+  ShuffleOptions shuffle;
+  shuffle.buffer_size = 15;
+  shuffle.seed = 3;
+  BatchOptions batch;
+  batch.batch_size = 5;
+  auto dataset = ReadItems(queue.get(), TextReaderFactory(), read).Shuffle(shuffle).Batch(batch);
+  std::vector<std::string> all;
+  {
+    auto it = ValueOrDie(dataset.MakeIterator());
+    for (const Record& r : ValueOrDie(it->Next()).rows) all.push_back(r.value);
+  }
+  for (const Batch<Record>& b : DrainDataset(dataset)) {
+    for (const Record& r : b.rows) all.push_back(r.value);
+  }
+  std::vector<std::string> distinct = Sorted(all);
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  const int64_t missing = 20 - static_cast<int64_t>(distinct.size());
+  EXPECT_GE(missing, 5);  // at least the first item's records left in the buffer
+  EXPECT_EQ(queue->records_lost(), missing);
 }
 
 TEST(ReadItems, DeferredConsumptionNeedsAPrefetchAtTheEnd) {

@@ -154,3 +154,20 @@ def test_a_queue_with_splitting_off_gets_its_items_back_whole(tmp_path):
     assert doubled == 320  # four items read in turns, none finished: all back whole
     assert q.records_read_again == doubled
     assert q.stats()["splits"] == 0
+
+
+def test_records_of_items_completed_when_read_are_counted_as_lost(tmp_path):
+    # num_clients=1: items complete when read (complete="auto" is "read"),
+    # so the records a dropped iterator still held in its shuffle buffer are
+    # returned to no one. They are counted and logged, not silently gone.
+    paths, lines = _files(tmp_path)
+    q = shardq.WorkQueue(paths, num_slices=8, seed=3, name=unique("lost"))
+    first, seen = _read_in_two_passes(
+        q, lambda q: shardq.data.from_queue(q, reader="text").shuffle(400, seed=2).batch(64),
+        first_batches=5)
+    assert first == 320
+    missing = set(lines) - set(seen)
+    assert len(missing) > 0  # the shuffle buffer held records of a completed item
+    assert q.records_lost == len(missing)
+    assert q.records_read_again == sum(n - 1 for n in seen.values())
+    assert q.stats()["finished"]
