@@ -329,7 +329,7 @@ class WorkQueue:
     num_epochs = property(lambda self: self._native.num_epochs)
     num_clients = property(lambda self: self._native.num_clients)
     #: Records this worker's readers returned of items it gave back
-    #: unfinished (a pipeline's iterator dropped mid-item, the queue closed)
+    #: unfinished (a pipeline's iterator dropped mid-item, the queue destroyed)
     #: that will be returned again: those that came out of order (a shuffle)
     #: after the point where the item was split, or all of them when it
     #: could not be split. Each such give-back is also logged.
