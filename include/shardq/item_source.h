@@ -43,9 +43,13 @@ class ItemSource {
   // the consumer, and the first `in_order` of them are every record before
   // `offset` (the resume offset; -1 when none is known). Records returned
   // after `offset` (out of order, through a shuffle) would be returned again
-  // by whoever reads the rest. The latest call counts. Default: ignored.
+  // by whoever reads the rest. The latest call counts. It notes `offset` as
+  // NoteProgress does too, so a reader calls only this one. Default:
+  // NoteProgress(item, offset) when offset >= 0.
   virtual void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
-                            int64_t returned) {}
+                            int64_t returned) {
+    if (offset >= 0) NoteProgress(item, offset);
+  }
   // Called by a reader that stops for good while it still holds `records`
   // records of `item` that it will never return, after it already passed
   // the item to ItemDone (a pipeline that completes items when they are

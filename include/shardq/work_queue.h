@@ -159,7 +159,7 @@ class WorkQueue final : public LeaseSource {
   // heartbeat.
   void NoteProgress(const WorkItem& item, int64_t offset) override;
   // ItemSource: remembers what a reader returned of `item`, for
-  // ReleaseRest.
+  // ReleaseRest, and its progress, as NoteProgress.
   void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
                     int64_t returned) override;
   // ItemSource: counts them in records_lost() and logs them.

@@ -23,6 +23,10 @@ void WorkQueue::Impl::NoteReturned(const WorkItem& item, int64_t offset, int64_t
   if (held_.contains(item.lease_id)) {
     returned_[item.lease_id] = Returned{offset, std::max<int64_t>(in_order, 0),
                                         std::max<int64_t>(returned, 0)};
+    if (offset >= 0) {  // as NoteProgress, under the same lock
+      progress_[item.lease_id] = offset;
+      progress_unsent_ = true;
+    }
   }
 }
 

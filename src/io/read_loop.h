@@ -130,7 +130,7 @@ class ReadLoop {
     }
     // Everything before the next record has been returned to the caller.
     if (reader_ != nullptr && reader_->resume_offset() >= 0) {
-      source.NoteProgress(*item_, reader_->resume_offset());
+      // (NoteReturned notes the progress too.)
       source.NoteReturned(*item_, reader_->resume_offset(), item_records_, item_records_);
     }
     // The next item may have arrived since this one was opened.

@@ -143,6 +143,13 @@ Dataset<Batch<Record>> OneItemABatch(WorkQueue* queue) {
   return ReadItems(queue, TextReaderFactory(), read).Batch(batch).Prefetch(8);
 }
 
+// The values of `values` once each, sorted.
+std::vector<std::string> Distinct(std::vector<std::string> values) {
+  values = Sorted(std::move(values));
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
 TEST(ReadItems, DeferredConsumptionCompletesAnItemElementsLater) {
   // With consumption deferred by 2 batches, item k completes when batch
   // k + 2 is handed out, and the last two at the end of the data.
@@ -176,18 +183,12 @@ TEST(ReadItems, DeferredRecordsOfADestroyedIteratorAreReadAgain) {
     }
     EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 2);
   }
-  std::vector<std::string> second;
-  for (const Batch<Record>& b : DrainDataset(dataset)) {
-    for (const Record& r : b.rows) second.push_back(r.value);
-  }
+  const std::vector<std::string> second = Values(DrainDataset(dataset));
   EXPECT_EQ(second.size(), 20u);  // items 2-5: two delivered before, read again
   // Those two items' records were returned, and are counted as read again.
   EXPECT_EQ(queue->records_read_again(), 10);
-  std::vector<std::string> all = first;
-  all.insert(all.end(), second.begin(), second.end());
-  std::vector<std::string> unique = Sorted(all);
-  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-  EXPECT_EQ(unique, Sorted(ExpectedLines(tag, 6, 5)));
+  first.insert(first.end(), second.begin(), second.end());
+  EXPECT_EQ(Distinct(first), Sorted(ExpectedLines(tag, 6, 5)));
   EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
 }
 
@@ -210,10 +211,7 @@ TEST(ReadItems, ADestroyedIteratorGivesBackOnlyTheRestOfTheItemItStoppedIn) {
   EXPECT_EQ(stopped.completed, 2);  // the first item, and the second's first half
   EXPECT_EQ(stopped.splits, 1);
   EXPECT_EQ(stopped.records, 15);
-  std::vector<std::string> rest;
-  for (const Batch<Record>& b : DrainDataset(dataset)) {
-    for (const Record& r : b.rows) rest.push_back(r.value);
-  }
+  const std::vector<std::string> rest = Values(DrainDataset(dataset));
   EXPECT_EQ(rest.size(), 5u);
   all.insert(all.end(), rest.begin(), rest.end());
   EXPECT_EQ(Sorted(all), Sorted(ExpectedLines(tag, 2, 10)));  // each once
@@ -236,23 +234,18 @@ TEST(ReadItems, RecordsReturnedOutOfOrderAreCountedWhenReadAgain) {
   BatchOptions batch;
   batch.batch_size = 8;
   auto dataset = ReadItems(queue.get(), TextReaderFactory(), read).Shuffle(shuffle).Batch(batch);
-  std::map<std::string, int> seen;
+  std::vector<std::string> all;
   {
     auto it = ValueOrDie(dataset.MakeIterator());
     for (int k = 0; k < 4; ++k) {
-      for (const Record& r : ValueOrDie(it->Next()).rows) ++seen[r.value];
+      for (const Record& r : ValueOrDie(it->Next()).rows) all.push_back(r.value);
     }
   }
-  for (const Batch<Record>& b : DrainDataset(dataset)) {
-    for (const Record& r : b.rows) ++seen[r.value];
-  }
-  int64_t doubled = 0;
-  std::vector<std::string> distinct;
-  for (const auto& [value, n] : seen) {
-    distinct.push_back(value);
-    doubled += n - 1;
-  }
-  EXPECT_EQ(Sorted(distinct), Sorted(ExpectedLines(tag, 2, 40)));  // none lost
+  const std::vector<std::string> rest = Values(DrainDataset(dataset));
+  all.insert(all.end(), rest.begin(), rest.end());
+  const std::vector<std::string> distinct = Distinct(all);
+  EXPECT_EQ(distinct, Sorted(ExpectedLines(tag, 2, 40)));  // none lost
+  const int64_t doubled = static_cast<int64_t>(all.size() - distinct.size());
   EXPECT_GT(doubled, 0);
   EXPECT_EQ(queue->records_read_again(), doubled);
 }
@@ -300,12 +293,9 @@ TEST(ReadItems, RecordsOfItemsCompletedWhenReadAreCountedAsLostWhenDropped) {
     auto it = ValueOrDie(dataset.MakeIterator());
     for (const Record& r : ValueOrDie(it->Next()).rows) all.push_back(r.value);
   }
-  for (const Batch<Record>& b : DrainDataset(dataset)) {
-    for (const Record& r : b.rows) all.push_back(r.value);
-  }
-  std::vector<std::string> distinct = Sorted(all);
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  const int64_t missing = 20 - static_cast<int64_t>(distinct.size());
+  const std::vector<std::string> rest = Values(DrainDataset(dataset));
+  all.insert(all.end(), rest.begin(), rest.end());
+  const int64_t missing = 20 - static_cast<int64_t>(Distinct(all).size());
   EXPECT_GE(missing, 5);  // at least the first item's records left in the buffer
   EXPECT_EQ(queue->records_lost(), missing);
 }

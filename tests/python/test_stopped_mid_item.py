@@ -13,7 +13,7 @@ import gc
 import shardq
 import shardq.data
 
-from serve_helpers import served, unique
+from serve_helpers import read_all, served, unique
 
 
 def _files(tmp_path, count=4, lines=500):
@@ -84,13 +84,7 @@ def test_a_destroyed_queue_gives_back_the_rest_of_the_item_its_reader_was_in(tmp
     del reader
     gc.collect()
     with shardq.WorkQueue(paths, num_slices=2, name=name, seed=5) as second:
-        again = shardq.TextLineReader()
-        while True:
-            try:
-                _, values = again.read_up_to(second, 256)
-            except shardq.OutOfRangeError:
-                break
-            got += [v.decode() for v in values]
+        got += [v.decode() for v in read_all(shardq.TextLineReader(), second, 256)]
         stats = second.stats()
     assert sorted(got) == sorted(lines)
     assert stats["finished"] and stats["records"] == len(lines)
