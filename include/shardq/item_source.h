@@ -101,6 +101,30 @@ class LeaseSource : public ItemSource {
   }
   // Gives back the items taken ahead and not handed out yet.
   virtual void ReleaseReady() = 0;
+  // An item held by a reader that stops for good, and whether the reader
+  // returned records of it (NoteReturned was called for it).
+  struct StoppedItem {
+    WorkItem item;
+    bool partly_returned = false;
+  };
+  // Called once by a reader that stops for good (a destroyed pipeline
+  // iterator) with the items it holds: gives back the unread rest of each
+  // (ReleaseRest) or the whole item (Release), then the items taken ahead
+  // (ReleaseReady). Best effort: an item whose lease is gone is back in the
+  // queue anyway. May return before the queue's coordinator answered (a
+  // WorkQueue with a remote coordinator that is away waits a few seconds,
+  // then leaves the rest to its background thread). Default: the calls
+  // above, here.
+  virtual void GiveBackStopped(const std::vector<StoppedItem>& items) {
+    for (const StoppedItem& stopped : items) {
+      if (stopped.partly_returned) {
+        ReleaseRest(stopped.item).IgnoreError();
+      } else {
+        Release(stopped.item).IgnoreError();
+      }
+    }
+    ReleaseReady();
+  }
   // How many items this reader may hold at once (being read).
   virtual int64_t num_clients() const = 0;
   // The queue's name, for messages.

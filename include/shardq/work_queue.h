@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -114,6 +115,16 @@ class WorkQueue final : public LeaseSource {
   // for good while this WorkQueue lives on (a pipeline being destroyed).
   // Best effort: an item whose lease is gone is back in the queue anyway.
   void ReleaseReady() override;
+
+  // Gives back what a reader that stops for good holds (see
+  // LeaseSource::GiveBackStopped): here, with a coordinator in this
+  // process. With a remote one the calls go to the background thread and
+  // this waits for them at most kGiveBackWait: a coordinator that is away
+  // does not hold up the reader's end (a pipeline iterator's destructor);
+  // the background thread goes on retrying (the leases stay renewed), and
+  // the destructor gives back what is still held.
+  void GiveBackStopped(const std::vector<StoppedItem>& items) override;
+  static constexpr absl::Duration kGiveBackWait = absl::Seconds(5);
 
   // For a reader that may stop before the queue is finished, such as a
   // DataLoader worker of shardq.torch whose siblings hold the rest

@@ -158,8 +158,14 @@ class QueueBackend {
   virtual std::string LastStatusPage() const { return ""; }
 
   // From now on, calls are tried once (with a short deadline) instead of
-  // retried: the owner is closing and must not wait out a long outage.
+  // retried, and calls already retrying stop at their next failed attempt:
+  // the owner is closing and must not wait out a long outage.
   virtual void BeginShutdown() {}
+
+  // Whether calls go over the network to a coordinator, so that one may
+  // wait out an outage (retrying for up to RetryPolicy::total_budget);
+  // false for a coordinator in this process.
+  virtual bool Remote() const { return false; }
 };
 
 // The backend of a WorkQueue without an address: the process-wide embedded

@@ -45,6 +45,7 @@ absl::Status CoordinatorCalls::Unary(absl::string_view method, Rpc rpc,
         owner_.pid());
   }
   RetryPolicy policy = options_.retry;
+  policy.stop = &shutting_down_;  // a call retrying at BeginShutdown stops
   if (shutting_down_.load()) {
     policy.total_budget = absl::ZeroDuration();
     timeout = std::min(timeout, kShutdownCallTimeout);

@@ -357,6 +357,8 @@ class RemoteBackend final : public QueueBackend {
     // Closed here (or by the last call still using it), outside the lock.
   }
 
+  bool Remote() const override { return true; }
+
   void BeginShutdown() override {
     calls_.BeginShutdown();
     absl::MutexLock lock(&sessions_mu_);

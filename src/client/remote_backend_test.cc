@@ -511,6 +511,23 @@ TEST(CallWithRetry, AnInterruptEndsTheBackoffWithCancelled) {
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
 }
 
+TEST(CallWithRetry, AStopFlagSetDuringTheCallEndsTheRetries) {
+  // A call that began before its owner started closing (BeginShutdown)
+  // stops at its next failed attempt instead of waiting out the budget.
+  std::atomic<bool> stop{false};
+  RetryPolicy policy;
+  policy.initial_backoff = absl::Milliseconds(1);
+  policy.max_backoff = absl::Milliseconds(1);
+  policy.stop = &stop;
+  int calls = 0;
+  absl::Status s = CallWithRetry(policy, "down", [&] {
+    if (++calls == 3) stop.store(true);
+    return absl::UnavailableError("down");
+  });
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+}
+
 TEST(CallWithRetry, RetriesOnlyUnavailableAbortedAndCancelled) {
   RetryPolicy policy;
   policy.initial_backoff = absl::Milliseconds(1);

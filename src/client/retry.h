@@ -34,6 +34,9 @@ struct RetryPolicy {
   absl::Duration max_backoff = absl::Seconds(2);
   // Give up after this long without success (the coordinator is gone).
   absl::Duration total_budget = absl::Minutes(10);
+  // When set and true, a failed attempt is not retried (its owner began to
+  // close while the call waited out an outage). Not owned.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // A function the client's waits call every kInterruptPoll; true means the
@@ -93,6 +96,7 @@ auto CallWithRetry(const RetryPolicy& policy, absl::string_view what, Call call)
     auto result = call();
     const absl::Status& status = retry_internal::StatusOf(result);
     if (!IsRetryable(status)) return result;
+    if (policy.stop != nullptr && policy.stop->load()) return result;
     const absl::Time now = absl::Now();
     if (now >= give_up) {
       return absl::Status(status.code(),

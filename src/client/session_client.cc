@@ -409,7 +409,16 @@ void SessionClient::Impl::CancelStream() {
 
 absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallOnce(
     v1::SessionRequest request, absl::Duration answer_timeout) {
-  const absl::Time give_up = absl::Now() + answer_timeout;
+  absl::Time give_up = absl::Now() + answer_timeout;
+  // Once the owner is closing (BeginShutdown), a call waits at most
+  // kShutdownAnswerTimeout more.
+  bool shortened = false;
+  auto shorten_at_shutdown = [&] {
+    if (!shortened && shutting_down_.load()) {
+      shortened = true;
+      give_up = std::min(give_up, absl::Now() + kShutdownAnswerTimeout);
+    }
+  };
   Pending pending;
   uint64_t id = 0;
   while (id == 0) {
@@ -418,6 +427,7 @@ absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallOnce(
       while ((state_ == State::kOpening || state_ == State::kReopening) &&
              absl::Now() < give_up) {
         if (InterruptRequestedUnlocked()) return Interrupted();
+        shorten_at_shutdown();
         state_changed_.WaitWithDeadline(&mu_, std::min(give_up, absl::Now() + kInterruptPoll));
       }
       if (state_ == State::kDead || state_ == State::kClosed) return end_status_;
@@ -441,6 +451,7 @@ absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallOnce(
   while (!pending.done) {
     pending.cv.WaitWithDeadline(&mu_, std::min(give_up, absl::Now() + kInterruptPoll));
     if (pending.done) break;
+    shorten_at_shutdown();
     if (InterruptRequestedUnlocked() && !pending.done) {
       pending_.erase(id);
       return Interrupted();
@@ -471,7 +482,7 @@ absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallRetrying(
       // storage failed) is retried like a unary call that failed so; the
       // operations repeat safely (a repeated completion is a duplicate).
       const absl::Status transient = TransientOpStatus(*answer);
-      if (transient.ok() || absl::Now() >= give_up) return answer;
+      if (transient.ok() || absl::Now() >= give_up || shutting_down_.load()) return answer;
       if (absl::IsUnavailable(transient) && absl::StrContains(transient.message(), "not leader")) {
         // A deposed leader: re-open the stream (with the leader the
         // resolver names then) rather than ask it again.
@@ -481,7 +492,9 @@ absl::StatusOr<v1::SessionResponse> SessionClient::Impl::CallRetrying(
       backoff = std::min(backoff * 2, options_.retry.max_backoff);
       continue;
     }
-    if (!IsRetryable(answer.status()) || absl::Now() >= give_up || Ended()) {
+    // A call that began before BeginShutdown stops retrying now too.
+    if (!IsRetryable(answer.status()) || absl::Now() >= give_up || Ended() ||
+        shutting_down_.load()) {
       return answer;
     }
     if (InterruptRequested()) {

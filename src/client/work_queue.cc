@@ -181,7 +181,10 @@ WorkQueue::Impl::~Impl() {
   if (background_thread_.joinable()) background_thread_.join();
   // Best effort: if the coordinator is gone the leases expire instead.
   // Items taken ahead and never read go back to the queue here too.
-  for (const auto& [id, item] : leases) ReleaseAtShutdown(id, item);
+  // Once the coordinator leaves one unanswered, the others are not asked:
+  // each would wait out the same silence.
+  bool ask = true;
+  for (const auto& [id, item] : leases) ask = ReleaseAtShutdown(id, item, ask) && ask;
   if (session_.ok() && *session_) backend_->EndSession(name_, worker_id_);
 }
 
@@ -550,6 +553,9 @@ absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view rea
 }
 int64_t WorkQueue::lost_leases() const { return impl_->lost_leases(); }
 void WorkQueue::ReleaseReady() { impl_->ReleaseReady(); }
+void WorkQueue::GiveBackStopped(const std::vector<StoppedItem>& items) {
+  impl_->GiveBackStopped(items);
+}
 std::optional<WorkItem> WorkQueue::PeekNextItem() { return impl_->PeekReady(); }
 absl::StatusOr<bool> WorkQueue::EndTakesIf(absl::FunctionRef<absl::StatusOr<bool>()> over) {
   return impl_->EndTakesIf(over);

@@ -64,14 +64,16 @@ void WorkQueue::Impl::SessionLoop() {
   while (true) {
     std::vector<SplitProposal> splits;
     std::vector<std::pair<uint64_t, int64_t>> progress;
+    bool give_back = false;
     {
       absl::MutexLock lock(&mu_);
-      while (!stopping_ && pushed_splits_.empty() &&
+      while (!stopping_ && pushed_splits_.empty() && stopped_.empty() &&
              !(progress_unsent_ && absl::Now() >= progress_due)) {
         stop_changed_.WaitWithDeadline(&mu_, progress_unsent_ ? progress_due
                                                               : absl::Now() + interval);
       }
       if (stopping_) return;
+      give_back = !stopped_.empty();
       splits.swap(pushed_splits_);
       if (progress_unsent_ && absl::Now() >= progress_due) {
         progress.assign(progress_.begin(), progress_.end());
@@ -80,6 +82,7 @@ void WorkQueue::Impl::SessionLoop() {
       }
     }
     if (!splits.empty()) AnswerSplits(splits);
+    if (give_back) GiveBackStoppedNow();
     if (!progress.empty()) {
       backend_->ReportProgress(name_, worker_id_, progress).IgnoreError();
     }
@@ -97,13 +100,21 @@ void WorkQueue::Impl::HeartbeatLoop() {
   while (true) {
     std::vector<uint64_t> leases;
     std::vector<std::pair<uint64_t, int64_t>> progress;
+    bool give_back = false;
     {
       absl::MutexLock lock(&mu_);
-      while (!stopping_ && !stop_changed_.WaitWithDeadline(&mu_, due)) {
+      while (!stopping_ && stopped_.empty() && !stop_changed_.WaitWithDeadline(&mu_, due)) {
       }
       if (stopping_) return;
-      for (const auto& [id, item] : held_) leases.push_back(id);
-      progress.assign(progress_.begin(), progress_.end());
+      give_back = !stopped_.empty();
+      if (!give_back) {
+        for (const auto& [id, item] : held_) leases.push_back(id);
+        progress.assign(progress_.begin(), progress_.end());
+      }
+    }
+    if (give_back) {
+      GiveBackStoppedNow();  // the heartbeat follows when due
+      continue;
     }
     const absl::Time started = absl::Now();
     due = started + interval;

@@ -55,6 +55,7 @@ class WorkQueue::Impl final : public SessionListener {
   int64_t ready() const;
   std::optional<WorkItem> PeekReady() const;
   void ReleaseReady();
+  void GiveBackStopped(const std::vector<LeaseSource::StoppedItem>& items);
   absl::StatusOr<bool> EndTakesIf(absl::FunctionRef<absl::StatusOr<bool>()> over);
   void SetTakePoll(absl::Duration poll);
   void NoteProgress(const WorkItem& item, int64_t offset);
@@ -77,6 +78,8 @@ class WorkQueue::Impl final : public SessionListener {
   void HeartbeatLoop();
   // With a session: answers pushed proposals and sends noted progress.
   void SessionLoop();
+  // Gives back the items of stopped_ (background thread).
+  void GiveBackStoppedNow();
   // Answers the coordinator's split proposals (background thread).
   void AnswerSplits(const std::vector<SplitProposal>& proposals);
   // A proposal for an item taken ahead and not started: it is given back
@@ -91,7 +94,11 @@ class WorkQueue::Impl final : public SessionListener {
   bool LeaseLostByCoordinator(const WorkItem& item);
   // Gives back a held lease at the destructor: its unread rest when a
   // reader returned part of it (ReleaseRest), else whole. Best effort.
-  void ReleaseAtShutdown(uint64_t lease_id, const WorkItem& item);
+  // Returns whether the coordinator answered; with `ask` false (an earlier
+  // lease went unanswered) it is not asked: the lease is forgotten (it
+  // expires) and the records a reader returned of it are counted as read
+  // again.
+  bool ReleaseAtShutdown(uint64_t lease_id, const WorkItem& item, bool ask);
   // Counts records that will be returned again and says so on stderr.
   void CountReadAgain(const WorkItem& item, int64_t records, absl::string_view why);
   // Drops a lease from held_, ready_, progress_ and returned_; false if it
@@ -163,6 +170,15 @@ class WorkQueue::Impl final : public SessionListener {
   // Signalled when stopping_ is set or a pushed proposal arrives.
   absl::CondVar stop_changed_;
   bool background_started_ ABSL_GUARDED_BY(mu_) = false;
+  // Items of stopped readers the background thread is to give back (a
+  // remote coordinator: GiveBackStopped), each still in held_ and none in
+  // ready_; whatever is left at the destructor is given back there.
+  // stopped_done_ counts the batches handed over (stopped_handed_) that the
+  // background thread finished.
+  std::vector<LeaseSource::StoppedItem> stopped_ ABSL_GUARDED_BY(mu_);
+  int64_t stopped_handed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t stopped_done_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::CondVar stopped_changed_;
   // Proposals pushed by the session, not yet answered.
   std::vector<SplitProposal> pushed_splits_ ABSL_GUARDED_BY(mu_);
   // Leases whose split answer is being sent, and leases whose reader was cut

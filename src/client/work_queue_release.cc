@@ -2,16 +2,20 @@
 // (ReleaseRest), so that the records it returned are not returned again.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "shardq/splittable_range.h"
 #include "shardq/work_queue.h"
 #include "src/client/backend.h"
+#include "src/client/retry.h"
 #include "src/client/work_queue_impl.h"
 #include "src/log/log.h"
 
@@ -141,18 +145,105 @@ absl::StatusOr<bool> WorkQueue::Impl::ReleaseRest(const WorkItem& item) {
   return false;
 }
 
-void WorkQueue::Impl::ReleaseAtShutdown(uint64_t lease_id, const WorkItem& item) {
-  bool returned_some;
+void WorkQueue::Impl::GiveBackStopped(const std::vector<LeaseSource::StoppedItem>& items) {
+  if (!backend_->Remote()) {
+    for (const LeaseSource::StoppedItem& stopped : items) {
+      if (stopped.partly_returned) {
+        ReleaseRest(stopped.item).IgnoreError();
+      } else {
+        Release(stopped.item).IgnoreError();
+      }
+    }
+    ReleaseReady();
+    return;
+  }
+  int64_t batch = 0;
+  bool background = false;
+  size_t count = 0;
   {
     absl::MutexLock lock(&mu_);
-    returned_some = returned_.contains(lease_id);
+    if (stopping_) return;  // the destructor gives back what is held
+    for (const LeaseSource::StoppedItem& stopped : items) {
+      if (held_.contains(stopped.item.lease_id)) stopped_.push_back(stopped);
+    }
+    for (uint64_t id : ready_) {
+      if (auto it = held_.find(id); it != held_.end()) {
+        stopped_.push_back(LeaseSource::StoppedItem{it->second, false});
+      }
+    }
+    ready_.clear();
+    if (stopped_.empty()) return;
+    count = stopped_.size();
+    batch = ++stopped_handed_;
+    background = background_started_;
+    stop_changed_.SignalAll();
   }
-  if (returned_some) {
-    ReleaseRest(item).IgnoreError();
+  if (!background) {
+    GiveBackStoppedNow();
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  const absl::Time until = absl::Now() + kGiveBackWait;
+  while (stopped_done_ < batch && !stopping_) {
+    if (stopped_changed_.WaitWithDeadline(&mu_, until)) break;
+  }
+  if (stopped_done_ < batch && !stopping_) {
+    SHARDQ_LOG_WARN(
+        "queue '{}', worker '{}': the coordinator did not answer within {}; {} item(s) of a "
+        "stopped reader are given back in the background (their leases stay renewed meanwhile)",
+        name_, worker_id_, absl::FormatDuration(kGiveBackWait), count);
+  }
+}
+
+void WorkQueue::Impl::GiveBackStoppedNow() {
+  std::vector<LeaseSource::StoppedItem> items;
+  int64_t batch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    items.swap(stopped_);
+    batch = stopped_handed_;
+  }
+  for (const LeaseSource::StoppedItem& stopped : items) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;  // the destructor gives back the rest (held_)
+    }
+    if (stopped.partly_returned) {
+      ReleaseRest(stopped.item).IgnoreError();
+    } else {
+      Release(stopped.item).IgnoreError();
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  stopped_done_ = std::max(stopped_done_, batch);
+  stopped_changed_.SignalAll();
+}
+
+bool WorkQueue::Impl::ReleaseAtShutdown(uint64_t lease_id, const WorkItem& item, bool ask) {
+  std::optional<Returned> returned;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = returned_.find(lease_id); it != returned_.end()) returned = it->second;
+  }
+  // Whether the coordinator answered (whatever it said).
+  auto answered = [](const absl::Status& s) {
+    return s.ok() || !(IsRetryable(s) || absl::IsDeadlineExceeded(s));
+  };
+  bool answer = true;
+  if (!ask) {
+    answer = false;
+    if (returned.has_value()) {
+      CountReadAgain(item, returned->returned,
+                     "the coordinator did not answer as this worker closed; the item goes "
+                     "back whole when its lease expires");
+    }
+  } else if (returned.has_value()) {
+    answer = answered(ReleaseRest(item).status());  // counts what it does not give back
   } else {
-    backend_->Release(name_, worker_id_, lease_id).IgnoreError();
+    answer = answered(backend_->Release(name_, worker_id_, lease_id));
   }
   Forget(lease_id);
+  return answer;
 }
 
 }  // namespace shardq

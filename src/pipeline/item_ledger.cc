@@ -371,16 +371,14 @@ void ItemLedger::ReleaseHeld() {
   if (leases_ == nullptr) return;
   // Best effort, as in ~WorkQueue: an item whose lease is gone meanwhile
   // is back in the queue anyway. Of an item the consumer got records of,
-  // only the rest goes back.
+  // only the rest goes back; then the items the queue took ahead for this
+  // reader.
+  std::vector<LeaseSource::StoppedItem> stopped;
+  stopped.reserve(held.size());
   for (const auto& [lease, item] : held) {
-    if (partly_returned.count(lease) > 0) {
-      leases_->ReleaseRest(item).IgnoreError();
-    } else {
-      leases_->Release(item).IgnoreError();
-    }
+    stopped.push_back(LeaseSource::StoppedItem{item, partly_returned.count(lease) > 0});
   }
-  // And the items the queue took ahead for this reader.
-  leases_->ReleaseReady();
+  leases_->GiveBackStopped(stopped);
 }
 
 void ItemLedger::NoteDeferred(const RecordTags& tags) {

@@ -32,6 +32,14 @@ def read_all(reader, producer, n=7):
 @contextlib.contextmanager
 def served(tmp_path, *flags):
     """`shardq serve` with `flags`; yields (address, log path)."""
+    with serve_process(tmp_path, *flags) as (address, _, log):
+        yield address, log
+
+
+@contextlib.contextmanager
+def serve_process(tmp_path, *flags):
+    """`shardq serve` with `flags`; yields (address, its Popen, log path).
+    A test may kill it; otherwise it is stopped with SIGTERM at the end."""
     port_file, log = tmp_path / "port", tmp_path / "serve.log"
     with open(log, "w") as log_file:
         serve = subprocess.Popen([SHARDQ, "serve", "--listen", "127.0.0.1:0", "--port-file",
@@ -42,7 +50,8 @@ def served(tmp_path, *flags):
         while not port_file.exists() or not port_file.read_text().strip():
             assert serve.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.02)
-        yield f"127.0.0.1:{int(port_file.read_text())}", log
+        yield f"127.0.0.1:{int(port_file.read_text())}", serve, log
     finally:
-        os.kill(serve.pid, signal.SIGTERM)
+        if serve.poll() is None:
+            os.kill(serve.pid, signal.SIGTERM)
         serve.wait(timeout=20)

@@ -9,11 +9,13 @@ out of order (a shuffle) after that point are counted in
 WorkQueue.records_read_again (and logged)."""
 import collections
 import gc
+import re
+import time
 
 import shardq
 import shardq.data
 
-from serve_helpers import read_all, served, unique
+from serve_helpers import read_all, serve_process, served, unique
 
 
 def _files(tmp_path, count=4, lines=500):
@@ -103,6 +105,43 @@ def test_a_remote_queue_splits_off_the_rest_too(tmp_path):
         stats = q.stats()
         assert stats["finished"] and stats["records"] == len(lines)
         q.close()
+
+
+def test_a_dropped_iterator_does_not_wait_out_a_coordinator_that_is_away(tmp_path, capfd):
+    # The coordinator dies while a pass is mid-item. Dropping the iterator
+    # used to wait out the session's 10-minute reconnect budget (giving the
+    # items back), and so did closing the queue; now the drop waits a few
+    # seconds and leaves the give-back to the queue's background thread,
+    # and the close asks the silent coordinator once. The items go back
+    # when their leases expire; every record returned is counted as one
+    # that will be read again.
+    paths, _ = _files(tmp_path)
+    with serve_process(tmp_path) as (address, serve, _):
+        q = shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3, address=address,
+                             name=unique("coordinator-away"))
+        it = iter(shardq.data.from_queue(q, reader="text").batch(64))
+        returned = sum(len(next(it)) for _ in range(2))
+        serve.kill()
+        serve.wait(timeout=20)
+        started = time.monotonic()
+        del it
+        dropped = time.monotonic() - started
+        started = time.monotonic()
+        q.close()
+        del q
+        gc.collect()
+        closed = time.monotonic() - started
+    # Generous bounds: the wait is 5 s, one unanswered call at the close 2 s;
+    # the old wait was 600 s.
+    assert dropped < 90, dropped
+    assert closed < 90, closed
+    log = capfd.readouterr().err
+    assert "given back in the background" in log
+    counted = sum(int(n) for n in re.findall(r"(\d+) records of '[^']*' \(epoch \d+\) that "
+                                             r"this worker's reader returned will be returned "
+                                             r"again", log))
+    assert returned == 128
+    assert counted == returned
 
 
 def test_a_queue_without_splits_gives_the_item_back_whole_and_counts_it(tmp_path):
