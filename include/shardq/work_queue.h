@@ -116,6 +116,16 @@ class WorkQueue final : public LeaseSource {
   // Best effort: an item whose lease is gone is back in the queue anyway.
   void ReleaseReady() override;
 
+  // Ends this worker's use of the queue: gives back every item it holds
+  // (taken ahead or returned by Take and not completed: whole; being read
+  // by a reader or pipeline that returned records of it: the unread rest,
+  // as ReleaseRest), stops renewing leases and ends its session. Each call
+  // to the coordinator is tried once (a coordinator that is away: the
+  // leases expire instead, and records returned of them are counted in
+  // records_read_again()). Take fails with FAILED_PRECONDITION afterwards;
+  // Stats still answers. Idempotent; the destructor calls it.
+  void Close();
+
   // Gives back what a reader that stops for good holds (see
   // LeaseSource::GiveBackStopped): here, with a coordinator in this
   // process. With a remote one the calls go to the background thread and

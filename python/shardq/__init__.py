@@ -310,7 +310,14 @@ class WorkQueue:
         return summary.start(self, summary.resolve_logdir(logdir), interval)
 
     def close(self):
-        """Gives back every item still held through take()."""
+        """Ends this worker's use of the queue: gives back every item it
+        holds (those from take() whole; those a reader or pipeline over this
+        queue is in, only their unread rest; those taken ahead), stops
+        renewing leases and ends its session with the coordinator. take()
+        and the readers raise FailedPreconditionError afterwards; stats()
+        still answers. A coordinator that is away is asked once: the items
+        then go back when their leases expire (records returned of them are
+        counted in records_read_again)."""
         self._native.close()
         for key in list(self._downloads):
             self._drop_download(*key)

@@ -213,6 +213,7 @@ void PyWorkQueue::Close() {
   py::gil_scoped_release release;
   for (const WorkItem& item : taken_) queue_->Release(item).IgnoreError();
   taken_.clear();
+  queue_->Close();
 }
 
 void PyWorkQueue::SaveCheckpoint(const std::string& path) {

@@ -168,11 +168,17 @@ WorkQueue::Impl::~Impl() {
     new std::shared_ptr<QueueBackend>(backend_);  // NOLINT: intentional leak
     return;
   }
+  Close();
+}
+
+void WorkQueue::Impl::Close() {
   std::vector<std::pair<uint64_t, WorkItem>> leases;
   {
     absl::MutexLock lock(&mu_);
+    if (stopping_) return;  // closed already
     stopping_ = true;
     stop_changed_.SignalAll();
+    stopped_changed_.SignalAll();
     for (const auto& [id, item] : held_) leases.emplace_back(id, item);
     ready_.clear();
   }
@@ -180,9 +186,9 @@ WorkQueue::Impl::~Impl() {
   backend_->BeginShutdown();
   if (background_thread_.joinable()) background_thread_.join();
   // Best effort: if the coordinator is gone the leases expire instead.
-  // Items taken ahead and never read go back to the queue here too.
-  // Once the coordinator leaves one unanswered, the others are not asked:
-  // each would wait out the same silence.
+  // Items taken ahead and never read go back to the queue here too. Once
+  // the coordinator leaves one unanswered, the others are not asked: each
+  // would wait out the same silence.
   bool ask = true;
   for (const auto& [id, item] : leases) ask = ReleaseAtShutdown(id, item, ask) && ask;
   if (session_.ok() && *session_) backend_->EndSession(name_, worker_id_);
@@ -295,12 +301,17 @@ absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
   const absl::Time deadline = timeout == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return ClosedError();
+  }
   if (absl::StatusOr<bool> session = EnsureSession(); !session.ok()) return session.status();
   while (true) {
     int64_t ahead;
     absl::Duration poll;
     {
       absl::MutexLock lock(&mu_);
+      if (stopping_) return ClosedError();
       // EndTakesIf is deciding whether takes end: wait for its answer.
       while (takes_held_back_) {
         if (ready_changed_.WaitWithDeadline(&mu_, deadline) && takes_held_back_) {
@@ -553,6 +564,7 @@ absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view rea
 }
 int64_t WorkQueue::lost_leases() const { return impl_->lost_leases(); }
 void WorkQueue::ReleaseReady() { impl_->ReleaseReady(); }
+void WorkQueue::Close() { impl_->Close(); }
 void WorkQueue::GiveBackStopped(const std::vector<StoppedItem>& items) {
   impl_->GiveBackStopped(items);
 }

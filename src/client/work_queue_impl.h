@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardq/work_queue.h"
@@ -42,6 +43,12 @@ class WorkQueue::Impl final : public SessionListener {
   ~Impl() override;
 
   absl::StatusOr<WorkItem> Take(absl::Duration timeout);
+  // See WorkQueue::Close; the destructor calls it.
+  void Close();
+  absl::Status ClosedError() const {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "queue '", name_, "': worker '", worker_id_, "' closed this WorkQueue; take no more"));
+  }
   absl::Status Complete(const WorkItem& item);
   absl::Status Release(const WorkItem& item);
   absl::StatusOr<bool> ReleaseRest(const WorkItem& item);

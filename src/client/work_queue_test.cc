@@ -1,5 +1,6 @@
 #include "shardq/work_queue.h"
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "shardq/input_producer.h"
+#include "shardq/splittable_range.h"
 #include "shardq/text_line_reader.h"
 #include "src/client/embedded_backend.h"
 #include "src/client/work_queue_backend.h"
@@ -73,6 +75,35 @@ TEST(WorkQueue, WorkersNamingTheSameQueueShareIt) {
   }
   EXPECT_TRUE(absl::IsOutOfRange((*a)->Take().status()));
   EXPECT_EQ((*a)->Stats()->workers.size(), 2u);
+}
+
+TEST(WorkQueue, CloseGivesBackEverythingHeldAndEndsTakes) {
+  std::vector<std::string> files = MakeFiles("close", 2, 40);
+  WorkQueueOptions o = Options("close", files);
+  o.num_slices = 4;
+  o.num_clients = 4;
+  auto q = WorkQueue::Create(o);
+  ASSERT_TRUE(q.ok()) << q.status();
+  absl::StatusOr<WorkItem> taken = (*q)->Take();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  // A reader in another item, part of it returned.
+  TextLineReader reader;
+  absl::StatusOr<std::vector<Record>> got = reader.ReadUpTo(**q, 5);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 5u);
+  ASSERT_GE((*q)->Stats()->leased, 2);
+  (*q)->Close();
+  (*q)->Close();  // idempotent
+  EXPECT_EQ((*q)->held(), 0);
+  absl::StatusOr<QueueStats> stats = (*q)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->leased, 0);
+  // The reader's item was split after its 5 records: those are completed.
+  EXPECT_EQ(stats->records, 5);
+  absl::Status s = (*q)->Take().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("closed"), std::string::npos) << s;
+  EXPECT_EQ((*q)->records_read_again(), 0);
 }
 
 TEST(WorkQueue, DifferentConfigUnderTheSameNameFails) {
@@ -222,6 +253,25 @@ class RestartableBackend final : public QueueBackend {
     }
     return true;
   }
+  // Whether this backend says it is remote (QueueBackend::Remote).
+  void SetRemote(bool remote) { remote_.store(remote); }
+  bool Remote() const override { return remote_.load(); }
+  // While held, a release or a split answer waits before it reaches the
+  // coordinator (a coordinator that does not answer).
+  void HoldGiveBacks(bool held) {
+    absl::MutexLock lock(&mu_);
+    give_backs_held_ = held;
+    changed_.SignalAll();
+  }
+  // Waits (generous bound) until `n` releases or split answers were sent.
+  bool AwaitGiveBacksSent(int64_t n) {
+    absl::MutexLock lock(&mu_);
+    const absl::Time bound = absl::Now() + absl::Seconds(60);
+    while (give_backs_sent_ < n) {
+      if (changed_.WaitWithDeadline(&mu_, bound)) return give_backs_sent_ >= n;
+    }
+    return true;
+  }
   absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
     return Target()->CreateQueue(config);
   }
@@ -245,6 +295,7 @@ class RestartableBackend final : public QueueBackend {
   }
   absl::Status Release(absl::string_view queue, absl::string_view worker,
                        uint64_t lease_id) override {
+    WaitWhileGiveBacksHeld();
     return Target()->Release(queue, worker, lease_id);
   }
   absl::StatusOr<HeartbeatReply> Heartbeat(
@@ -255,6 +306,7 @@ class RestartableBackend final : public QueueBackend {
   }
   absl::StatusOr<bool> AcceptSplit(absl::string_view queue, absl::string_view worker,
                                    uint64_t lease_id, int64_t split_point) override {
+    WaitWhileGiveBacksHeld();
     return Target()->AcceptSplit(queue, worker, lease_id, split_point);
   }
   absl::Status ReportProgress(absl::string_view queue, absl::string_view worker,
@@ -278,12 +330,99 @@ class RestartableBackend final : public QueueBackend {
     absl::MutexLock lock(&mu_);
     return target_;
   }
+  void WaitWhileGiveBacksHeld() {
+    absl::MutexLock lock(&mu_);
+    ++give_backs_sent_;
+    changed_.SignalAll();
+    while (give_backs_held_) changed_.Wait(&mu_);
+  }
   absl::Mutex mu_;
   std::shared_ptr<QueueBackend> target_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar changed_;  // takes_held_ or takes_sent_ changed
+  absl::CondVar changed_;  // a hold or a count below changed
   bool takes_held_ ABSL_GUARDED_BY(mu_) = false;
   int64_t takes_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  bool give_backs_held_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t give_backs_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> remote_{false};
 };
+
+// One file of `lines` lines of 10 characters and a newline each.
+std::string FixedLinesFile(const std::string& tag, int lines) {
+  std::string path = absl::StrCat(testing::TempDir(), "/", tag, ".txt");
+  std::ofstream out(path);
+  for (int l = 0; l < lines; ++l) out << "0123456789\n";
+  return path;
+}
+
+TEST(WorkQueue, AStoppedReaderLeavesItsGiveBackToTheBackgroundWhenTheCoordinatorIsSilent) {
+  // A remote coordinator that does not answer the give-back of a stopped
+  // reader (a pipeline iterator destroyed): GiveBackStopped returns after
+  // kGiveBackWait, the item still leased, and the background thread gives
+  // back its rest once the coordinator answers.
+  auto created = CoordinatorImpl::Create(CoordinatorOptions());
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<CoordinatorImpl> coordinator = *std::move(created);
+  auto backend = std::make_shared<RestartableBackend>();
+  backend->PointAt(coordinator.get());
+  backend->SetRemote(true);
+  WorkQueueOptions o = Options("silent", {FixedLinesFile("silent", 100)});
+  o.num_slices = 2;
+  o.num_clients = 2;
+  o.take_ahead = 0;
+  auto worker = WorkQueueFactory::Create(o, backend);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<WorkItem> item = (*worker)->Take();
+  ASSERT_TRUE(item.ok()) << item.status();
+  ASSERT_NE(item->range, nullptr);
+  // Its reader returned its first 5 lines, in order.
+  (*worker)->NoteReturned(*item, item->range->start() + 5 * 11, 5, 5);
+  backend->HoldGiveBacks(true);
+  (*worker)->GiveBackStopped({LeaseSource::StoppedItem{*item, true}});
+  ASSERT_TRUE(backend->AwaitGiveBacksSent(1));
+  absl::StatusOr<QueueStats> stats = (*worker)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->leased, 1);  // not answered yet
+  EXPECT_EQ(stats->records, 0);
+  backend->HoldGiveBacks(false);
+  // The background thread goes on: the first 5 lines are completed, the
+  // rest is back in the queue (generous bound).
+  const absl::Time bound = absl::Now() + absl::Seconds(60);
+  while ((*worker)->held() > 0 && absl::Now() < bound) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ((*worker)->held(), 0);
+  stats = (*worker)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->leased, 0);
+  EXPECT_EQ(stats->records, 5);
+  EXPECT_EQ(stats->splits, 1);
+  EXPECT_EQ((*worker)->records_read_again(), 0);
+}
+
+TEST(WorkQueue, AStoppedReadersGiveBackToAnAnsweringRemoteCoordinatorIsDoneOnReturn) {
+  auto created = CoordinatorImpl::Create(CoordinatorOptions());
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<CoordinatorImpl> coordinator = *std::move(created);
+  auto backend = std::make_shared<RestartableBackend>();
+  backend->PointAt(coordinator.get());
+  backend->SetRemote(true);
+  WorkQueueOptions o = Options("answering", {FixedLinesFile("answering", 100)});
+  o.num_slices = 2;
+  o.num_clients = 2;
+  o.take_ahead = 1;
+  auto worker = WorkQueueFactory::Create(o, backend);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<WorkItem> item = (*worker)->Take();
+  ASSERT_TRUE(item.ok()) << item.status();
+  (*worker)->NoteReturned(*item, item->range->start() + 5 * 11, 5, 5);
+  (*worker)->GiveBackStopped({LeaseSource::StoppedItem{*item, true}});
+  // Done by the background thread, waited for: the split item and the one
+  // taken ahead are back.
+  EXPECT_EQ((*worker)->held(), 0);
+  EXPECT_EQ((*worker)->ready(), 0);
+  absl::StatusOr<QueueStats> stats = (*worker)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->leased, 0);
+  EXPECT_EQ(stats->records, 5);
+}
 
 TEST(WorkQueue, EndTakesIfIsUndecidedWhileATakeOutlastsItsPoll) {
   // A take held on its way past its poll and the grace: EndTakesIf does

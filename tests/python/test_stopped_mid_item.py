@@ -107,6 +107,36 @@ def test_a_remote_queue_splits_off_the_rest_too(tmp_path):
         q.close()
 
 
+def test_a_closed_queue_gives_back_the_rest_of_the_item_its_reader_is_in(tmp_path):
+    # close() with the reader and the queue object still alive (a notebook,
+    # a long-lived process): the item the reader is in goes back split, not
+    # held (and renewed) until the objects are collected, which would keep
+    # every other worker waiting for it.
+    paths, lines = _files(tmp_path, count=2, lines=1000)
+    name = unique("closed-mid-item")
+    reader = shardq.TextLineReader()
+    first = shardq.WorkQueue(paths, num_slices=2, name=name, seed=5)
+    _, values = reader.read_up_to(first, 300)
+    got = [v.decode() for v in values]
+    first.close()
+    first.close()  # idempotent
+    # Nothing is leased any more (before: the reader's item stayed leased
+    # and renewed, and the second worker below waited for it forever).
+    assert first.stats()["leased"] == 0
+    try:
+        first.take()
+        raise AssertionError("take() after close() succeeded")
+    except shardq.FailedPreconditionError as e:
+        assert "closed" in str(e)
+    with shardq.WorkQueue(paths, num_slices=2, name=name, seed=5) as second:
+        got += [v.decode() for v in read_all(shardq.TextLineReader(), second, 256)]
+        stats = second.stats()
+    assert sorted(got) == sorted(lines)
+    assert stats["finished"] and stats["records"] == len(lines)
+    assert first.records_read_again == 0
+    assert first.stats()["finished"]  # still answers after close()
+
+
 def test_a_dropped_iterator_does_not_wait_out_a_coordinator_that_is_away(tmp_path, capfd):
     # The coordinator dies while a pass is mid-item. Dropping the iterator
     # used to wait out the session's 10-minute reconnect budget (giving the
