@@ -16,7 +16,12 @@
 //       Reads every record once through a fresh embedded WorkQueue of S
 //       slices and prints one line:
 //         <mode> <threads> <seconds> <records> <bytes> <rss25> <rss50>
-//         <rss75> <rss100> <peak_rss>      (RSS in MiB)
+//         <rss75> <rss100> <peak_rss> <reader_cpu>      (RSS in MiB)
+//       reader_cpu: CPU seconds of the reading thread (plain: the loop's
+//       thread from the first read on; pipeline: the thread named
+//       sq:prefetch, which reads and runs the stages with --threads 1, as
+//       of the last batch but a few), steadier than the wall time on a
+//       shared host.
 //       threads (pipeline only): 1 = every stage in one reading thread
 //       plus the prefetch thread; T > 1 = T parallel reads and T map
 //       threads. --step-us U: the consumer busy-works U us per batch (a
@@ -26,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -118,6 +124,7 @@ struct Options {
   int map_threads = -1;        // -1: as threads
   int64_t step_us = 0;         // simulated training step per batch
   bool recycle = true;         // pipeline: hand spent batches back
+  int64_t cycle = 4;           // pipeline: items read at once (interleave)
 };
 
 // Busy-waits `us` microseconds: a training step that keeps its core busy
@@ -127,6 +134,29 @@ void Step(int64_t us) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
   while (std::chrono::steady_clock::now() < end) {
   }
+}
+
+// CPU seconds a thread of this process has run (/proc schedstat; `task`
+// "thread-self" or "self/task/TID"); 0 when unreadable.
+double ThreadCpuSeconds(const std::string& task) {
+  std::ifstream in("/proc/" + task + "/schedstat");
+  double ns = 0;
+  if (!(in >> ns)) return 0;
+  return ns / 1e9;
+}
+
+// The "self/task/TID" of the thread of this process named `name` (the
+// first found); empty when there is none.
+std::string NamedThread(const std::string& name) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string got;
+    if (std::getline(comm, got) && got == name) {
+      return "self/task/" + entry.path().filename().string();
+    }
+  }
+  return "";
 }
 
 // Prints RSS at each quarter of the expected bytes.
@@ -169,7 +199,8 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> MakeQueue(const Options& o) {
 // The plain loop: one thread reads records, keeps a shuffle buffer, and
 // forms batches, as the pipeline does.
 absl::Status ReadPlain(WorkQueue& queue, const Options& o, int64_t* records,
-                       int64_t* bytes, RssProbe& probe) {
+                       int64_t* bytes, RssProbe& probe, double* reader_cpu) {
+  const double cpu_at_start = ThreadCpuSeconds("thread-self");
   TextLineReader text;
   TFRecordReader tfrecord;
   SplitMix64 rng(5);
@@ -203,13 +234,15 @@ absl::Status ReadPlain(WorkQueue& queue, const Options& o, int64_t* records,
   while (!buffer.empty()) take_one();
   for (const Record& r : batch) *bytes += static_cast<int64_t>(r.value.size());
   *records += static_cast<int64_t>(batch.size());
+  *reader_cpu = ThreadCpuSeconds("thread-self") - cpu_at_start;
   return absl::OkStatus();
 }
 
 absl::Status ReadPipeline(WorkQueue& queue, const Options& o,
-                          int64_t* records, int64_t* bytes, RssProbe& probe) {
+                          int64_t* records, int64_t* bytes, RssProbe& probe,
+                          double* reader_cpu) {
   pipeline::InterleaveOptions read;
-  read.cycle_length = 4;
+  read.cycle_length = o.cycle;
   read.block_length = 16;
   read.num_parallel_reads = o.threads > 1 ? o.threads : 1;
   pipeline::ShuffleOptions shuffle;
@@ -231,10 +264,18 @@ absl::Status ReadPipeline(WorkQueue& queue, const Options& o,
   absl::StatusOr<std::unique_ptr<pipeline::Iterator<Batch<std::string>>>> it =
       dataset.MakeIterator();
   if (!it.ok()) return it.status();
+  // The reading thread ends with the data: its CPU time is read after
+  // each batch, the last reading kept.
+  std::string reader;
   while (true) {
     absl::StatusOr<Batch<std::string>> next = (*it)->Next();
     if (absl::IsOutOfRange(next.status())) break;
     if (!next.ok()) return next.status();
+    if (reader.empty()) reader = NamedThread("sq:prefetch");
+    if (!reader.empty()) {
+      const double cpu = ThreadCpuSeconds(reader);
+      if (cpu > 0) *reader_cpu = cpu;
+    }
     for (const std::string& v : next->rows) *bytes += static_cast<int64_t>(v.size());
     *records += next->size();
     probe.Update(*bytes);
@@ -254,9 +295,10 @@ int Read(const Options& o) {
   int64_t bytes = 0;
   RssProbe probe(o.expected_bytes);
   const auto start = std::chrono::steady_clock::now();
-  absl::Status status = o.mode == "plain"
-                            ? ReadPlain(**queue, o, &records, &bytes, probe)
-                            : ReadPipeline(**queue, o, &records, &bytes, probe);
+  double reader_cpu = 0;
+  absl::Status status =
+      o.mode == "plain" ? ReadPlain(**queue, o, &records, &bytes, probe, &reader_cpu)
+                        : ReadPipeline(**queue, o, &records, &bytes, probe, &reader_cpu);
   const double seconds = std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - start)
                              .count();
@@ -268,11 +310,11 @@ int Read(const Options& o) {
   double rss = 0;
   double peak = 0;
   ReadRss(&rss, &peak);
-  std::printf("%s %d %.3f %lld %lld %.1f %.1f %.1f %.1f %.1f\n",
+  std::printf("%s %d %.3f %lld %lld %.1f %.1f %.1f %.1f %.1f %.3f\n",
               o.mode.c_str(), o.mode == "plain" ? 1 : o.threads, seconds,
               static_cast<long long>(records), static_cast<long long>(bytes),
               probe.rss()[0], probe.rss()[1], probe.rss()[2], probe.rss()[3],
-              peak);
+              peak, reader_cpu);
   return 0;
 }
 
@@ -306,6 +348,9 @@ int main(int argc, char** argv) {
   read->add_option("--recycle", o.recycle,
                    "pipeline: hand each spent batch back with Iterator::Recycle "
                    "(default 1; 0: drop it in the consumer)");
+  read->add_option("--cycle", o.cycle,
+                   "pipeline: items read at once, interleaved block by block (default 4; "
+                   "1 reads them one after another, as the plain loop does)");
   read->add_option("--map-threads", o.map_threads,
                    "map threads (default: 0 with --threads 1, else threads)");
   read->add_option("--expected-bytes", o.expected_bytes,
