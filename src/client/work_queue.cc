@@ -26,7 +26,6 @@
 #include "src/client/planner.h"
 #include "src/client/work_queue_backend.h"
 #include "src/client/work_queue_impl.h"
-#include "src/core/process.h"
 #include "src/core/queue_state.h"  // kMaxEpochs, kMaxHandOutSlots
 #include "src/log/log.h"
 
@@ -158,41 +157,6 @@ absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueueFactory::Create(
 }
 
 WorkQueue::~WorkQueue() = default;
-
-WorkQueue::Impl::~Impl() {
-  if (!owner_.current()) {
-    // Inherited through fork(): the leases, the session and the background
-    // thread belong to the parent process, and so does the backend's gRPC
-    // channel, which must not be destroyed here (src/rpc/grpc_fork.h).
-    AbandonThread(background_thread_);
-    new std::shared_ptr<QueueBackend>(backend_);  // NOLINT: intentional leak
-    return;
-  }
-  Close();
-}
-
-void WorkQueue::Impl::Close() {
-  std::vector<std::pair<uint64_t, WorkItem>> leases;
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;  // closed already
-    stopping_ = true;
-    stop_changed_.SignalAll();
-    stopped_changed_.SignalAll();
-    for (const auto& [id, item] : held_) leases.emplace_back(id, item);
-    ready_.clear();
-  }
-  // A call stuck retrying an unreachable coordinator gives up now.
-  backend_->BeginShutdown();
-  if (background_thread_.joinable()) background_thread_.join();
-  // Best effort: if the coordinator is gone the leases expire instead.
-  // Items taken ahead and never read go back to the queue here too. Once
-  // the coordinator leaves one unanswered, the others are not asked: each
-  // would wait out the same silence.
-  bool ask = true;
-  for (const auto& [id, item] : leases) ask = ReleaseAtShutdown(id, item, ask) && ask;
-  if (session_.ok() && *session_) backend_->EndSession(name_, worker_id_);
-}
 
 int64_t WorkQueue::Impl::held() const {
   absl::MutexLock lock(&mu_);

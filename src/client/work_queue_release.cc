@@ -1,5 +1,6 @@
 // WorkQueue: giving back what is left of an item a reader stopped in
-// (ReleaseRest), so that the records it returned are not returned again.
+// (ReleaseRest), so that the records it returned are not returned again,
+// what a stopped reader holds (GiveBackStopped), and everything at Close.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "src/client/backend.h"
 #include "src/client/retry.h"
 #include "src/client/work_queue_impl.h"
+#include "src/core/process.h"
 #include "src/log/log.h"
 
 namespace shardq {
@@ -244,6 +246,41 @@ bool WorkQueue::Impl::ReleaseAtShutdown(uint64_t lease_id, const WorkItem& item,
   }
   Forget(lease_id);
   return answer;
+}
+
+WorkQueue::Impl::~Impl() {
+  if (!owner_.current()) {
+    // Inherited through fork(): the leases, the session and the background
+    // thread belong to the parent process, and so does the backend's gRPC
+    // channel, which must not be destroyed here (src/rpc/grpc_fork.h).
+    AbandonThread(background_thread_);
+    new std::shared_ptr<QueueBackend>(backend_);  // NOLINT: intentional leak
+    return;
+  }
+  Close();
+}
+
+void WorkQueue::Impl::Close() {
+  std::vector<std::pair<uint64_t, WorkItem>> leases;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;  // closed already
+    stopping_ = true;
+    stop_changed_.SignalAll();
+    stopped_changed_.SignalAll();
+    for (const auto& [id, item] : held_) leases.emplace_back(id, item);
+    ready_.clear();
+  }
+  // A call stuck retrying an unreachable coordinator gives up now.
+  backend_->BeginShutdown();
+  if (background_thread_.joinable()) background_thread_.join();
+  // Best effort: if the coordinator is gone the leases expire instead.
+  // Items taken ahead and never read go back to the queue here too. Once
+  // the coordinator leaves one unanswered, the others are not asked: each
+  // would wait out the same silence.
+  bool ask = true;
+  for (const auto& [id, item] : leases) ask = ReleaseAtShutdown(id, item, ask) && ask;
+  if (session_.ok() && *session_) backend_->EndSession(name_, worker_id_);
 }
 
 }  // namespace shardq
