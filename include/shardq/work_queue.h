@@ -205,8 +205,16 @@ class WorkQueue final : public LeaseSource {
 
   // Saves the queue's checkpoint to `path` (after ReportProgress): which
   // items are completed and the unread rest of held ones. Save it next to
-  // the model checkpoint; RestoreCheckpoint resumes from it.
+  // the model checkpoint; RestoreCheckpoint resumes from it. A held item
+  // resumes after the records its reader returned in order: records a
+  // shuffle returned beyond that point are returned again after a restore
+  // (at least once). Of this worker's items, their count is logged and
+  // returned by records_beyond_checkpoint() (other workers' are not known
+  // here).
   absl::Status SaveCheckpoint(const std::string& path);
+  // Records that this worker's readers returned of the items it held at
+  // the last SaveCheckpoint, beyond their resume offsets (see above).
+  int64_t records_beyond_checkpoint() const;
 
   // Creates queue `name` (empty: the name saved in the checkpoint) from the
   // checkpoint at `path` on the coordinator `options` select, and returns a

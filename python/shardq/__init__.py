@@ -297,8 +297,14 @@ class WorkQueue:
         return self._native.stats()
 
     def save_checkpoint(self, path):
-        """Saves which items are done and the unread rest of held ones."""
+        """Saves which items are done and the unread rest of held ones. A held
+        item resumes after the records its reader returned in order: records
+        a shuffle returned beyond that point are returned again after a
+        restore (at least once). Returns how many of those this worker's
+        pipelines and readers returned (also logged; other workers' are not
+        known here)."""
         self._native.save_checkpoint(path)
+        return self._native.records_beyond_checkpoint
 
     def add_summary(self, logdir=None, interval=10.0):
         """Publishes the queue's water level to TensorBoard event files in

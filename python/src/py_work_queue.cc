@@ -382,7 +382,10 @@ void BindWorkQueue(py::module_& m) {
       .def_property_readonly("records_read_again",
                              [](PyWorkQueue& q) { return q.queue()->records_read_again(); })
       .def_property_readonly("records_lost",
-                             [](PyWorkQueue& q) { return q.queue()->records_lost(); });
+                             [](PyWorkQueue& q) { return q.queue()->records_lost(); })
+      .def_property_readonly(
+          "records_beyond_checkpoint",
+          [](PyWorkQueue& q) { return q.queue()->records_beyond_checkpoint(); });
 
   py::class_<PyItemIterator>(m, "_ItemIterator")
       .def("__iter__", [](PyItemIterator& it) -> PyItemIterator& { return it; },

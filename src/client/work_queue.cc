@@ -482,9 +482,35 @@ absl::Status WorkQueue::Impl::ReportProgress() {
 
 absl::Status WorkQueue::Impl::SaveCheckpoint(const std::string& path) {
   if (absl::Status s = ReportProgress(); !s.ok()) return s;
+  // What readers returned beyond the offsets just reported (a shuffle's
+  // out-of-order records): read again after a restore from this checkpoint.
+  int64_t beyond = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [lease, returned] : returned_) {
+      if (held_.contains(lease)) beyond += std::max<int64_t>(0, returned.returned - returned.in_order);
+    }
+  }
   absl::StatusOr<journal::Checkpoint> checkpoint = backend_->ExportCheckpoint(name_);
   if (!checkpoint.ok()) return checkpoint.status();
-  return WriteCheckpointFile(path, *checkpoint);
+  if (absl::Status s = WriteCheckpointFile(path, *checkpoint); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    records_beyond_checkpoint_ = beyond;
+  }
+  if (beyond > 0) {
+    SHARDQ_LOG_WARN(
+        "queue '{}', worker '{}': checkpoint '{}' resumes this worker's items after the records "
+        "their readers returned in order; {} records returned beyond that (out of order, through "
+        "a shuffle) will be returned again after a restore from it",
+        name_, worker_id_, path, beyond);
+  }
+  return absl::OkStatus();
+}
+
+int64_t WorkQueue::Impl::records_beyond_checkpoint() const {
+  absl::MutexLock lock(&mu_);
+  return records_beyond_checkpoint_;
 }
 
 absl::StatusOr<std::unique_ptr<WorkQueue>> WorkQueue::RestoreCheckpoint(
@@ -550,6 +576,9 @@ absl::StatusOr<StepTally> WorkQueue::AgreeSteps(const StepReport& report) {
 }
 absl::Status WorkQueue::SaveCheckpoint(const std::string& path) {
   return impl_->SaveCheckpoint(path);
+}
+int64_t WorkQueue::records_beyond_checkpoint() const {
+  return impl_->records_beyond_checkpoint();
 }
 const std::string& WorkQueue::name() const { return impl_->name_; }
 const std::string& WorkQueue::worker_id() const { return impl_->worker_id_; }

@@ -68,6 +68,7 @@ class WorkQueue::Impl final : public SessionListener {
   void NoteProgress(const WorkItem& item, int64_t offset);
   absl::Status ReportProgress();
   absl::Status SaveCheckpoint(const std::string& path);
+  int64_t records_beyond_checkpoint() const;
   absl::StatusOr<QueueStats> Stats() { return backend_->Stats(name_); }
   absl::StatusOr<bool> OnlyOthersHoldTheRest(absl::string_view siblings) {
     return backend_->PassOver(name_, worker_id_, siblings);
@@ -170,6 +171,8 @@ class WorkQueue::Impl final : public SessionListener {
   absl::flat_hash_map<uint64_t, Returned> returned_ ABSL_GUARDED_BY(mu_);
   // Records returned before whose items went back: read again by someone.
   int64_t records_read_again_ ABSL_GUARDED_BY(mu_) = 0;
+  // See WorkQueue::records_beyond_checkpoint.
+  int64_t records_beyond_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
   // Records of completed items a destroyed pipeline never returned.
   int64_t records_lost_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;

@@ -255,37 +255,47 @@ absl::Status ItemLedger::Consume(const RecordTags& tags) {
   std::vector<std::shared_ptr<ItemTicket>> done;
   // Tickets the ledger let go of here, alive until this call returns.
   std::vector<std::shared_ptr<ItemTicket>> retired;
-  // The latest in-order progress of each item touched, in first-touch order.
-  std::vector<std::pair<ItemTicket*, int64_t>> progress;
+  // What the consumer got so far of each item touched that is not done, in
+  // first-touch order: its in-order progress, and the records returned
+  // beyond it (a shuffle), for ItemSource::NoteReturned.
+  struct Got {
+    ItemTicket* ticket;
+    int64_t offset = -1;
+    int64_t in_order = 0;
+    int64_t returned = 0;
+  };
+  std::vector<Got> got;
   {
     absl::MutexLock lock(&mu_);
     tags.ForEach([&](const RecordTag& tag) {
       int64_t offset = -1;
       ItemTicket& ticket = *tag.ticket;
+      const bool was_done = ticket.done_;  // completed when read
       const bool now_done = ConsumeLocked(ticket, tag.seq, &offset);
       // Settled when done now (this was its last record), or done earlier
       // (complete_when_read) and this was its last record in flight.
       std::shared_ptr<ItemTicket> settled = RetireIfSettledLocked(ticket);
       if (now_done) done.push_back(settled);
       if (settled != nullptr) retired.push_back(std::move(settled));
-      if (!now_done && offset >= 0) {
+      if (!now_done && !was_done) {
         // Few items are in flight at once: a linear search.
-        auto it = std::find_if(progress.begin(), progress.end(),
-                               [&](const auto& p) { return p.first == tag.ticket; });
-        if (it != progress.end()) {
-          it->second = offset;
-        } else {
-          progress.emplace_back(tag.ticket, offset);
-        }
+        auto it = std::find_if(got.begin(), got.end(),
+                               [&](const Got& g) { return g.ticket == tag.ticket; });
+        if (it == got.end()) got.push_back(Got{tag.ticket});
       }
     });
+    for (Got& g : got) {
+      g.offset = g.ticket->resume_offset_;
+      g.in_order = g.ticket->resume_in_order_;
+      g.returned = g.ticket->consumed_ + g.ticket->deferred_;
+    }
     ChangedLocked();
   }
   // Tickets stay alive: the ledger or `retired` holds them.
-  for (const auto& [ticket, offset] : progress) {
+  for (const Got& g : got) {
     bool finished = false;
-    for (const auto& d : done) finished = finished || d.get() == ticket;
-    if (!finished) source_->NoteProgress(ticket->item(), offset);
+    for (const auto& d : done) finished = finished || d.get() == g.ticket;
+    if (!finished) source_->NoteReturned(g.ticket->item(), g.offset, g.in_order, g.returned);
   }
   if (done.empty()) return absl::OkStatus();
   return CompleteItems(done);

@@ -250,6 +250,44 @@ TEST(ReadItems, RecordsReturnedOutOfOrderAreCountedWhenReadAgain) {
   EXPECT_EQ(queue->records_read_again(), doubled);
 }
 
+TEST(ReadItems, RecordsReturnedBeyondACheckpointsResumeOffsetsAreCounted) {
+  // A checkpoint resumes each held item after the records returned in
+  // order; those a shuffle returned beyond that point are read again after
+  // a restore: SaveCheckpoint counts them.
+  const std::string tag = UniqueName("ckpt-shuffled");
+  const std::vector<std::string> files = WriteTextFiles(tag, 2, 40);
+  std::unique_ptr<WorkQueue> queue = MakeQueue(files, 2, 8);
+  InterleaveOptions read;
+  read.cycle_length = 2;
+  ShuffleOptions shuffle;
+  shuffle.buffer_size = 30;
+  shuffle.seed = 3;
+  BatchOptions batch;
+  batch.batch_size = 8;
+  auto dataset = ReadItems(queue.get(), TextReaderFactory(), read).Shuffle(shuffle).Batch(batch);
+  std::vector<std::string> all;
+  auto it = ValueOrDie(dataset.MakeIterator());
+  for (int k = 0; k < 4; ++k) {
+    for (const Record& r : ValueOrDie(it->Next()).rows) all.push_back(r.value);
+  }
+  const std::string path = absl::StrCat(testing::TempDir(), "/", tag, ".ckpt");
+  ASSERT_TRUE(queue->SaveCheckpoint(path).ok());
+  const int64_t beyond = queue->records_beyond_checkpoint();
+  EXPECT_GT(beyond, 0);
+  // The job stops (its iterator and queue are left as they are) and a new
+  // one resumes from the checkpoint under another name.
+  WorkQueueOptions options;
+  options.name = UniqueName("ckpt-restored");
+  auto restored = WorkQueue::RestoreCheckpoint(options, path, options.name);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  const std::vector<std::string> rest =
+      Values(DrainDataset(ReadItems(restored->get(), TextReaderFactory(), read).Batch(batch)));
+  all.insert(all.end(), rest.begin(), rest.end());
+  const std::vector<std::string> distinct = Distinct(all);
+  EXPECT_EQ(distinct, Sorted(ExpectedLines(tag, 2, 40)));  // none lost
+  EXPECT_EQ(static_cast<int64_t>(all.size() - distinct.size()), beyond);
+}
+
 TEST(ReadItems, ADestroyedQueueGivesBackOnlyTheRestOfTheItemItsReaderWasIn) {
   const std::string tag = UniqueName("queue-gone-mid-item");
   const std::vector<std::string> files = WriteTextFiles(tag, 1, 10);

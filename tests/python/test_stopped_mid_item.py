@@ -174,6 +174,27 @@ def test_a_dropped_iterator_does_not_wait_out_a_coordinator_that_is_away(tmp_pat
     assert counted == returned
 
 
+def test_save_checkpoint_counts_records_a_restore_returns_again(tmp_path):
+    # A checkpoint resumes a held item after the records returned in order;
+    # records a shuffle returned beyond that are returned again after a
+    # restore: save_checkpoint returns (and logs) how many.
+    paths, _ = _files(tmp_path)
+    for shuffle, expect_some in ((0, False), (300, True)):
+        q = shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3,
+                             name=unique("checkpoint-count"))
+        ds = shardq.data.from_queue(q, reader="text")
+        if shuffle:
+            ds = ds.shuffle(shuffle, seed=1)
+        it = iter(ds.batch(64))
+        returned = sum(len(next(it)) for _ in range(3))
+        beyond = q.save_checkpoint(str(tmp_path / f"ckpt-{shuffle}"))
+        assert isinstance(beyond, int)
+        assert (beyond > 0) == expect_some, beyond
+        assert beyond <= returned
+        del it
+        q.close()
+
+
 def test_a_queue_without_splits_gives_the_item_back_whole_and_counts_it(tmp_path):
     paths, lines = _files(tmp_path, count=2, lines=400)
     # Whole files as items: no byte range to split.

@@ -8,7 +8,7 @@
 // purpose by Batch / Distribute). An item is completed (ItemSource::ItemDone)
 // once its reader has reached its end (FinishReading) and every record it
 // handed on was consumed, never earlier, so a crash re-reads it. Records
-// consumed in order advance the item's progress, sent with NoteProgress.
+// consumed in order advance the item's progress, sent with NoteReturned
 // Records that die with a destroyed pipeline are neither: their items go
 // back to the queue (ReleaseHeld, ~WorkQueue, or lease expiry), split where
 // the records consumed in order end, so that only the rest is read again.
