@@ -38,6 +38,7 @@ class InputProducer final : public ItemSource {
   std::optional<WorkItem> PeekNextItem() override;
   // True: NextItem waits while `capacity` items are out and not done.
   bool NextWaitsForItemsDone() const override { return true; }
+  absl::Status CheckOpen() const override;
 
   int64_t size() const;
   int64_t capacity() const { return capacity_; }

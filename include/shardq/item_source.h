@@ -3,6 +3,7 @@
 #ifndef SHARDQ_ITEM_SOURCE_H_
 #define SHARDQ_ITEM_SOURCE_H_
 
+#include <atomic>
 #include <deque>
 #include <optional>
 #include <string>
@@ -57,6 +58,13 @@ class ItemSource {
   // ignored.
   virtual void NoteLost(const WorkItem& item, int64_t records) {}
 
+  // OK while the source is open; once it is closed (WorkQueue::Close),
+  // the error that says so. Readers check it at each call, so that a
+  // reader in an item the source gave back when it closed stops there
+  // instead of returning more of its records (someone else reads them).
+  // Cheap (no lock). Default: always open.
+  virtual absl::Status CheckOpen() const { return absl::OkStatus(); }
+
   // The item NextItem would return next, when the source has it at hand
   // already (an item a WorkQueue took ahead, one an input producer
   // buffered); nullopt when it has none yet or cannot tell. A hint, never
@@ -86,6 +94,15 @@ class LeaseSource : public ItemSource {
   // The next item, waiting at most `timeout` (DEADLINE_EXCEEDED then);
   // otherwise as NextItem.
   virtual absl::StatusOr<WorkItem> TakeWithin(absl::Duration timeout) = 0;
+  // As TakeWithin, but gives up (CANCELLED) soon after *cancel becomes
+  // true, also while it waits out a coordinator that is away (which a
+  // WorkQueue otherwise does for up to 10 minutes): for a reader that may
+  // stop meanwhile (a pipeline's fetcher). Default: TakeWithin.
+  virtual absl::StatusOr<WorkItem> TakeWithinUnless(absl::Duration timeout,
+                                                    const std::atomic<bool>* cancel) {
+    (void)cancel;
+    return TakeWithin(timeout);
+  }
   // Gives an item back unread: it goes to the front of the queue.
   virtual absl::Status Release(const WorkItem& item) = 0;
   // Gives back what is left of an item a reader stopped in (after

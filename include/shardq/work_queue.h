@@ -19,6 +19,7 @@
 #ifndef SHARDQ_WORK_QUEUE_H_
 #define SHARDQ_WORK_QUEUE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -122,9 +123,13 @@ class WorkQueue final : public LeaseSource {
   // as ReleaseRest), stops renewing leases and ends its session. Each call
   // to the coordinator is tried once (a coordinator that is away: the
   // leases expire instead, and records returned of them are counted in
-  // records_read_again()). Take fails with FAILED_PRECONDITION afterwards;
-  // Stats still answers. Idempotent; the destructor calls it.
+  // records_read_again()). Take, the readers and pipelines over this queue
+  // fail with FAILED_PRECONDITION afterwards (CheckOpen): none of them
+  // returns another record of an item given back here; Stats still
+  // answers. Idempotent; the destructor calls it.
   void Close();
+  // ItemSource: FAILED_PRECONDITION once Close was called.
+  absl::Status CheckOpen() const override;
 
   // Gives back what a reader that stops for good holds (see
   // LeaseSource::GiveBackStopped): here, with a coordinator in this
@@ -240,6 +245,8 @@ class WorkQueue final : public LeaseSource {
   std::optional<WorkItem> PeekNextItem() override;
   // LeaseSource: TakeWithin(timeout) is Take(timeout).
   absl::StatusOr<WorkItem> TakeWithin(absl::Duration timeout) override { return Take(timeout); }
+  absl::StatusOr<WorkItem> TakeWithinUnless(absl::Duration timeout,
+                                            const std::atomic<bool>* cancel) override;
 
   const std::string& name() const override;
   const std::string& worker_id() const;

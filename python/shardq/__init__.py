@@ -319,8 +319,10 @@ class WorkQueue:
         """Ends this worker's use of the queue: gives back every item it
         holds (those from take() whole; those a reader or pipeline over this
         queue is in, only their unread rest; those taken ahead), stops
-        renewing leases and ends its session with the coordinator. take()
-        and the readers raise FailedPreconditionError afterwards; stats()
+        renewing leases and ends its session with the coordinator. take(),
+        the readers and shardq.data pipelines over it raise
+        FailedPreconditionError afterwards (a pipeline returns none of the
+        records it still buffers: they went back with their items); stats()
         still answers. A coordinator that is away is asked once: the items
         then go back when their leases expire (records returned of them are
         counted in records_read_again)."""

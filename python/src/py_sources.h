@@ -83,6 +83,7 @@ class PassSource final : public ItemSource {
   void NoteReturned(const WorkItem& item, int64_t offset, int64_t in_order,
                     int64_t returned) override;
   void NoteLost(const WorkItem& item, int64_t records) override;
+  absl::Status CheckOpen() const override;
 
  private:
   std::shared_ptr<PyWorkQueue> queue_;

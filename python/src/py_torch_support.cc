@@ -77,6 +77,8 @@ void PassSource::NoteLost(const WorkItem& item, int64_t records) {
   queue_->queue()->NoteLost(item, records);
 }
 
+absl::Status PassSource::CheckOpen() const { return queue_->queue()->CheckOpen(); }
+
 void BindTorchSupport(py::module_& m) {
   py::class_<PassSource, std::shared_ptr<PassSource>>(m, "_PassSource")
       .def(py::init([](py::object queue, std::string siblings) {

@@ -135,6 +135,8 @@ void InputProducer::NoteLost(const WorkItem& item, int64_t records) {
   queue_->NoteLost(item, records);
 }
 
+absl::Status InputProducer::CheckOpen() const { return queue_->CheckOpen(); }
+
 std::optional<WorkItem> InputProducer::PeekNextItem() {
   {
     absl::MutexLock lock(&state_->mu_);

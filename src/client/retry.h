@@ -48,15 +48,34 @@ inline constexpr absl::Duration kInterruptPoll = absl::Milliseconds(100);
 
 namespace retry_internal {
 inline std::atomic<InterruptCheck> interrupt_check{nullptr};
+// This thread's own interrupt (ScopedInterrupt); null when none.
+inline thread_local const std::atomic<bool>* thread_interrupt = nullptr;
 }  // namespace retry_internal
+
+// While alive, the waits of this thread also end once *interrupt is true
+// (as if the process-wide check fired): for a call that only its caller
+// abandons, such as a pipeline's take when the pipeline stops. `interrupt`
+// (may be null: nothing) must outlive this object. Not nestable.
+class ScopedInterrupt {
+ public:
+  explicit ScopedInterrupt(const std::atomic<bool>* interrupt) {
+    retry_internal::thread_interrupt = interrupt;
+  }
+  ~ScopedInterrupt() { retry_internal::thread_interrupt = nullptr; }
+  ScopedInterrupt(const ScopedInterrupt&) = delete;
+  ScopedInterrupt& operator=(const ScopedInterrupt&) = delete;
+};
 
 // Installs the process-wide check (nullptr: never interrupted).
 inline void SetInterruptCheck(InterruptCheck check) {
   retry_internal::interrupt_check.store(check);
 }
 
-// Whether the installed check says to stop now.
+// Whether the installed check (or this thread's ScopedInterrupt) says to
+// stop now.
 inline bool InterruptRequested() {
+  const std::atomic<bool>* own = retry_internal::thread_interrupt;
+  if (own != nullptr && own->load(std::memory_order_acquire)) return true;
   const InterruptCheck check = retry_internal::interrupt_check.load();
   return check != nullptr && check();
 }

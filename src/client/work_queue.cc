@@ -25,6 +25,7 @@
 #include "src/client/checkpoint_file.h"
 #include "src/client/planner.h"
 #include "src/client/work_queue_backend.h"
+#include "src/client/retry.h"
 #include "src/client/work_queue_impl.h"
 #include "src/core/queue_state.h"  // kMaxEpochs, kMaxHandOutSlots
 #include "src/log/log.h"
@@ -555,6 +556,16 @@ absl::StatusOr<bool> WorkQueue::Fail(const WorkItem& item, absl::string_view rea
 int64_t WorkQueue::lost_leases() const { return impl_->lost_leases(); }
 void WorkQueue::ReleaseReady() { impl_->ReleaseReady(); }
 void WorkQueue::Close() { impl_->Close(); }
+absl::StatusOr<WorkItem> WorkQueue::TakeWithinUnless(absl::Duration timeout,
+                                                     const std::atomic<bool>* cancel) {
+  // The client's waits (the session's, the retries' backoff) poll the
+  // thread's interrupt: they end once *cancel is set.
+  ScopedInterrupt interrupt(cancel);
+  return impl_->Take(timeout);
+}
+absl::Status WorkQueue::CheckOpen() const {
+  return impl_->closed_.load(std::memory_order_acquire) ? impl_->ClosedError() : absl::OkStatus();
+}
 void WorkQueue::GiveBackStopped(const std::vector<StoppedItem>& items) {
   impl_->GiveBackStopped(items);
 }

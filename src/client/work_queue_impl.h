@@ -6,6 +6,7 @@
 #define SHARDQ_CLIENT_WORK_QUEUE_IMPL_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -177,6 +178,8 @@ class WorkQueue::Impl final : public SessionListener {
   int64_t records_lost_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t lost_leases_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by Close (stopping_ is too), read without the lock (CheckOpen).
+  std::atomic<bool> closed_{false};
   // Signalled when stopping_ is set or a pushed proposal arrives.
   absl::CondVar stop_changed_;
   bool background_started_ ABSL_GUARDED_BY(mu_) = false;

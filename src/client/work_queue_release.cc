@@ -266,6 +266,7 @@ void WorkQueue::Impl::Close() {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;  // closed already
     stopping_ = true;
+    closed_.store(true, std::memory_order_release);
     stop_changed_.SignalAll();
     stopped_changed_.SignalAll();
     for (const auto& [id, item] : held_) leases.emplace_back(id, item);

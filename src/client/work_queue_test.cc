@@ -103,6 +103,9 @@ TEST(WorkQueue, CloseGivesBackEverythingHeldAndEndsTakes) {
   absl::Status s = (*q)->Take().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("closed"), std::string::npos) << s;
+  // The reader's item went back: it returns none of its records any more.
+  s = reader.ReadUpTo(**q, 5).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_EQ((*q)->records_read_again(), 0);
 }
 

@@ -85,6 +85,14 @@ class ReadLoop {
       out->clear();
       return std::exchange(deferred_error_, absl::OkStatus());
     }
+    if (absl::Status open = source.CheckOpen(); !open.ok()) {
+      // Closed: the item being read went back (someone else reads the
+      // rest), so not one more record of it.
+      reader_.reset();
+      item_.reset();
+      out->clear();
+      return open;
+    }
     if (!item_error_.ok()) {
       out->clear();
       return item_error_;

@@ -25,6 +25,7 @@ ItemLedger::ItemLedger(ItemSource* source, LeaseSource* leases,
 void ItemLedger::Start(ThreadCoordinator* coordinator) {
   coordinator_ = coordinator;
   coordinator->AddStopCallback([this] {
+    cancel_takes_.store(true, std::memory_order_release);
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     changed_cv_.SignalAll();
@@ -103,7 +104,7 @@ absl::StatusOr<WorkItem> ItemLedger::FetchOne(bool* stopped) {
 absl::StatusOr<WorkItem> ItemLedger::TakeFromQueue(bool* stopped) {
   // A first take that does not wait tells "dry" (nothing to hand out now)
   // from "an item is on its way".
-  absl::StatusOr<WorkItem> item = leases_->TakeWithin(absl::ZeroDuration());
+  absl::StatusOr<WorkItem> item = leases_->TakeWithinUnless(absl::ZeroDuration(), &cancel_takes_);
   if (!absl::IsDeadlineExceeded(item.status())) return item;
   {
     absl::MutexLock lock(&mu_);
@@ -118,7 +119,7 @@ absl::StatusOr<WorkItem> ItemLedger::TakeFromQueue(bool* stopped) {
         return absl::CancelledError("pipeline stopping");
       }
     }
-    item = leases_->TakeWithin(options_.take_poll_interval);
+    item = leases_->TakeWithinUnless(options_.take_poll_interval, &cancel_takes_);
     if (!absl::IsDeadlineExceeded(item.status())) return item;
   }
 }

@@ -123,11 +123,13 @@ def test_a_closed_queue_gives_back_the_rest_of_the_item_its_reader_is_in(tmp_pat
     # Nothing is leased any more (before: the reader's item stayed leased
     # and renewed, and the second worker below waited for it forever).
     assert first.stats()["leased"] == 0
-    try:
-        first.take()
-        raise AssertionError("take() after close() succeeded")
-    except shardq.FailedPreconditionError as e:
-        assert "closed" in str(e)
+    for read_more in (first.take, lambda: reader.read_up_to(first, 10)):
+        # The reader's item went back: not one more of its records here.
+        try:
+            read_more()
+            raise AssertionError("reading after close() succeeded")
+        except shardq.FailedPreconditionError as e:
+            assert "closed" in str(e)
     with shardq.WorkQueue(paths, num_slices=2, name=name, seed=5) as second:
         got += [v.decode() for v in read_all(shardq.TextLineReader(), second, 256)]
         stats = second.stats()
@@ -135,6 +137,34 @@ def test_a_closed_queue_gives_back_the_rest_of_the_item_its_reader_is_in(tmp_pat
     assert stats["finished"] and stats["records"] == len(lines)
     assert first.records_read_again == 0
     assert first.stats()["finished"]  # still answers after close()
+
+
+def test_a_pipeline_over_a_closed_queue_returns_nothing_more(tmp_path):
+    # close() while a pipeline's iterator lives: its items go back split
+    # after what it returned, and the records still buffered in it are not
+    # returned (another worker reads them): the iterator raises instead.
+    paths, lines = _files(tmp_path)
+    name = unique("closed-pipeline")
+    q = shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3, name=name)
+    it = iter(shardq.data.from_queue(q, reader="text").batch(64).prefetch(2))
+    seen = collections.Counter()
+    for _ in range(3):
+        for r in next(it):
+            seen[r.decode()] += 1
+    q.close()
+    try:
+        next(it)
+        raise AssertionError("the iterator went on after close()")
+    except shardq.FailedPreconditionError as e:
+        assert "closed" in str(e)
+    with shardq.WorkQueue(paths, num_slices=8, num_clients=16, seed=3, name=name) as second:
+        for batch in shardq.data.from_queue(second, reader="text").batch(64):
+            for r in batch:
+                seen[r.decode()] += 1
+        assert second.stats()["records"] == len(lines)
+    assert set(seen) == set(lines) and max(seen.values()) == 1
+    del it
+    assert q.records_read_again == 0 and q.records_lost == 0
 
 
 def test_a_dropped_iterator_does_not_wait_out_a_coordinator_that_is_away(tmp_path, capfd):

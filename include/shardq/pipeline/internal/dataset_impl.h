@@ -99,6 +99,15 @@ absl::StatusOr<T> Iterator<T>::Next() {
 template <typename T>
 absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
   if (!status_.ok()) return status_;
+  if (context_->ledger != nullptr) {
+    // A queue closed under the pipeline gave its items back: none of the
+    // records still buffered here may be returned (someone else reads them).
+    if (absl::Status open = context_->ledger->SourceOpen(); !open.ok()) {
+      status_ = std::move(open);
+      context_->coordinator.RequestStop();
+      return status_;
+    }
+  }
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     // Nothing ready while records are deferred: wait in slices as long as

@@ -314,6 +314,8 @@ class ItemLedger {
   // consumer got (a WorkQueue behind them gives back the rest when it is
   // destroyed).
   void ReleaseHeld();
+  // The source's CheckOpen.
+  absl::Status SourceOpen() const { return source_->CheckOpen(); }
   // Before ReleaseHeld: records the consumer got whose consumption was
   // deferred and will not be counted (the iterator is being destroyed).
   // They were returned, and will be read again.
@@ -345,6 +347,9 @@ class ItemLedger {
   void AddWaitingHold(int64_t records) ABSL_LOCKS_EXCLUDED(mu_);
 
   ItemSource* const source_;
+  // Set when the pipeline stops: a take in flight (waiting out a
+  // coordinator that is away) gives up, so that stopping never waits on it.
+  std::atomic<bool> cancel_takes_{false};
   LeaseSource* const leases_;
   const LedgerOptions options_;
   ThreadCoordinator* coordinator_ = nullptr;
