@@ -24,8 +24,8 @@
 #include "src/client/backend.h"
 #include "src/client/checkpoint_file.h"
 #include "src/client/planner.h"
-#include "src/client/work_queue_backend.h"
 #include "src/client/retry.h"
+#include "src/client/work_queue_backend.h"
 #include "src/client/work_queue_impl.h"
 #include "src/core/queue_state.h"  // kMaxEpochs, kMaxHandOutSlots
 #include "src/log/log.h"

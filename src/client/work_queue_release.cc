@@ -261,6 +261,9 @@ WorkQueue::Impl::~Impl() {
 }
 
 void WorkQueue::Impl::Close() {
+  // Inherited through fork() (Python's close() in a DataLoader worker of a
+  // queue made before the fork): the leases and threads are the parent's.
+  if (!owner_.current()) return;
   std::vector<std::pair<uint64_t, WorkItem>> leases;
   {
     absl::MutexLock lock(&mu_);

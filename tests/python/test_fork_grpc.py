@@ -175,3 +175,27 @@ print(json.dumps(dict(inline=labels(0, "inline"), workers=labels(2, "workers")))
 """, timeout=240)
     assert out["inline"] == list(range(60))
     assert out["workers"] == list(range(60))
+
+
+def test_close_in_a_child_leaves_the_parents_queue_alone(tmp_path):
+    # close() of an inherited queue (a DataLoader worker closing the queue
+    # it got through the fork) gives back nothing of the parent's, stops
+    # none of its threads, and returns at once.
+    out = _run(tmp_path, """
+q = shardq.WorkQueue(works, address=address, name="closed-in-child", shuffle=False,
+                     num_clients=4)
+item = q.take()
+def close_inherited():
+    q.close()
+    return "closed"
+started = time.monotonic()
+child = in_child(close_inherited)
+child["seconds"] = time.monotonic() - started
+q.complete(item)
+stats = q.stats()
+print(json.dumps(dict(child=child, completed=stats["completed"], leased=stats["leased"])))
+q.close()
+""")
+    assert out["child"].get("ok") == "closed", out["child"]
+    assert out["child"]["seconds"] < 60  # an answer, not a hang (the bound is generous)
+    assert out["completed"] == 1
