@@ -357,71 +357,71 @@ std::string FixedLinesFile(const std::string& tag, int lines) {
   return path;
 }
 
+// A worker of a queue over one FixedLinesFile in 2 slices, through a
+// RestartableBackend that says it is remote, holding its first item, of
+// which its reader returned the first 5 lines in order.
+struct StoppedRemoteReader {
+  explicit StoppedRemoteReader(const std::string& tag, int64_t take_ahead) {
+    auto created = CoordinatorImpl::Create(CoordinatorOptions());
+    EXPECT_TRUE(created.ok()) << created.status();
+    coordinator = *std::move(created);
+    backend->PointAt(coordinator.get());
+    backend->SetRemote(true);
+    WorkQueueOptions o = Options(tag, {FixedLinesFile(tag, 100)});
+    o.num_slices = 2;
+    o.num_clients = 2;
+    o.take_ahead = take_ahead;
+    auto made = WorkQueueFactory::Create(o, backend);
+    EXPECT_TRUE(made.ok()) << made.status();
+    worker = *std::move(made);
+    absl::StatusOr<WorkItem> taken = worker->Take();
+    EXPECT_TRUE(taken.ok()) << taken.status();
+    item = *std::move(taken);
+    worker->NoteReturned(item, item.range->start() + 5 * 11, 5, 5);
+  }
+  std::unique_ptr<CoordinatorImpl> coordinator;
+  std::shared_ptr<RestartableBackend> backend = std::make_shared<RestartableBackend>();
+  std::unique_ptr<WorkQueue> worker;
+  WorkItem item;
+};
+
 TEST(WorkQueue, AStoppedReaderLeavesItsGiveBackToTheBackgroundWhenTheCoordinatorIsSilent) {
   // A remote coordinator that does not answer the give-back of a stopped
   // reader (a pipeline iterator destroyed): GiveBackStopped returns after
   // kGiveBackWait, the item still leased, and the background thread gives
   // back its rest once the coordinator answers.
-  auto created = CoordinatorImpl::Create(CoordinatorOptions());
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::unique_ptr<CoordinatorImpl> coordinator = *std::move(created);
-  auto backend = std::make_shared<RestartableBackend>();
-  backend->PointAt(coordinator.get());
-  backend->SetRemote(true);
-  WorkQueueOptions o = Options("silent", {FixedLinesFile("silent", 100)});
-  o.num_slices = 2;
-  o.num_clients = 2;
-  o.take_ahead = 0;
-  auto worker = WorkQueueFactory::Create(o, backend);
-  ASSERT_TRUE(worker.ok()) << worker.status();
-  absl::StatusOr<WorkItem> item = (*worker)->Take();
-  ASSERT_TRUE(item.ok()) << item.status();
-  ASSERT_NE(item->range, nullptr);
-  // Its reader returned its first 5 lines, in order.
-  (*worker)->NoteReturned(*item, item->range->start() + 5 * 11, 5, 5);
-  backend->HoldGiveBacks(true);
-  (*worker)->GiveBackStopped({LeaseSource::StoppedItem{*item, true}});
-  ASSERT_TRUE(backend->AwaitGiveBacksSent(1));
-  absl::StatusOr<QueueStats> stats = (*worker)->Stats();
+  StoppedRemoteReader r("silent", /*take_ahead=*/0);
+  ASSERT_NE(r.worker, nullptr);
+  r.backend->HoldGiveBacks(true);
+  r.worker->GiveBackStopped({LeaseSource::StoppedItem{r.item, true}});
+  ASSERT_TRUE(r.backend->AwaitGiveBacksSent(1));
+  absl::StatusOr<QueueStats> stats = r.worker->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->leased, 1);  // not answered yet
   EXPECT_EQ(stats->records, 0);
-  backend->HoldGiveBacks(false);
+  r.backend->HoldGiveBacks(false);
   // The background thread goes on: the first 5 lines are completed, the
   // rest is back in the queue (generous bound).
   const absl::Time bound = absl::Now() + absl::Seconds(60);
-  while ((*worker)->held() > 0 && absl::Now() < bound) absl::SleepFor(absl::Milliseconds(5));
-  EXPECT_EQ((*worker)->held(), 0);
-  stats = (*worker)->Stats();
+  while (r.worker->held() > 0 && absl::Now() < bound) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(r.worker->held(), 0);
+  stats = r.worker->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->leased, 0);
   EXPECT_EQ(stats->records, 5);
   EXPECT_EQ(stats->splits, 1);
-  EXPECT_EQ((*worker)->records_read_again(), 0);
+  EXPECT_EQ(r.worker->records_read_again(), 0);
 }
 
 TEST(WorkQueue, AStoppedReadersGiveBackToAnAnsweringRemoteCoordinatorIsDoneOnReturn) {
-  auto created = CoordinatorImpl::Create(CoordinatorOptions());
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::unique_ptr<CoordinatorImpl> coordinator = *std::move(created);
-  auto backend = std::make_shared<RestartableBackend>();
-  backend->PointAt(coordinator.get());
-  backend->SetRemote(true);
-  WorkQueueOptions o = Options("answering", {FixedLinesFile("answering", 100)});
-  o.num_slices = 2;
-  o.num_clients = 2;
-  o.take_ahead = 1;
-  auto worker = WorkQueueFactory::Create(o, backend);
-  ASSERT_TRUE(worker.ok()) << worker.status();
-  absl::StatusOr<WorkItem> item = (*worker)->Take();
-  ASSERT_TRUE(item.ok()) << item.status();
-  (*worker)->NoteReturned(*item, item->range->start() + 5 * 11, 5, 5);
-  (*worker)->GiveBackStopped({LeaseSource::StoppedItem{*item, true}});
+  StoppedRemoteReader r("answering", /*take_ahead=*/1);
+  ASSERT_NE(r.worker, nullptr);
+  r.worker->GiveBackStopped({LeaseSource::StoppedItem{r.item, true}});
   // Done by the background thread, waited for: the split item and the one
   // taken ahead are back.
-  EXPECT_EQ((*worker)->held(), 0);
-  EXPECT_EQ((*worker)->ready(), 0);
-  absl::StatusOr<QueueStats> stats = (*worker)->Stats();
+  EXPECT_EQ(r.worker->held(), 0);
+  EXPECT_EQ(r.worker->ready(), 0);
+  absl::StatusOr<QueueStats> stats = r.worker->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->leased, 0);
   EXPECT_EQ(stats->records, 5);

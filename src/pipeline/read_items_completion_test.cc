@@ -221,19 +221,27 @@ TEST(ReadItems, ADestroyedIteratorGivesBackOnlyTheRestOfTheItemItStoppedIn) {
   EXPECT_EQ(done.records, 20);
 }
 
-TEST(ReadItems, RecordsReturnedOutOfOrderAreCountedWhenReadAgain) {
-  // A shuffle hands the consumer records of an item out of order: those
-  // after the last one returned in order are read again, and counted.
-  const std::string tag = UniqueName("stop-shuffled");
-  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 2, 40), 2, 8);
+// Two items read at once, shuffled in a buffer of 30, batches of 8.
+InterleaveOptions TwoAtOnce() {
   InterleaveOptions read;
   read.cycle_length = 2;
+  return read;
+}
+auto ShuffledBatchesOf8(WorkQueue* queue) {
   ShuffleOptions shuffle;
   shuffle.buffer_size = 30;
   shuffle.seed = 3;
   BatchOptions batch;
   batch.batch_size = 8;
-  auto dataset = ReadItems(queue.get(), TextReaderFactory(), read).Shuffle(shuffle).Batch(batch);
+  return ReadItems(queue, TextReaderFactory(), TwoAtOnce()).Shuffle(shuffle).Batch(batch);
+}
+
+TEST(ReadItems, RecordsReturnedOutOfOrderAreCountedWhenReadAgain) {
+  // A shuffle hands the consumer records of an item out of order: those
+  // after the last one returned in order are read again, and counted.
+  const std::string tag = UniqueName("stop-shuffled");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 2, 40), 2, 8);
+  auto dataset = ShuffledBatchesOf8(queue.get());
   std::vector<std::string> all;
   {
     auto it = ValueOrDie(dataset.MakeIterator());
@@ -257,14 +265,7 @@ TEST(ReadItems, RecordsReturnedBeyondACheckpointsResumeOffsetsAreCounted) {
   const std::string tag = UniqueName("ckpt-shuffled");
   const std::vector<std::string> files = WriteTextFiles(tag, 2, 40);
   std::unique_ptr<WorkQueue> queue = MakeQueue(files, 2, 8);
-  InterleaveOptions read;
-  read.cycle_length = 2;
-  ShuffleOptions shuffle;
-  shuffle.buffer_size = 30;
-  shuffle.seed = 3;
-  BatchOptions batch;
-  batch.batch_size = 8;
-  auto dataset = ReadItems(queue.get(), TextReaderFactory(), read).Shuffle(shuffle).Batch(batch);
+  auto dataset = ShuffledBatchesOf8(queue.get());
   std::vector<std::string> all;
   auto it = ValueOrDie(dataset.MakeIterator());
   for (int k = 0; k < 4; ++k) {
@@ -281,7 +282,8 @@ TEST(ReadItems, RecordsReturnedBeyondACheckpointsResumeOffsetsAreCounted) {
   auto restored = WorkQueue::RestoreCheckpoint(options, path, options.name);
   ASSERT_TRUE(restored.ok()) << restored.status();
   const std::vector<std::string> rest =
-      Values(DrainDataset(ReadItems(restored->get(), TextReaderFactory(), read).Batch(batch)));
+      Values(DrainDataset(ReadItems(restored->get(), TextReaderFactory(), TwoAtOnce())
+                              .Batch(BatchOptions{8})));
   all.insert(all.end(), rest.begin(), rest.end());
   const std::vector<std::string> distinct = Distinct(all);
   EXPECT_EQ(distinct, Sorted(ExpectedLines(tag, 2, 40)));  // none lost
