@@ -5,11 +5,14 @@
 //
 // Fairness: for both systems every client has one connection (a gRPC
 // channel for shardq, a hiredis context for Redis; the session row's
-// callback driver may share a few channels, --session-channels), the queue
+// drivers may share a few channels, --session-channels), the queue
 // holds the same number of items, and each client takes one item, completes
 // it, and loops until the queue is drained. Redis and unary shardq clients
-// are one thread each; the session row's clients are streams multiplexed on
-// gRPC's callback threads (--session-driver blocking: one thread each).
+// are one thread each; the session row's clients are streams that one thread
+// of the driver drives on one completion queue (--session-driver cq, the
+// default: each answer read and the next request written by that thread,
+// no hand-off), or multiplexed on gRPC's callback threads (callback), or one
+// thread each (blocking).
 // shardq's like-for-like row is "session" (session_driver.h): one Session
 // stream per client, the completion and the next take in one message. "1
 // item" is the unary Take then Complete (two RPCs per pair); "batched" asks
@@ -692,7 +695,7 @@ struct Flags {
   int64_t batch = 8;
   bool diagnose_connections = false;
   int repeats = 3;
-  std::string session_driver = "callback";  // or "blocking"
+  std::string session_driver = "cq";  // or "callback", "blocking"
   int session_channels = 4;                 // callback driver; 0: one per client
   bool session_connection_row = true;       // also the callback driver with channels 0
 };
@@ -808,6 +811,8 @@ int Run(const Flags& flags) {
         {std::move(label), std::move(table_name),
          flags.session_driver == "blocking"
              ? throughput::NewBlockingSessionSystem(address, *std::move(control))
+         : flags.session_driver == "cq"
+             ? throughput::NewCompletionQueueSessionSystem(address, channels, *std::move(control))
              : throughput::NewCallbackSessionSystem(address, channels, *std::move(control))});
     return absl::OkStatus();
   };
@@ -823,7 +828,7 @@ int Run(const Flags& flags) {
     added = add_shardq("shardq-batched", batched_name, flags.batch, false, flags.shardq_address);
   }
   // The same session clients with a TCP connection each, as Redis's have.
-  if (added.ok() && flags.session_driver == "callback" && flags.session_channels != 0 &&
+  if (added.ok() && flags.session_driver != "blocking" && flags.session_channels != 0 &&
       flags.session_connection_row) {
     added = add_session("session-conn", flags.shardq_address, 0,
                         "session, a TCP connection per client");
@@ -884,6 +889,18 @@ int Run(const Flags& flags) {
   const std::string session_clients =
       flags.session_driver == "blocking"
           ? std::string("its own thread, a blocking stream and its own connection")
+      : flags.session_driver == "cq"
+          ? absl::StrCat("a stream on one completion queue that one thread of the driver "
+                         "drives for every client (gRPC's async API); ",
+                         flags.session_channels == 0
+                             ? std::string("its own connection")
+                             : absl::StrCat("the clients share ", flags.session_channels,
+                                            " TCP connections (client i on connection i mod ",
+                                            flags.session_channels, ")",
+                                            flags.session_connection_row
+                                                ? "; the \"a TCP connection per client\" "
+                                                  "line: one each"
+                                                : ""))
       : flags.session_channels == 0
           ? std::string("a stream on gRPC's callback threads (no thread of its own), its own "
                         "connection")
@@ -1103,13 +1120,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   app.add_option("--session-driver", flags.session_driver,
-                 "the session row's client: 'callback' (each client a stream on gRPC's callback "
-                 "API, multiplexed on its threads) or 'blocking' (each client a thread with a "
-                 "synchronous stream, as before)")
+                 "the session row's client: 'cq' (one thread a row drives every client's stream on "
+                 "one completion queue, gRPC's async API), 'callback' (each client a stream on "
+                 "gRPC's callback API, multiplexed on its threads) or 'blocking' (each client a "
+                 "thread with a synchronous stream)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"callback", "blocking"}));
+      ->check(CLI::IsMember({"callback", "blocking", "cq"}));
   app.add_option("--session-channels", flags.session_channels,
-                 "callback session driver: channels (each its own TCP connection) per row, "
+                 "cq and callback session drivers: channels (each its own TCP connection) per row, "
                  "client i on channel i mod N; 0: one per client")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));

@@ -60,6 +60,10 @@ def main():
     p.add_argument("--memory", action="store_true", help="serve without --state-dir")
     p.add_argument("--clients", default="32", help="the driver's --clients")
     p.add_argument("--items", default="40000", help="the driver's --items")
+    p.add_argument("--session-driver", default=None, help="the driver's --session-driver")
+    p.add_argument("--serve-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable for `shardq serve` only (repeatable), "
+                        "e.g. GRPC_POLL_STRATEGY=poll")
     p.add_argument("--perf-stat", action="store_true",
                    help="count the server's syscalls and context switches over the session row")
     p.add_argument("serve_args", nargs="*", help="more `shardq serve` flags (after --)")
@@ -72,7 +76,11 @@ def main():
                  "--port-file", str(work / "port")]
         if not args.memory:
             serve += ["--state-dir", str(work / "state")]
-        server = subprocess.Popen(serve + args.serve_args, stdout=subprocess.DEVNULL,
+        serve_env = dict(os.environ)
+        for assignment in args.serve_env:
+            name, _, value = assignment.partition("=")
+            serve_env[name] = value
+        server = subprocess.Popen(serve + args.serve_args, stdout=subprocess.DEVNULL, env=serve_env,
                                   stderr=open(work / "serve.log", "w"))
         procs.append(server)
         redis_port = free_port()
@@ -87,7 +95,8 @@ def main():
         driver = subprocess.Popen(
             [args.driver, "--shardq", "127.0.0.1:" + port_file.read_text().strip(),
              "--redis", f"127.0.0.1:{redis_port}", "--clients", args.clients,
-             "--items", args.items, "--repeats", "1", "--session-connection-row", "0"],
+             "--items", args.items, "--repeats", "1", "--session-connection-row", "0"]
+            + (["--session-driver", args.session_driver] if args.session_driver else []),
             stdout=subprocess.PIPE, text=True)
         procs.append(driver)
         perf = None

@@ -24,28 +24,10 @@ namespace {
 namespace v1 = ::shardq::v1;
 using bench::FromOp;
 
-// A take that finds every remaining item held by other clients waits this
-// long on the server before it is answered with nothing (then asked again).
-constexpr int64_t kTakeWaitMs = 10'000;
-
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                       absl::StrCat(what, ": ", s.error_message()));
-}
-
-// The completion of `taken` in `answer`: an error unless the coordinator
-// counted it as the item's first.
-absl::Status CheckFirstCompletion(const v1::SessionResponse& answer, const Taken& taken,
-                                  absl::string_view worker) {
-  absl::StatusOr<bool> duplicate = bench::CompletionOf(
-      answer, taken.lease_id, absl::StrCat("'", worker, "' (", ItemName(taken.index), ")"));
-  if (!duplicate.ok()) return duplicate.status();
-  if (*duplicate) {
-    return absl::InternalError(absl::StrCat("shardq counted the completion of ",
-                                            ItemName(taken.index), " as a duplicate"));
-  }
-  return absl::OkStatus();
 }
 
 // One client: one stream at a time, opened by Open(queue) and closed (half-
@@ -92,7 +74,7 @@ class StreamSession final : public ClientSession {
       }
       splits_to_refuse_.clear();
       request_.set_take(1);
-      request_.set_take_wait_ms(kTakeWaitMs);
+      request_.set_take_wait_ms(kSessionTakeWaitMs);
       if (!stream_->Write(request_)) return EndedEarly("writing a request");
       if (absl::Status s = ReadAnswer(request_.request_id()); !s.ok()) return s;
       if (completing.has_value()) {
@@ -380,7 +362,7 @@ class CallbackRow final : public bench::SessionStreamListener {
     v1::SessionRequest request;
     if (c.completing.has_value()) request.add_complete_lease_ids(c.completing->lease_id);
     request.set_take(1);
-    request.set_take_wait_ms(kTakeWaitMs);
+    request.set_take_wait_ms(kSessionTakeWaitMs);
     const bool sent = StreamOf(i)->Send(
         std::move(request),
         [this, i](absl::StatusOr<const v1::SessionResponse*> answer, int64_t latency_ns) {
@@ -529,6 +511,20 @@ class CallbackSessionSystem final : public System {
 };
 
 }  // namespace
+
+// The completion of `taken` in `answer`: an error unless the coordinator
+// counted it as the item's first.
+absl::Status CheckFirstCompletion(const v1::SessionResponse& answer, const Taken& taken,
+                                  absl::string_view worker) {
+  absl::StatusOr<bool> duplicate = bench::CompletionOf(
+      answer, taken.lease_id, absl::StrCat("'", worker, "' (", ItemName(taken.index), ")"));
+  if (!duplicate.ok()) return duplicate.status();
+  if (*duplicate) {
+    return absl::InternalError(absl::StrCat("shardq counted the completion of ",
+                                            ItemName(taken.index), " as a duplicate"));
+  }
+  return absl::OkStatus();
+}
 
 std::unique_ptr<System> NewBlockingSessionSystem(std::string address,
                                                  std::unique_ptr<System> control) {

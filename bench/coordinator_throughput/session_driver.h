@@ -5,22 +5,30 @@
 // time) and keeps one item in flight: the completion of the previous item
 // and the take of the next travel in one SessionRequest, answered by one
 // SessionResponse. A completion is checked in that answer: anything but
-// "completed, not a duplicate" fails the run. Two drivers speak it:
+// "completed, not a duplicate" fails the run. Three drivers speak it:
 //  * callback (the default): each client is one bench/common SessionStream
 //    (gRPC's callback API, a ClientBidiReactor); the clients' streams are
 //    multiplexed on gRPC's callback threads, with no thread per client,
 //    over `channels` channels, each with a TCP connection of its own
 //    (client i on channel i mod channels).
+//  * cq: one thread per row drives every client's stream on one
+//    completion queue (gRPC's async API): it reads each answer and writes
+//    the next request itself, with no thread hand-off in the client; over
+//    `channels` channels as above.
 //  * blocking: each client is a harness thread with a synchronous stream
 //    (each Write and Read waits) on a channel with a TCP connection of its
 //    own, as each Redis client has its own connection and thread.
 #ifndef SHARDQ_BENCH_COORDINATOR_THROUGHPUT_SESSION_DRIVER_H_
 #define SHARDQ_BENCH_COORDINATOR_THROUGHPUT_SESSION_DRIVER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "bench/coordinator_throughput/harness.h"
+#include "proto/shardq/coordinator.pb.h"
 
 namespace shardq::throughput {
 
@@ -37,6 +45,21 @@ std::unique_ptr<System> NewBlockingSessionSystem(std::string address,
 // `control` as above. RunClients is called by one thread at a time.
 std::unique_ptr<System> NewCallbackSessionSystem(std::string address, int channels,
                                                  std::unique_ptr<System> control);
+
+// Session clients driven by one thread per row on one completion queue
+// (gRPC's async API; RunsOwnClients), over `channels` channels as above.
+std::unique_ptr<System> NewCompletionQueueSessionSystem(std::string address, int channels,
+                                                        std::unique_ptr<System> control);
+
+// What the drivers share.
+// A take that finds every remaining item held by other clients waits this
+// long on the server before it is answered with nothing (then asked again).
+inline constexpr int64_t kSessionTakeWaitMs = 10'000;
+
+// The completion of `taken` in `answer`: an error unless the coordinator
+// counted it as the item's first.
+absl::Status CheckFirstCompletion(const ::shardq::v1::SessionResponse& answer, const Taken& taken,
+                                  absl::string_view worker);
 
 }  // namespace shardq::throughput
 
