@@ -263,6 +263,7 @@ void WorkQueue::Impl::HoldLocked(const WorkItem& item, bool ready) {
 }
 
 absl::StatusOr<WorkItem> WorkQueue::Impl::Take(absl::Duration timeout) {
+  if (absl::Status s = CheckOwner(); !s.ok()) return s;
   const absl::Time deadline = timeout == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + timeout;
@@ -346,6 +347,7 @@ bool WorkQueue::Impl::SettleSplit(uint64_t lease_id) {
 }
 
 absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
+  if (absl::Status s = CheckOwner(); !s.ok()) return s;
   bool complete;
   {
     absl::MutexLock lock(&mu_);
@@ -409,6 +411,7 @@ absl::Status WorkQueue::Impl::Complete(const WorkItem& item) {
 }
 
 absl::Status WorkQueue::Impl::Release(const WorkItem& item) {
+  if (absl::Status s = CheckOwner(); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     SettleSplit(item.lease_id);
@@ -426,6 +429,7 @@ absl::Status WorkQueue::Impl::Release(const WorkItem& item) {
 }
 
 absl::StatusOr<bool> WorkQueue::Impl::Fail(const WorkItem& item, absl::string_view reason) {
+  if (absl::Status s = CheckOwner(); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     SettleSplit(item.lease_id);
@@ -471,6 +475,7 @@ void WorkQueue::Impl::NoteProgress(const WorkItem& item, int64_t offset) {
 }
 
 absl::Status WorkQueue::Impl::ReportProgress() {
+  if (absl::Status s = CheckOwner(); !s.ok()) return s;
   std::vector<std::pair<uint64_t, int64_t>> progress;
   {
     absl::MutexLock lock(&mu_);
@@ -482,6 +487,7 @@ absl::Status WorkQueue::Impl::ReportProgress() {
 }
 
 absl::Status WorkQueue::Impl::SaveCheckpoint(const std::string& path) {
+  if (absl::Status s = CheckOwner(); !s.ok()) return s;
   if (absl::Status s = ReportProgress(); !s.ok()) return s;
   // What readers returned beyond the offsets just reported (a shuffle's
   // out-of-order records): read again after a restore from this checkpoint.
@@ -564,7 +570,8 @@ absl::StatusOr<WorkItem> WorkQueue::TakeWithinUnless(absl::Duration timeout,
   return impl_->Take(timeout);
 }
 absl::Status WorkQueue::CheckOpen() const {
-  return impl_->closed_.load(std::memory_order_acquire) ? impl_->ClosedError() : absl::OkStatus();
+  if (impl_->closed_.load(std::memory_order_acquire)) return impl_->ClosedError();
+  return impl_->CheckOwner();
 }
 void WorkQueue::GiveBackStopped(const std::vector<StoppedItem>& items) {
   impl_->GiveBackStopped(items);

@@ -50,6 +50,11 @@ class WorkQueue::Impl final : public SessionListener {
     return absl::FailedPreconditionError(absl::StrCat(
         "queue '", name_, "': worker '", worker_id_, "' closed this WorkQueue; take no more"));
   }
+  // OK in the process that made this queue; FAILED_PRECONDITION in a
+  // process forked from it: the leases, and the items taken ahead (which a
+  // take there would hand out with no call), are the parent's, who reads
+  // them. Checked by every call that takes, reads or settles an item.
+  absl::Status CheckOwner() const;
   absl::Status Complete(const WorkItem& item);
   absl::Status Release(const WorkItem& item);
   absl::StatusOr<bool> ReleaseRest(const WorkItem& item);

@@ -75,6 +75,7 @@ int64_t WorkQueue::Impl::records_lost() const {
 }
 
 absl::StatusOr<bool> WorkQueue::Impl::ReleaseRest(const WorkItem& item) {
+  if (absl::Status s = CheckOwner(); !s.ok()) return s;
   Returned returned;
   {
     absl::MutexLock lock(&mu_);
@@ -246,6 +247,16 @@ bool WorkQueue::Impl::ReleaseAtShutdown(uint64_t lease_id, const WorkItem& item,
   }
   Forget(lease_id);
   return answer;
+}
+
+absl::Status WorkQueue::Impl::CheckOwner() const {
+  if (owner_.current()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "queue '", name_, "': this WorkQueue was made in process ", owner_.pid(),
+      "; this process (pid ", getpid(), ") is a fork of it and cannot use it: its leases and "
+      "the items it took ahead belong to the parent, which reads them (here they would be "
+      "read twice). Make a new WorkQueue in the child, or start children with the 'spawn' or "
+      "'forkserver' method (torch: DataLoader(..., multiprocessing_context='spawn'))"));
 }
 
 WorkQueue::Impl::~Impl() {

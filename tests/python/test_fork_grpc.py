@@ -141,8 +141,9 @@ def test_a_child_using_a_queue_it_inherited_fails_at_once(tmp_path):
 q = shardq.WorkQueue(works, address=address, name="inherited", shuffle=False, num_clients=4)
 item = q.take()
 def use_inherited():
-    it = q.take()  # may come from the items taken ahead, with no call
-    q.complete(it)
+    # The first item taken ahead is in the inherited object already: the
+    # take must refuse it rather than hand it out here too.
+    it = q.take()
     return os.path.basename(it.work)
 started = time.monotonic()
 child = in_child(use_inherited)
@@ -157,6 +158,55 @@ q.close()
     assert "multiprocessing_context='spawn'" in child["message"]
     assert child["seconds"] < 60
     assert out["stats"] == 1
+
+
+def test_a_child_cannot_use_the_embedded_queue_its_parent_made(tmp_path):
+    # A queue made without an address lives in its process's embedded
+    # coordinator, which a fork copies: a child taking from the copy would
+    # get again every item the parent gets. It is refused, whether through
+    # the inherited WorkQueue or a new one naming the same queue; a queue the
+    # child makes under a new name is its own.
+    out = _run(tmp_path, """
+q = shardq.WorkQueue(works, name="embedded-parent", shuffle=False)
+first = q.take()
+def child_uses():
+    out = {}
+    attempts = [
+        ("inherited", lambda: q.take()),
+        ("same_name", lambda: shardq.WorkQueue(works, name="embedded-parent",
+                                               shuffle=False).take()),
+        ("own", lambda: os.path.basename(
+            shardq.WorkQueue(works, name="child-own", shuffle=False).take().work)),
+    ]
+    for what, fn in attempts:
+        try:
+            out[what] = dict(ok=str(fn()))
+        except Exception as e:
+            out[what] = dict(error=type(e).__name__, message=str(e))
+    return out
+child = in_child(child_uses)["ok"]
+q.complete(first)
+got = [os.path.basename(first.work)]
+while True:
+    try:
+        item = q.take()
+    except shardq.OutOfRangeError:
+        break
+    got.append(os.path.basename(item.work))
+    q.complete(item)
+print(json.dumps(dict(child=child, parent=got, stats=q.stats()["completed"])))
+q.close()
+""")
+    child = out["child"]
+    assert child["inherited"].get("error") == "FailedPreconditionError", child
+    assert "is a fork of it" in child["inherited"]["message"]
+    assert child["same_name"].get("error") == "FailedPreconditionError", child
+    assert "embedded coordinator of process" in child["same_name"]["message"]
+    assert "shardq serve" in child["same_name"]["message"]
+    assert child["own"] == dict(ok="w0.txt"), child
+    # The parent still reads every item once.
+    assert sorted(out["parent"]) == sorted(f"w{i}.txt" for i in range(8))
+    assert out["stats"] == 8
 
 
 def test_a_dataloader_pass_with_workers_after_one_without(tmp_path):
