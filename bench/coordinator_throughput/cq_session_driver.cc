@@ -104,6 +104,7 @@ class CqRow {
     v1::SessionResponse response;  // the read in flight
     grpc::Status finish;
     bool opened = false;           // `opened` was read on this stream
+    bool finished = false;         // its status is in (Finish's event)
     bool writing = false;          // a write or the half-close in flight
     bool half_close = false;       // half-close once the writes are out
     std::deque<v1::SessionRequest> outgoing;
@@ -128,6 +129,7 @@ class CqRow {
   void Open(Client& c, const std::string& queue) {
     c.ctx = std::make_unique<grpc::ClientContext>();
     c.opened = false;
+    c.finished = false;
     c.writing = false;
     c.half_close = false;
     c.outgoing.clear();
@@ -152,10 +154,16 @@ class CqRow {
       case OpKind::kWrite:
       case OpKind::kWritesDone:
         c.writing = false;
+        // The stream's status came in while this write was out: it ends
+        // now that nothing of it is pending (the next stream reuses the
+        // client's tags).
+        if (c.finished) return Ended(c);
         // A failed write: the read fails too, and its Finish ends the stream.
         if (ok) Write(c);
         return;
       case OpKind::kFinish:
+        c.finished = true;
+        if (c.writing) return;  // ended by the write's event
         return Ended(c);
     }
   }
