@@ -16,9 +16,12 @@ slot (no copy). When the last tensor viewing a slot's batch is gone, the
 training process marks the slot free (a byte of the slot, which both
 processes see) and the worker writes a later batch there. A worker whose
 slots are all in use (the loop keeps its batches) makes another, so
-nothing is ever overwritten while in use; it keeps at most _SPARE free
-slots beyond the ones it uses, and tells the training process, with its
-next batch, which ones it dropped.
+nothing is ever overwritten while in use; it keeps as many slots as it
+has ever had in use at once, and _SPARE more (a worker whose batches are
+held longer at times, a larger prefetch_factor or a slow step, then never
+drops slots only to make them again: a new shared-memory segment, sent to
+the training process once more), and tells the training process, with
+its next batch, which ones it dropped.
 
 Each slot starts with a header of _HEADER bytes: byte 0 is 1 while the
 training process may read the slot, byte 1 is 1 once it keeps the slot
@@ -34,7 +37,7 @@ import shardq
 
 _HEADER = 64  # bytes; the batch's features start after it, each at a multiple of _ALIGN
 _ALIGN = 64
-_SPARE = 4  # free slots a worker keeps beyond those in use
+_SPARE = 4  # slots a worker keeps beyond the most it has had in use at once
 _IN_USE, _MAPPED = 0, 1  # header bytes
 
 
@@ -71,6 +74,7 @@ class _Slots:
         self.by_base = {}  # storage data_ptr -> _Slot
         self.next_id = 0
         self.dropped = []  # ids of slots dropped since the last batch sent
+        self.peak_in_use = 0  # the most slots in use at once so far
         # Set when the worker's parse_example stage parses into the pool
         # (shardq.torch): a batch it could not place then means a slot too
         # few, so the copy goes to a new one (the pool grows until the parser
@@ -96,10 +100,16 @@ class _Slots:
 
     def claimed(self, slot):
         """``slot`` now holds a new batch (claimed here or by the parser):
-        drops the free slots beyond _SPARE."""
+        drops the free slots beyond the most ever in use at once plus
+        _SPARE."""
         slot.sent = False
         free = [s for s in self.slots if s is not slot and s.header[_IN_USE] == 0]
-        for extra in free[_SPARE:]:
+        in_use = len(self.slots) - len(free)
+        self.peak_in_use = max(self.peak_in_use, in_use)
+        # Slots are made only when none free is large enough: beyond that
+        # peak there are free ones only when batches grew; the smallest go.
+        free.sort(key=lambda s: s.capacity, reverse=True)
+        for extra in free[self.peak_in_use + _SPARE - in_use:]:
             if self.pool.remove(extra.id):  # false: the parser just claimed it
                 self.slots.remove(extra)
                 del self.by_id[extra.id]

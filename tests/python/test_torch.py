@@ -539,6 +539,32 @@ def test_a_slot_is_reused_only_once_the_loop_dropped_every_tensor_of_its_batch()
     assert kept_view.tolist() == [1, 1, 1] and third["y"].tolist() == [3, 3]
 
 
+def test_a_worker_keeps_as_many_slots_as_its_busiest_moment_needed():
+    # Ten batches in flight at once (a DataLoader with a larger
+    # prefetch_factor), all let go by the loop, then ten in flight again:
+    # the same ten slots serve them. Dropping the free ones beyond a fixed
+    # few made a new shared-memory segment (sent to the training process
+    # again) for most batches of such a loader: over a hundred a pass.
+    ts = shardq._torch_slots
+    slots = ts._Slots()
+    held = [slots.acquire(4096) for _ in range(10)]
+    assert slots.next_id == 10
+    for slot in held:
+        slot.header[ts._IN_USE] = 0  # as the training process does
+    again = [slots.acquire(4096) for _ in range(10)]
+    assert slots.next_id == 10 and slots.dropped == []
+    assert sorted(s.id for s in again) == list(range(10))
+    # Batches that grew: none of the free slots holds one, so each gets a
+    # new slot; the worker keeps at most that peak (10) and _SPARE more
+    # slots, dropping the smallest free ones beyond that.
+    for slot in again:
+        slot.header[ts._IN_USE] = 0
+    large = [slots.acquire(8192) for _ in range(6)]
+    assert [s.id for s in large] == list(range(10, 16))
+    assert len(slots.slots) == 10 + ts._SPARE
+    assert len(slots.dropped) == 2 and all(sid < 10 for sid in slots.dropped)
+
+
 def test_batches_kept_by_the_loop_are_never_overwritten(tmp_path):
     files = write_files(tmp_path, 4, 40)  # x[r, 1] = y[r] + 0.001 in every record
     dataset = shardq.torch.WorkQueueDataset(files, reader="tfrecord", features=FEATURES,
