@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "src/core/process.h"
 #include "src/server/coordinator_impl.h"
 
 namespace shardq {
@@ -21,7 +22,7 @@ namespace {
 class CoordinatorBackend final : public QueueBackend {
  public:
   explicit CoordinatorBackend(CoordinatorImpl* coordinator)
-      : coordinator_(coordinator), owner_(getpid()) {}
+      : coordinator_(coordinator) {}
 
   absl::StatusOr<QueueInfo> CreateQueue(const QueueConfig& config) override {
     if (absl::Status s = CheckNotInherited(config.name); !s.ok()) return s;
@@ -107,8 +108,8 @@ class CoordinatorBackend final : public QueueBackend {
   // process first used the backend (the parent's, copied by the fork);
   // queues this process makes afterwards are its own.
   absl::Status CheckNotInherited(absl::string_view queue) {
+    if (owner_.current()) return absl::OkStatus();
     const pid_t pid = getpid();
-    if (pid == owner_) return absl::OkStatus();
     absl::MutexLock lock(&mu_);
     if (copied_in_ != pid) {  // this process's first call
       copied_in_ = pid;
@@ -120,7 +121,7 @@ class CoordinatorBackend final : public QueueBackend {
     }
     if (!inherited_.contains(queue)) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
-        "queue '", queue, "' is in the embedded coordinator of process ", owner_,
+        "queue '", queue, "' is in the embedded coordinator of process ", owner_.pid(),
         " (a WorkQueue made without an address); this process (pid ", pid,
         ") is a fork of it and has only a copy, which would hand out here again every item "
         "the parent hands out. Serve the queue (`shardq serve`) and give its address to every "
@@ -129,7 +130,7 @@ class CoordinatorBackend final : public QueueBackend {
   }
 
   CoordinatorImpl* const coordinator_;
-  const pid_t owner_;
+  const OwnerProcess owner_;
   absl::Mutex mu_;
   pid_t copied_in_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<std::string> inherited_ ABSL_GUARDED_BY(mu_);

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <thread>
@@ -17,16 +19,31 @@
 
 namespace shardq {
 
+namespace process_internal {
+// Forks this process has gone through: bumped in the child of every fork()
+// (a pthread_atfork handler, registered by the first ForkGeneration()
+// call), so telling a fork child from its parent costs a load, not a
+// getpid() system call (checked per record by readers: CheckOpen).
+inline std::atomic<uint64_t> forks{0};
+inline void CountFork() { forks.fetch_add(1, std::memory_order_relaxed); }
+inline uint64_t ForkGeneration() {
+  static const bool registered = ::pthread_atfork(nullptr, nullptr, &CountFork) == 0;
+  (void)registered;
+  return forks.load(std::memory_order_relaxed);
+}
+}  // namespace process_internal
+
 class OwnerProcess {
  public:
-  OwnerProcess() : pid_(::getpid()) {}
+  OwnerProcess() : pid_(::getpid()), generation_(process_internal::ForkGeneration()) {}
   // False in a child that inherited the object through fork().
-  bool current() const { return ::getpid() == pid_; }
+  bool current() const { return process_internal::ForkGeneration() == generation_; }
   // The process that made the object.
   pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_;
+  uint64_t generation_;
 };
 
 // Leaks the std::thread object (never joined or destroyed): the thread it
