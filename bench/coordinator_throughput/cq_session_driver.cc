@@ -27,7 +27,6 @@ namespace shardq::throughput {
 namespace {
 
 namespace v1 = ::shardq::v1;
-using bench::FromOp;
 using SteadyClock = std::chrono::steady_clock;
 
 // What a completion-queue event finished; a client's events are tagged
@@ -258,35 +257,11 @@ class CqRow {
   }
 
   void Answered(Client& c, const v1::SessionResponse& response, int64_t latency_ns) {
-    ClientResult& result = results_[static_cast<size_t>(c.index)];
-    if (c.completing.has_value()) {
-      if (absl::Status s = CheckFirstCompletion(response, *c.completing, c.name); !s.ok()) {
-        return Fail(c, s);
-      }
-      c.completing.reset();
-      if (c.measured) {
-        result.complete_latency.Record(latency_ns);
-        ++result.completed;
-      }
-    }
-    if (absl::Status s = FromOp(response.take_status(), "take"); !s.ok()) return Fail(c, s);
-    if (response.end_of_input()) return Drained(c);
-    if (response.items_size() == 0) return SendTake(c);  // nothing yet: ask again
-    if (response.items_size() != 1) {
-      return Fail(c, absl::InternalError(absl::StrCat("session of '", c.name, "': ",
-                                                      response.items_size(),
-                                                      " items for a take of 1")));
-    }
-    const v1::WorkItem& item = response.items(0);
-    Taken taken;
-    taken.index = item.index();
-    taken.lease_id = item.lease_id();
-    if (c.measured) {
-      result.take_latency.Record(latency_ns);
-      ++result.takes;
-      result.taken.push_back(taken.index);
-    }
-    c.completing = std::move(taken);
+    absl::StatusOr<AfterAnswer> next =
+        ApplyTakeAnswer(response, latency_ns, c.name, c.measured, &c.completing,
+                        &results_[static_cast<size_t>(c.index)]);
+    if (!next.ok()) return Fail(c, next.status());
+    if (*next == AfterAnswer::kDrained) return Drained(c);
     SendTake(c);
   }
 

@@ -30,6 +30,20 @@ absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
                       absl::StrCat(what, ": ", s.error_message()));
 }
 
+// The completion of `taken` in `answer`: an error unless the coordinator
+// counted it as the item's first.
+absl::Status CheckFirstCompletion(const v1::SessionResponse& answer, const Taken& taken,
+                                  absl::string_view worker) {
+  absl::StatusOr<bool> duplicate = bench::CompletionOf(
+      answer, taken.lease_id, absl::StrCat("'", worker, "' (", ItemName(taken.index), ")"));
+  if (!duplicate.ok()) return duplicate.status();
+  if (*duplicate) {
+    return absl::InternalError(absl::StrCat("shardq counted the completion of ",
+                                            ItemName(taken.index), " as a duplicate"));
+  }
+  return absl::OkStatus();
+}
+
 // One client: one stream at a time, opened by Open(queue) and closed (half-
 // close, then the server's OK) by the next Open or the destructor.
 class StreamSession final : public ClientSession {
@@ -378,36 +392,10 @@ class CallbackRow final : public bench::SessionStreamListener {
                 int64_t latency_ns) {
     Client& c = clients_[i];
     if (!answer.ok()) return Fail(i, answer.status());
-    const v1::SessionResponse& response = **answer;
-    ClientResult& result = results_[i];
-    if (c.completing.has_value()) {
-      if (absl::Status s = CheckFirstCompletion(response, *c.completing, c.name); !s.ok()) {
-        return Fail(i, s);
-      }
-      c.completing.reset();
-      if (c.measured) {
-        result.complete_latency.Record(latency_ns);
-        ++result.completed;
-      }
-    }
-    if (absl::Status s = FromOp(response.take_status(), "take"); !s.ok()) return Fail(i, s);
-    if (response.end_of_input()) return Drained(i);
-    if (response.items_size() == 0) return SendTake(i);  // nothing yet: ask again
-    if (response.items_size() != 1) {
-      return Fail(i, absl::InternalError(absl::StrCat("session of '", c.name, "': ",
-                                                      response.items_size(),
-                                                      " items for a take of 1")));
-    }
-    const v1::WorkItem& item = response.items(0);
-    Taken taken;
-    taken.index = item.index();
-    taken.lease_id = item.lease_id();
-    if (c.measured) {
-      result.take_latency.Record(latency_ns);
-      ++result.takes;
-      result.taken.push_back(taken.index);
-    }
-    c.completing = std::move(taken);
+    absl::StatusOr<AfterAnswer> next =
+        ApplyTakeAnswer(**answer, latency_ns, c.name, c.measured, &c.completing, &results_[i]);
+    if (!next.ok()) return Fail(i, next.status());
+    if (*next == AfterAnswer::kDrained) return Drained(i);
     SendTake(i);
   }
 
@@ -512,18 +500,35 @@ class CallbackSessionSystem final : public System {
 
 }  // namespace
 
-// The completion of `taken` in `answer`: an error unless the coordinator
-// counted it as the item's first.
-absl::Status CheckFirstCompletion(const v1::SessionResponse& answer, const Taken& taken,
-                                  absl::string_view worker) {
-  absl::StatusOr<bool> duplicate = bench::CompletionOf(
-      answer, taken.lease_id, absl::StrCat("'", worker, "' (", ItemName(taken.index), ")"));
-  if (!duplicate.ok()) return duplicate.status();
-  if (*duplicate) {
-    return absl::InternalError(absl::StrCat("shardq counted the completion of ",
-                                            ItemName(taken.index), " as a duplicate"));
+absl::StatusOr<AfterAnswer> ApplyTakeAnswer(const v1::SessionResponse& answer,
+                                            int64_t latency_ns, absl::string_view worker,
+                                            bool measured, std::optional<Taken>* completing,
+                                            ClientResult* result) {
+  if (completing->has_value()) {
+    if (absl::Status s = CheckFirstCompletion(answer, **completing, worker); !s.ok()) return s;
+    completing->reset();
+    if (measured) {
+      result->complete_latency.Record(latency_ns);
+      ++result->completed;
+    }
   }
-  return absl::OkStatus();
+  if (absl::Status s = FromOp(answer.take_status(), "take"); !s.ok()) return s;
+  if (answer.end_of_input()) return AfterAnswer::kDrained;
+  if (answer.items_size() == 0) return AfterAnswer::kTakeAgain;  // nothing yet
+  if (answer.items_size() != 1) {
+    return absl::InternalError(absl::StrCat("session of '", worker, "': ", answer.items_size(),
+                                            " items for a take of 1"));
+  }
+  Taken taken;
+  taken.index = answer.items(0).index();
+  taken.lease_id = answer.items(0).lease_id();
+  if (measured) {
+    result->take_latency.Record(latency_ns);
+    ++result->takes;
+    result->taken.push_back(taken.index);
+  }
+  *completing = std::move(taken);
+  return AfterAnswer::kTakeAgain;
 }
 
 std::unique_ptr<System> NewBlockingSessionSystem(std::string address,

@@ -23,9 +23,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "bench/coordinator_throughput/harness.h"
 #include "proto/shardq/coordinator.pb.h"
@@ -56,10 +58,19 @@ std::unique_ptr<System> NewCompletionQueueSessionSystem(std::string address, int
 // long on the server before it is answered with nothing (then asked again).
 inline constexpr int64_t kSessionTakeWaitMs = 10'000;
 
-// The completion of `taken` in `answer`: an error unless the coordinator
-// counted it as the item's first.
-absl::Status CheckFirstCompletion(const ::shardq::v1::SessionResponse& answer, const Taken& taken,
-                                  absl::string_view worker);
+// What a session client does after the answer to its request.
+enum class AfterAnswer { kTakeAgain, kDrained };
+
+// Applies the answer to a client's request (the completion of *completing,
+// if any, and a take of 1) of `worker`: checks the completion (then clears
+// *completing), records it and the take's item and latency in *result when
+// `measured`, and keeps the item taken in *completing. kTakeAgain also when
+// nothing was taken yet (ask again). Errors: the completion was not the
+// item's first, the take failed, or the answer holds more than one item.
+absl::StatusOr<AfterAnswer> ApplyTakeAnswer(const ::shardq::v1::SessionResponse& answer,
+                                            int64_t latency_ns, absl::string_view worker,
+                                            bool measured, std::optional<Taken>* completing,
+                                            ClientResult* result);
 
 }  // namespace shardq::throughput
 

@@ -35,8 +35,8 @@ for i in range(8):
     with open(works[-1], "w") as f:
         f.write("line\\n")
 
-def read_all(name):
-    q = shardq.WorkQueue(works, address=address, name=name, shuffle=False, num_clients=4)
+def drain(q):
+    # Takes and completes q's items to the end: their files' names.
     got = []
     while True:
         try:
@@ -45,6 +45,11 @@ def read_all(name):
             break
         got.append(os.path.basename(item.work))
         q.complete(item)
+    return got
+
+def read_all(name):
+    q = shardq.WorkQueue(works, address=address, name=name, shuffle=False, num_clients=4)
+    got = drain(q)
     q.close()
     return got
 
@@ -117,14 +122,7 @@ child = in_child(lambda: read_all("in-child"))
 child["seconds"] = time.monotonic() - started
 # The parent's own queue goes on working after the fork.
 q.complete(item)
-rest = []
-while True:
-    try:
-        it = q.take()
-    except shardq.OutOfRangeError:
-        break
-    rest.append(os.path.basename(it.work))
-    q.complete(it)
+rest = drain(q)
 q.close()
 print(json.dumps(dict(child=child, parent=[os.path.basename(item.work)] + rest)))
 """)
@@ -186,14 +184,7 @@ def child_uses():
     return out
 child = in_child(child_uses)["ok"]
 q.complete(first)
-got = [os.path.basename(first.work)]
-while True:
-    try:
-        item = q.take()
-    except shardq.OutOfRangeError:
-        break
-    got.append(os.path.basename(item.work))
-    q.complete(item)
+got = [os.path.basename(first.work)] + drain(q)
 print(json.dumps(dict(child=child, parent=got, stats=q.stats()["completed"])))
 q.close()
 """)
