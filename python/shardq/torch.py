@@ -38,11 +38,12 @@ leaves the item to be read again (after the queue's lease_timeout), never
 lost. Nor does a training process that dies: a batch's records count as
 consumed only once the loop is done with it (when it asks for the next
 batch; for a DataLoader worker's batch, when that worker is asked for its
-third batch after it, the DataLoader asking a worker for more only as the
-loop takes batches; with a prefetch_factor above the default 2, the extra
-prefetched batches are not covered), or when the worker's pipeline cannot
-go on without their items. A worker therefore holds the items its buffered batches
-come from: the queue's num_clients is at least batch_size + 4.
+batch prefetch_factor + 1 after it, the DataLoader asking a worker for more
+only as the loop takes batches; the worker reads prefetch_factor from the
+DataLoader that starts it, and warns where it cannot and assumes torch's
+default 2), or when the worker's pipeline cannot go on without their items.
+A worker therefore holds the items its buffered batches come from: the
+queue's num_clients is at least batch_size + 4.
 
 The DataLoader takes batches from its workers in a fixed round-robin order
 and asks a worker for more only once its earlier batches were taken, so a
@@ -81,6 +82,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 
 import torch
 import torch.utils.data
@@ -188,13 +190,32 @@ def _rank_and_world():
 # queue lets a worker hold a batch's worth of items more than that.
 _CYCLE = 4
 
-# In a DataLoader worker, the batches after which a batch's records count
-# as consumed: the worker is asked for its batch k only once the training
-# loop has taken the batch it yielded prefetch_factor (default 2) batches
-# before, and has finished with the one before that. A larger
-# prefetch_factor leaves its extra batches unprotected (see the module
-# docstring).
-_WORKER_DEFER = 3
+# torch's default DataLoader prefetch_factor, assumed by a worker that
+# cannot find its DataLoader's (_loader_prefetch_factor).
+_DEFAULT_PREFETCH = 2
+
+
+def _loader_prefetch_factor(dataset):
+    """The prefetch_factor of the DataLoader whose workers are being started
+    over ``dataset``, or None where it cannot be found.
+
+    torch passes a worker neither the DataLoader nor its prefetch_factor, so
+    it is read from torch's multiprocessing iterator in the calling frames:
+    a forked worker runs on a copy of the frames that started it (the
+    iterator's __init__ among them), and the dataset of a spawned worker is
+    pickled inside that __init__ (__getstate__ keeps what it finds)."""
+    iterator_type = getattr(torch.utils.data.dataloader, "_BaseDataLoaderIter", None)
+    if iterator_type is None:
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        it = frame.f_locals.get("self")
+        if isinstance(it, iterator_type) and getattr(it, "_dataset", None) is dataset:
+            factor = getattr(it, "_prefetch_factor", None)
+            if isinstance(factor, int) and factor >= 1:
+                return factor
+        frame = frame.f_back
+    return None
 
 
 class WorkQueueDataset(torch.utils.data.IterableDataset):
@@ -338,7 +359,29 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_local", None)  # the child process belongs to the parent
+        # Pickled for a spawned DataLoader worker: its prefetch_factor is
+        # known here, in the process starting it, and not there.
+        factor = _loader_prefetch_factor(self)
+        if factor is not None:
+            state["_loader_prefetch"] = factor
         return state
+
+    def _worker_defer(self):
+        """In a DataLoader worker, the batches after which a batch's records
+        count as consumed: the worker is asked for its batch k only once the
+        training loop has taken the batch it yielded prefetch_factor batches
+        before, and so has finished with the one before that:
+        prefetch_factor + 1."""
+        factor = self.__dict__.get("_loader_prefetch") or _loader_prefetch_factor(self)
+        if factor is None:
+            factor = _DEFAULT_PREFETCH
+            warnings.warn(
+                "shardq.torch: this DataLoader's prefetch_factor could not be found (a torch "
+                f"version whose DataLoader this module does not know); assuming {factor}: with "
+                "a larger one, a training process that dies loses the records of the batches "
+                "its workers fetched beyond that", RuntimeWarning, stacklevel=2)
+        self._loader_prefetch = factor  # this worker's other passes (persistent_workers)
+        return factor + 1
 
     def _pass_ids(self):
         """(this worker's id, the prefix of this dataset's workers, the prefix
@@ -389,10 +432,10 @@ class WorkQueueDataset(torch.utils.data.IterableDataset):
         # A batch's items complete only once the training loop is done with
         # it: in the training process, when it asks for the next batch; in
         # a DataLoader worker, when the worker is asked for its batch
-        # _WORKER_DEFER later (the DataLoader asks a worker for more only as
-        # the loop takes batches, holding prefetch_factor of each worker's
-        # ready). A training process that dies then loses no record.
-        defer = _WORKER_DEFER if torch.utils.data.get_worker_info() is not None else 1
+        # prefetch_factor + 1 later (the DataLoader asks a worker for more
+        # only as the loop takes batches, holding prefetch_factor of each
+        # worker's ready). A training process that dies then loses no record.
+        defer = self._worker_defer() if torch.utils.data.get_worker_info() is not None else 1
         ds = shardq.data.from_queue(queue, reader=self.reader, on_corrupt=self.on_corrupt,
                                     cycle_length=_CYCLE, complete="consumed",
                                     _pass_siblings=siblings, _defer=defer, **steps)

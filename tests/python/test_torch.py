@@ -3,6 +3,7 @@ processes sharing one `shardq serve`."""
 import json
 import os
 import pathlib
+import pickle
 import signal
 import subprocess
 import sys
@@ -710,6 +711,101 @@ with open(out, "w") as f:
         f.write(json.dumps(batch["y"].tolist()) + "\\n")  # trained on
         f.flush()
 """
+
+# The same with the DataLoader's prefetch_factor and start method as given:
+# more batches fetched ahead of the loop than the default 2 a worker. The
+# queue lets a worker hold enough items (num_clients) that none completes
+# early for want of room, so only the counting of consumed batches decides.
+DIES_WITH_PREFETCH = """
+import sys, json, os
+sys.path.insert(0, {pkg!r})
+import torch, shardq, shardq.torch
+files, address, name, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+if __name__ == "__main__":
+    dataset = shardq.torch.WorkQueueDataset(
+        files, reader="tfrecord", batch_size=4, num_slices=30, seed=2, name=name,
+        address=address, lease_timeout=2.0, num_clients=64,
+        features={{"y": shardq.FixedLen((), "int64")}})
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
+                                         prefetch_factor={prefetch}, multiprocessing_context={context!r})
+    with open(out, "w") as f:
+        for step, batch in enumerate(loader):
+            if step == 5:
+                os._exit(9)  # the training process dies, its workers with it
+            f.write(json.dumps(batch["y"].tolist()) + "\\n")  # trained on
+            f.flush()
+"""
+
+
+@pytest.mark.parametrize("prefetch,context", [(6, "fork"), (4, "spawn")])
+def test_a_training_process_that_dies_loses_no_record_of_a_deeper_prefetch(
+        tmp_path, prefetch, context):
+    # With prefetch_factor P a worker is asked for its batch k once the loop
+    # has taken its batch k - P; counting a batch consumed three batches
+    # later (right for the default P = 2 only) completed the items of
+    # batches the loop had not taken yet, so a training process that died
+    # lost them: 7 of 12 fetched batches here. The worker now counts P + 1
+    # batches, P read from the DataLoader that runs it (in the worker's
+    # frames when forked, when the dataset is pickled for a spawned one).
+    files = write_files(tmp_path, 3, 40, width=2)  # 120 records, 30 items
+    serve, address = _serve(tmp_path)
+    try:
+        name = f"dies-p{prefetch}-{os.getpid()}"
+        trained_file = tmp_path / "trained.jsonl"
+        package_dir = os.environ.get("SHARDQ_PYTHONPATH", str(REPO / "build" / "python"))
+        script = tmp_path / "dies.py"  # a file: a spawned worker imports the main module
+        script.write_text(DIES_WITH_PREFETCH.format(pkg=package_dir, prefetch=prefetch,
+                                                    context=context))
+        child = subprocess.run(
+            [sys.executable, str(script), json.dumps(files), address, name, str(trained_file)],
+            capture_output=True, text=True, timeout=300)
+        assert child.returncode == 9, child.stderr[-3000:]
+        trained = [y for line in trained_file.read_text().splitlines() for y in json.loads(line)]
+        assert len(trained) == 5 * 4
+        rest = shardq.torch.WorkQueueDataset(
+            files, reader="tfrecord", batch_size=4, num_slices=30, seed=2, name=name,
+            address=address, lease_timeout=2.0, num_clients=64,
+            features={"y": shardq.FixedLen((), "int64")})
+        again = [y for batch in rest for y in batch["y"].tolist()]
+        assert set(trained) | set(again) == set(range(120)), \
+            f"lost: {sorted(set(range(120)) - set(trained) - set(again))}"
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+
+
+def test_a_worker_reads_prefetch_factor_from_its_dataloader_or_warns(tmp_path):
+    files = write_files(tmp_path, 1, 4, width=2)
+
+    def dataset():
+        return shardq.torch.WorkQueueDataset(files, reader="tfrecord", address="127.0.0.1:1")
+
+    class Fetches(torch.utils.data.dataloader._BaseDataLoaderIter):
+        def __init__(self, dataset, prefetch_factor):  # as torch's iterator keeps them
+            self._dataset, self._prefetch_factor = dataset, prefetch_factor
+
+        def start_worker(self, copy):  # what a forked worker runs on
+            return copy._worker_defer()
+
+    mine = dataset()
+    assert Fetches(mine, 5).start_worker(mine) == 6
+    assert mine._worker_defer() == 6  # kept for the worker's later passes
+    one = dataset()
+    assert Fetches(one, 1).start_worker(one) == 2
+    # Another dataset's loader in the frames is not this one's.
+    lost = dataset()
+    with pytest.warns(RuntimeWarning, match="prefetch_factor could not be found.*assuming 2"):
+        assert Fetches(dataset(), 7).start_worker(lost) == 3
+    # Pickled inside the loader (for a spawned worker), the dataset carries
+    # the factor to the worker.
+    sent = dataset()
+
+    class Spawns(Fetches):
+        def pickle_for_worker(self):
+            return pickle.dumps(self._dataset)
+
+    copy = pickle.loads(Spawns(sent, 4).pickle_for_worker())
+    assert copy._worker_defer() == 5
 
 
 def test_a_training_process_that_dies_loses_no_record(tmp_path):
