@@ -1,11 +1,14 @@
 """The Python stages of shardq.data: generators with the same semantics as
 the C++ stages they stand for (a Python ``map``, and whatever follows it,
 runs here; data.py chains them)."""
+import collections
 import queue as _queue
 import random
 import threading
+import time
 
 import shardq
+from shardq import _shardq
 
 
 def _py_map(it, fn):
@@ -92,25 +95,37 @@ def py_split(it, batch_size, replicas, remainder):
         yield out
 
 
-def _py_prefetch(it, buffer_size):
+def _py_prefetch(it, buffer_size, cancel=None):
+    """``it``'s elements, read ahead by a thread of its own. ``cancel`` (a
+    native iterator's, under ``it``): when the consumer stops, it ends a
+    wait of that thread in the native next(), and the stop waits for the
+    thread, which closes ``it`` (so a pipeline's items are back in the
+    queue once close() returns). Without it the thread finishes on its own."""
     q = _queue.Queue(maxsize=buffer_size)
     stop = threading.Event()
     done = object()
 
+    def put(entry):
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.1)
+                return True
+            except _queue.Full:
+                continue
+        return False
+
     def fill():
         try:
             for x in it:
-                while not stop.is_set():
-                    try:
-                        q.put(("ok", x), timeout=0.1)
-                        break
-                    except _queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(("ok", x)):
                     return
-            q.put(("ok", done))
+            put(("ok", done))
         except BaseException as e:  # delivered to the consumer
-            q.put(("err", e))
+            put(("err", e))
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
 
     t = threading.Thread(target=fill, daemon=True, name="shardq-prefetch")
     t.start()
@@ -124,7 +139,202 @@ def _py_prefetch(it, buffer_size):
             yield x
     finally:
         stop.set()
+        if cancel is not None:
+            cancel()
+            if threading.current_thread() is not t:  # (finalized there by the GC)
+                t.join()
 
 
 PY_STAGES = {"map": _py_map, "parse_example": _py_parse_example, "shuffle": _py_shuffle,
               "batch": _py_batch, "split": py_split, "prefetch": _py_prefetch}
+
+
+# --- Consumed when delivered ---
+# After a native pipeline made with complete="consumed", the Python stages
+# carry each element's index in the native iterator's order (an int, or a
+# list of them for a batch), so that its records count as consumed only
+# once the element reaches the user (the native iterator is made with
+# defer < 0: Iterator::kUntilTold). Records in a Python buffer (a shuffle's,
+# a batch being filled), or in an element a Python map failed on, are then
+# read again when the pass stops instead of being lost.
+#
+# When the native pipeline cannot go on without the items of elements the
+# Python stages still hold (the queue's held-item limit, or nothing else
+# left to take), a DRAIN marker goes up the stages: a shuffle empties its
+# buffer (as the C++ one does when its input stalls), the rest pass it on.
+# Once it has reached the user, whatever is still held is stuck (a batch
+# being filled): then, and only then, its records count as consumed before
+# they reach the user, so that the pipeline goes on.
+
+DRAIN = object()  # an index: the pair (DRAIN, None) is the marker
+_STALL_POLL = 0.005  # seconds between looks while a marker is on its way
+
+
+class Delivery:
+    """Which of the native iterator's elements reached the user since the
+    native iterator was last told, and the markers that did. Thread-safe:
+    with a Python prefetch the user's thread delivers while the prefetch
+    thread reads from (and tells) the native iterator."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._untold = []  # delivered, not yet told
+        self.markers = 0   # DRAIN markers that reached the user
+
+    def deliver(self, index):
+        if index is DRAIN:
+            self.markers += 1
+            return
+        with self._lock:
+            if isinstance(index, int):
+                self._untold.append(index)
+            else:
+                self._untold.extend(index)
+
+    def tell(self, native):
+        """Tells ``native`` what was delivered since the last time (from
+        the thread that calls its next()); True when there was something."""
+        with self._lock:
+            untold, self._untold = self._untold, []
+        if untold:
+            native.consume(untold)
+        return bool(untold)
+
+
+def tracked_source(native, delivery):
+    """(index, element) pairs of ``native`` (made with defer < 0), and a
+    DRAIN marker when it stalls; before each of its next() (in whichever
+    thread calls it), and when closed, tells it what was delivered, then
+    closes it."""
+    returned = 0
+    sent = 0           # markers sent up
+    flushing = False   # a marker was sent since the last element
+    try:
+        while True:
+            if delivery.tell(native):
+                flushing = False  # consumed: the pipeline may go on now
+            try:
+                x = next(native)
+            except StopIteration:
+                return
+            if x is not _shardq._STALLED:
+                flushing = False
+                yield returned, x
+                returned += 1
+            elif delivery.markers < sent:  # the marker is on its way up
+                time.sleep(_STALL_POLL)
+            elif flushing:
+                # Flushed, told, and still stalled: what the stages hold
+                # is stuck (a batch being filled); it counts as consumed.
+                native.consume([], all=True)
+                flushing = False
+            else:
+                flushing = True
+                sent += 1
+                yield DRAIN, None
+    finally:
+        try:
+            delivery.tell(native)
+        except shardq.Error:
+            pass  # the pipeline's error; next() raised it (or the stop is ours)
+        native.close()
+
+
+def _indexes(pairs):
+    out = []
+    for index, _ in pairs:
+        if isinstance(index, int):
+            out.append(index)
+        else:
+            out.extend(index)
+    return out
+
+
+def _t_map(it, fn):
+    for index, x in it:
+        yield (index, x) if index is DRAIN else (index, fn(x))
+
+
+def _t_parse_example(it, parser, threads, slots):
+    for index, x in it:
+        yield (index, x) if index is DRAIN else \
+            (index, next(_py_parse_example(iter([x]), parser, threads, slots)))
+
+
+def _t_shuffle(it, buffer_size, seed):
+    """_py_shuffle's draws over (index, element) pairs; a DRAIN marker
+    empties the buffer first (in random order)."""
+    rng = random.Random(seed)
+    buf = []
+    for pair in it:
+        if pair[0] is DRAIN:
+            rng.shuffle(buf)
+            yield from buf
+            buf = []
+            yield pair
+            continue
+        if len(buf) < buffer_size:
+            buf.append(pair)
+            continue
+        i = rng.randrange(buffer_size)
+        yield buf[i]
+        buf[i] = pair
+    rng.shuffle(buf)
+    yield from buf
+
+
+def _t_batch(it, batch_size, drop_remainder, delivery):
+    buf = []
+    for pair in it:
+        if pair[0] is DRAIN:
+            yield pair  # a batch being filled stays (see tracked_source)
+            continue
+        buf.append(pair)
+        if len(buf) == batch_size:
+            yield _indexes(buf), [x for _, x in buf]
+            buf = []
+    if buf:
+        if drop_remainder:
+            delivery.deliver(_indexes(buf))  # dropped: consumed, as in C++
+        else:
+            yield _indexes(buf), [x for _, x in buf]
+
+
+def _t_split(it, batch_size, replicas, remainder, delivery):
+    for index, b in it:
+        if index is DRAIN:
+            yield index, b
+            continue
+        out = list(py_split(iter([b]), batch_size, replicas, remainder))
+        if out:
+            yield index, out[0]
+        else:
+            delivery.deliver(index)  # a short batch dropped: consumed, as in C++
+
+
+def tracked_stage(name, it, args, batch_size, delivery, cancel):
+    """The Python stage ``name`` over (index, element) pairs and markers;
+    ``batch_size``: that of its input's batches, for split; ``cancel``:
+    the native iterator's, for prefetch."""
+    if name == "map":
+        return _t_map(it, *args)
+    if name == "parse_example":
+        return _t_parse_example(it, *args)
+    if name == "shuffle":
+        return _t_shuffle(it, *args)
+    if name == "batch":
+        return _t_batch(it, *args, delivery)
+    if name == "split":
+        return _t_split(it, batch_size, *args, delivery)
+    if name == "prefetch":
+        return _py_prefetch(it, *args, cancel)
+    raise AssertionError(name)
+
+
+def delivered(it, delivery):
+    """The elements of (index, element) pairs, each delivered as it is
+    yielded (a marker only counted)."""
+    for index, x in it:
+        delivery.deliver(index)
+        if index is not DRAIN:
+            yield x

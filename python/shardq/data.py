@@ -37,8 +37,16 @@ where a batch spanning two items could never be filled otherwise) and
 "consumed" for any larger ``num_clients``.
 
 A Python ``map`` callable is GIL-bound: it runs in the consumer's thread,
-and so do the stages after it (as Python generators, where a completed item
-may still have records in a Python buffer). Put it last. A
+and so do the stages after it (as Python generators). With
+``complete="consumed"`` their records count as consumed only once what
+they became reaches you, as in the C++ stages: a record the map raised on,
+or one waiting in a Python shuffle or batch when the pass stops, is read
+again, not lost (records a Python shuffle returned ahead of the rest of
+their item are read again too, and counted in ``records_read_again``).
+When those buffers hold records of more items than the queue lets the
+worker hold, the Python shuffle is drained (as the C++ one is), and what a
+batch being filled still holds then counts as consumed before it reaches
+you, so that the pass goes on. Put the map last. A
 ``Dataset(make_iter)`` over a Python iterable runs its stages in Python.
 
 One pass (one ``for`` over the dataset) reads every epoch of the queue.
@@ -72,7 +80,7 @@ import os
 import time
 
 import shardq
-from shardq import _shardq
+from shardq import _py_stages, _shardq
 from shardq._py_stages import PY_STAGES as _PY_STAGES
 from shardq._py_stages import padding_row as _padding_row
 from shardq._py_stages import py_split as _py_split
@@ -220,13 +228,16 @@ class Dataset:
                 builder.parse_example(parser.spec, threads, slots)
             else:
                 getattr(builder, name)(*args)
-        native = builder.iterator(source.get("defer", 0))
-        if source.get("equal_steps") is not None:
-            it = _python_stages(_closing(native), python_ops, _batch_size_at_end(native_ops))
-            return _equal_steps(it, source, self._ops)
-        if not python_ops:
+        # Records reach Python stages before their user: counted consumed
+        # when told (complete="consumed"; shardq.torch's defer needs none).
+        told = bool(python_ops) and not source["complete_when_read"]
+        native = builder.iterator(-1 if told else source.get("defer", 0))
+        if not python_ops and source.get("equal_steps") is None:
             return native  # next() / close() / stats()
-        return _python_stages(_closing(native), python_ops, _batch_size_at_end(native_ops))
+        it = _native_then_python(native, python_ops, _batch_size_at_end(native_ops), told)
+        if source.get("equal_steps") is not None:
+            return _equal_steps(it, source, self._ops)
+        return it
 
 
 def _check_epoch(epoch, queue):
@@ -461,17 +472,36 @@ def _closing(native):
 # The same semantics as the C++ stages they stand for (a Python map, and
 # whatever follows it, runs here).
 
-def _python_stages(it, ops, batch_size=None):
+def _python_stages(it, ops, batch_size=None, delivery=None, cancel=None):
     """Chains the generators of ``ops`` over ``it``, whose elements are
-    batches of ``batch_size`` rows when it is not None."""
+    batches of ``batch_size`` rows when it is not None. With ``delivery``,
+    ``it`` is _py_stages.tracked_source's pairs, and each element counts as
+    delivered as it is yielded (see _py_stages.Delivery). ``cancel``: the
+    native iterator's under ``it``, for a Python prefetch."""
     _check_splits([("batch", batch_size, False)] if batch_size else [], ops)
     for name, *args in ops:
-        if name == "split":
+        if delivery is not None:
+            it = _py_stages.tracked_stage(name, it, args, batch_size, delivery, cancel)
+        elif name == "split":
             it = _py_split(it, batch_size, *args)
+        elif name == "prefetch":
+            it = _PY_STAGES[name](it, *args, cancel)
         else:
             it = _PY_STAGES[name](it, *args)
         batch_size = _batch_size_at_end([(name, *args)], batch_size)
-    return it
+    return it if delivery is None else _py_stages.delivered(it, delivery)
+
+
+def _native_then_python(native, ops, batch_size, consumed):
+    """The Python stages ``ops`` over a native iterator. ``consumed``
+    (complete="consumed"; the iterator was made with defer < 0): its
+    elements' records count as consumed only as what they became reaches
+    the user, so none waiting in a Python buffer is lost if the pass stops."""
+    if not consumed:
+        return _python_stages(_closing(native), ops, batch_size, cancel=native.cancel)
+    delivery = _py_stages.Delivery()
+    return _python_stages(_py_stages.tracked_source(native, delivery), ops, batch_size,
+                          delivery, native.cancel)
 
 
 def from_queue(queue, reader="tfrecord", on_corrupt="fail", read_size=256, *,

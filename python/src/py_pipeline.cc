@@ -22,6 +22,7 @@
 // a stage that does not apply to the current element (data.py runs such
 // stages in Python instead).
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -251,7 +252,7 @@ class PyPipelineIterator {
   }
 
   py::object Next() {
-    if (closed_) throw py::stop_iteration();
+    if (closed_ || cancelled_.load(std::memory_order_acquire)) throw py::stop_iteration();
     if (in_next_) throw std::runtime_error("a shardq.data iterator is used by two threads at once");
     in_next_ = true;
     struct Done {
@@ -259,6 +260,26 @@ class PyPipelineIterator {
       ~Done() { *flag = false; }
     } done{&in_next_};
     return std::visit([this](auto& it) { return NextOf(*it); }, iterator_);
+  }
+
+  // From any thread: next() ends (StopIteration) within kSignalCheck,
+  // also one waiting now, and at every later call. For a Python prefetch
+  // thread waiting in next() whose consumer has stopped: that thread then
+  // closes the iterator.
+  void Cancel() { cancelled_.store(true, std::memory_order_release); }
+
+  // Iterator::Consume, and Iterator::ConsumeAll for `all` (for an
+  // iterator made with defer < 0).
+  void Consume(const std::vector<int64_t>& elements, bool all) {
+    if (closed_) return;
+    if (in_next_) throw std::runtime_error("consume() while another thread waits in next()");
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = std::visit(
+          [&](auto& it) { return all ? it->ConsumeAll() : it->Consume(elements); }, iterator_);
+    }
+    if (!status.ok()) ThrowStatus(status);
   }
 
   void Close() {
@@ -294,7 +315,10 @@ class PyPipelineIterator {
         it.Recycle(**std::move(next));
         return out;
       }
+      // (Made with defer < 0 only: the caller flushes its own stages.)
+      if (it.stalled()) return py::module_::import("shardq._shardq").attr("_STALLED");
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (cancelled_.load(std::memory_order_acquire)) throw py::stop_iteration();
       MaybeEndPass(it.stats());
     }
   }
@@ -339,6 +363,7 @@ class PyPipelineIterator {
   const bool with_mask_;
   bool closed_ = false;
   bool in_next_ = false;  // guarded by the GIL
+  std::atomic<bool> cancelled_{false};  // Cancel()
   pipeline::PipelineStats last_stats_;
   const std::string siblings_;  // the worker-id prefix of the pass's workers
   const bool pass_rule_;        // false: no pass to end early
@@ -495,8 +520,10 @@ class PyPipeline {
   // Builds the pipeline and starts its threads. A Prefetch(1) is added at
   // the end unless the chain ends with one, so that next() can wait in
   // slices (see Iterator::TryNext).
-  // `defer`: Iterator::DeferConsumption's elements (0: none).
+  // `defer`: Iterator::DeferConsumption's elements (0: none; < 0:
+  // kUntilTold, the caller says with consume()).
   std::unique_ptr<PyPipelineIterator> MakeIterator(int64_t defer) {
+    if (defer < 0) defer = pipeline::Iterator<Record>::kUntilTold;
     Elements::Datasets stream = stream_;
     if (!ends_with_prefetch_) {
       stream = std::visit(
@@ -538,6 +565,10 @@ class PyPipeline {
 };
 
 void BindPipeline(py::module_& m) {
+  // What next() of an iterator made with defer < 0 returns when the
+  // pipeline waits for the items of elements it returned (see
+  // Iterator::stalled).
+  m.attr("_STALLED") = py::module_::import("builtins").attr("object")();
   py::class_<PyPipeline>(m, "_Pipeline")
       .def(py::init<py::handle, const std::string&, const std::string&, int64_t, int64_t,
                     int64_t, bool, std::string, int64_t, bool>(),
@@ -559,7 +590,10 @@ void BindPipeline(py::module_& m) {
       .def("__iter__", [](PyPipelineIterator& it) -> PyPipelineIterator& { return it; },
            py::return_value_policy::reference_internal)
       .def("__next__", &PyPipelineIterator::Next)
+      .def("consume", &PyPipelineIterator::Consume, py::arg("elements"),
+           py::arg("all") = false)
       .def("close", &PyPipelineIterator::Close)
+      .def("cancel", &PyPipelineIterator::Cancel)
       .def("stats", &PyPipelineIterator::Stats);
 }
 

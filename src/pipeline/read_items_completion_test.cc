@@ -192,6 +192,64 @@ TEST(ReadItems, DeferredRecordsOfADestroyedIteratorAreReadAgain) {
   EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
 }
 
+TEST(ReadItems, ElementsToldConsumedCompleteTheirItemsInAnyOrder) {
+  // DeferConsumption(kUntilTold): a consumer with stages of its own says
+  // which elements reached its user. Items complete only then, in the
+  // order it says; what it never named goes back when the iterator is
+  // destroyed, not counted as read again (its user never saw it).
+  const std::string tag = UniqueName("told");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 6, 5), 0, 8);
+  auto dataset = OneItemABatch(queue.get());
+  std::vector<std::string> first;
+  {
+    auto it = ValueOrDie(dataset.MakeIterator());
+    ASSERT_TRUE(it->DeferConsumption(Iterator<Batch<Record>>::kUntilTold).ok());
+    std::vector<Batch<Record>> got;
+    for (int k = 0; k < 4; ++k) got.push_back(ValueOrDie(it->Next()));
+    EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 0);
+    ASSERT_TRUE(it->Consume({2, 0}).ok());
+    EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 2);
+    ASSERT_TRUE(it->Consume({2, 0, 17, -1}).ok());  // told twice, or never returned
+    EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 2);
+    for (int k : {0, 2}) {
+      for (const Record& r : got[k].rows) first.push_back(r.value);
+    }
+  }
+  const std::vector<std::string> second = Values(DrainDataset(dataset));
+  EXPECT_EQ(second.size(), 20u);  // items 1, 3, 4 and 5
+  EXPECT_EQ(queue->records_read_again(), 0);
+  first.insert(first.end(), second.begin(), second.end());
+  EXPECT_EQ(Sorted(first), Sorted(ExpectedLines(tag, 6, 5)));  // each once
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
+TEST(ReadItems, AStalledPipelineTellsAConsumerThatSaysWhatWasConsumed) {
+  // Two items may be held: with both items' batches returned and none
+  // told, the reader cannot go on. TryNext says so (stalled) instead of
+  // consuming them; told, the pipeline goes on; ConsumeAll forces the rest.
+  const std::string tag = UniqueName("told-stall");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 4, 5), 0, 2);
+  auto it = ValueOrDie(OneItemABatch(queue.get()).MakeIterator());
+  ASSERT_TRUE(it->DeferConsumption(Iterator<Batch<Record>>::kUntilTold).ok());
+  ASSERT_TRUE(it->Next().ok());
+  ASSERT_TRUE(it->Next().ok());
+  auto stalled = it->TryNext(absl::Seconds(60));  // returns once the reader is idle
+  ASSERT_TRUE(stalled.ok());
+  EXPECT_FALSE(stalled->has_value());
+  EXPECT_TRUE(it->stalled());
+  EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 0);
+  ASSERT_TRUE(it->Consume({1}).ok());
+  EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 1);
+  ASSERT_TRUE(it->Next().ok());  // item 2
+  EXPECT_FALSE(it->stalled());
+  ASSERT_TRUE(it->ConsumeAll().ok());
+  EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 3);
+  ASSERT_TRUE(it->Next().ok());  // item 3
+  ASSERT_TRUE(it->ConsumeAll().ok());
+  EXPECT_TRUE(absl::IsOutOfRange(it->Next().status()));
+  EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+}
+
 TEST(ReadItems, ADestroyedIteratorGivesBackOnlyTheRestOfTheItemItStoppedIn) {
   // Two items of 10 lines; the consumer stops after 3 batches of 5, in the
   // middle of the second item (the pipeline has read all of it). The item

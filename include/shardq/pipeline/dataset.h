@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -193,6 +194,33 @@ class Iterator {
   absl::Status DeferConsumption(int64_t elements);
   static constexpr absl::Duration kDeferredPoll = absl::Milliseconds(5);
 
+  // DeferConsumption(kUntilTold): the records of returned elements count
+  // as consumed only once Consume names them, or at the end of the data.
+  // For a consumer that passes elements on through stages of its own
+  // (Python's, after a Python map) and knows when each one reached its
+  // user. When the pipeline cannot go on without their items, TryNext does
+  // not consume them itself: it returns std::nullopt at once with stalled()
+  // true, and the consumer flushes what its stages hold, says what reached
+  // its user, and (if the pipeline is still stalled then) consumes the rest
+  // with ConsumeAll. Destroyed first, the iterator gives their items back
+  // unfinished, and the records the consumer never named are not counted as
+  // read again (they did not reach the user).
+  static constexpr int64_t kUntilTold = std::numeric_limits<int64_t>::max();
+
+  // True when the last TryNext returned std::nullopt because the pipeline
+  // waits for the items of deferred elements (kUntilTold only).
+  bool stalled() const { return stalled_; }
+
+  // The `elements` (numbered from 0 in the order Next returned them since
+  // DeferConsumption) reached their user: their records count as consumed
+  // now, in any order. Numbers already consumed, or not returned, are
+  // ignored. Returns the pipeline's error if consuming fails (Next then
+  // returns it too).
+  absl::Status Consume(const std::vector<int64_t>& elements);
+
+  // Every element returned so far counts as consumed.
+  absl::Status ConsumeAll();
+
  private:
   template <typename>
   friend class Dataset;
@@ -201,6 +229,9 @@ class Iterator {
   // Consumes the deferred records of the oldest elements until at most
   // `keep` elements' wait. False (and status_ set) on an error.
   bool ConsumeDeferred(size_t keep);
+  // Consumes one deferred element's records. False (and status_ set, the
+  // deferred elements dropped) on an error.
+  bool ConsumeTags(internal::RecordTags tags);
 
   const std::unique_ptr<internal::PipelineContext> context_;
   const std::unique_ptr<internal::Stage<T>> stage_;
@@ -209,6 +240,10 @@ class Iterator {
   // Records of returned elements not yet consumed, oldest first.
   std::deque<internal::RecordTags> deferred_;
   int64_t deferred_records_ = 0;  // the records of deferred_
+  int64_t deferred_returned_ = 0;  // elements ever pushed on deferred_
+  // Per element of deferred_: consumed already (Consume, out of order).
+  std::deque<bool> deferred_done_;
+  bool stalled_ = false;  // stalled()
 };
 
 template <typename T>

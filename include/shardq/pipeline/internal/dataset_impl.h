@@ -85,7 +85,10 @@ Iterator<T>::~Iterator() {
   if (context_->ledger == nullptr) return;
   // Deferred records were returned: if their items go back, they are read
   // again, and counted as such.
-  for (const internal::RecordTags& tags : deferred_) context_->ledger->NoteDeferred(tags);
+  // (With kUntilTold those never reached the consumer's user: not counted.)
+  if (defer_ != kUntilTold) {
+    for (const internal::RecordTags& tags : deferred_) context_->ledger->NoteDeferred(tags);
+  }
   context_->ledger->ReleaseHeld();
 }
 
@@ -109,13 +112,18 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
     }
   }
   const absl::Time deadline = absl::Now() + timeout;
+  stalled_ = false;
   while (true) {
     // Nothing ready while records are deferred: wait in slices as long as
     // the pipeline can go on without them; once its reading stage is idle
     // for want of their items (the held-item limit, or nothing else left
-    // to take), they are consumed.
+    // to take), they are consumed (with kUntilTold, the caller is told).
     while (!deferred_.empty() && !stage_->WaitReady(absl::ZeroDuration())) {
       if (context_->Stalled(deferred_records_) != internal::StallReason::kNone) {
+        if (defer_ == kUntilTold) {
+          stalled_ = true;
+          return std::optional<T>();
+        }
         if (!ConsumeDeferred(0)) return status_;
         break;
       }
@@ -149,6 +157,8 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
     if (defer_ > 0 && context_->ledger != nullptr) {
       deferred_records_ += internal::NumRecords(next->tags);
       deferred_.push_back(std::move(next->tags));
+      deferred_done_.push_back(false);
+      ++deferred_returned_;
       // An error here ends the pipeline after this element (status_).
       ConsumeDeferred(static_cast<size_t>(defer_));
       return std::optional<T>(std::move(next->value));
@@ -170,20 +180,55 @@ template <typename T>
 bool Iterator<T>::ConsumeDeferred(size_t keep) {
   while (deferred_.size() > keep) {
     internal::RecordTags tags = std::move(deferred_.front());
+    const bool done = deferred_done_.front();
     deferred_.pop_front();
-    deferred_records_ -= internal::NumRecords(tags);
-    absl::Status consumed = context_->ledger->Consume(tags);
-    stage_->RecycleTags(std::move(tags));
-    if (!consumed.ok()) {
-      // The elements are delivered; the pipeline ends with the error.
-      status_ = std::move(consumed);
-      context_->coordinator.RequestStop();
-      deferred_.clear();
-      deferred_records_ = 0;
-      return false;
-    }
+    deferred_done_.pop_front();
+    if (done) continue;  // consumed out of order (Consume)
+    if (!ConsumeTags(std::move(tags))) return false;
   }
   return true;
+}
+
+template <typename T>
+bool Iterator<T>::ConsumeTags(internal::RecordTags tags) {
+  deferred_records_ -= internal::NumRecords(tags);
+  absl::Status consumed = context_->ledger->Consume(tags);
+  stage_->RecycleTags(std::move(tags));
+  if (!consumed.ok()) {
+    // The elements are delivered; the pipeline ends with the error.
+    status_ = std::move(consumed);
+    context_->coordinator.RequestStop();
+    deferred_.clear();
+    deferred_done_.clear();
+    deferred_records_ = 0;
+    return false;
+  }
+  return true;
+}
+
+template <typename T>
+absl::Status Iterator<T>::Consume(const std::vector<int64_t>& elements) {
+  if (!status_.ok() && !absl::IsOutOfRange(status_)) return status_;
+  for (int64_t index : elements) {
+    const int64_t oldest = deferred_returned_ - static_cast<int64_t>(deferred_.size());
+    if (index < oldest || index >= deferred_returned_) continue;
+    const size_t at = static_cast<size_t>(index - oldest);
+    if (deferred_done_[at]) continue;
+    deferred_done_[at] = true;
+    if (!ConsumeTags(std::exchange(deferred_[at], internal::RecordTags()))) return status_;
+  }
+  while (!deferred_done_.empty() && deferred_done_.front()) {
+    deferred_.pop_front();
+    deferred_done_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status Iterator<T>::ConsumeAll() {
+  if (!status_.ok() && !absl::IsOutOfRange(status_)) return status_;
+  if (!ConsumeDeferred(0)) return status_;
+  return absl::OkStatus();
 }
 
 template <typename T>
