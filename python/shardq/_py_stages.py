@@ -194,11 +194,12 @@ class Delivery:
     def tell(self, native):
         """Tells ``native`` what was delivered since the last time (from
         the thread that calls its next()); True when there was something."""
+        if not self._untold:  # (read without the lock: a hint, per record)
+            return False
         with self._lock:
             untold, self._untold = self._untold, []
-        if untold:
-            native.consume(untold)
-        return bool(untold)
+        native.consume(untold)
+        return True
 
 
 def tracked_source(native, delivery):
@@ -209,6 +210,7 @@ def tracked_source(native, delivery):
     returned = 0
     sent = 0           # markers sent up
     flushing = False   # a marker was sent since the last element
+    stalled = _shardq._STALLED
     try:
         while True:
             if delivery.tell(native):
@@ -217,7 +219,7 @@ def tracked_source(native, delivery):
                 x = next(native)
             except StopIteration:
                 return
-            if x is not _shardq._STALLED:
+            if x is not stalled:
                 flushing = False
                 yield returned, x
                 returned += 1
@@ -238,16 +240,6 @@ def tracked_source(native, delivery):
         except shardq.Error:
             pass  # the pipeline's error; next() raised it (or the stop is ours)
         native.close()
-
-
-def _indexes(pairs):
-    out = []
-    for index, _ in pairs:
-        if isinstance(index, int):
-            out.append(index)
-        else:
-            out.extend(index)
-    return out
 
 
 def _t_map(it, fn):
@@ -284,20 +276,24 @@ def _t_shuffle(it, buffer_size, seed):
 
 
 def _t_batch(it, batch_size, drop_remainder, delivery):
-    buf = []
-    for pair in it:
-        if pair[0] is DRAIN:
-            yield pair  # a batch being filled stays (see tracked_source)
+    indexes, values = [], []
+    for index, x in it:
+        if index is DRAIN:
+            yield index, x  # a batch being filled stays (see tracked_source)
             continue
-        buf.append(pair)
-        if len(buf) == batch_size:
-            yield _indexes(buf), [x for _, x in buf]
-            buf = []
-    if buf:
-        if drop_remainder:
-            delivery.deliver(_indexes(buf))  # dropped: consumed, as in C++
+        if type(index) is int:
+            indexes.append(index)
         else:
-            yield _indexes(buf), [x for _, x in buf]
+            indexes.extend(index)
+        values.append(x)
+        if len(values) == batch_size:
+            yield indexes, values
+            indexes, values = [], []
+    if values:
+        if drop_remainder:
+            delivery.deliver(indexes)  # dropped: consumed, as in C++
+        else:
+            yield indexes, values
 
 
 def _t_split(it, batch_size, replicas, remainder, delivery):

@@ -118,8 +118,16 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
     // the pipeline can go on without them; once its reading stage is idle
     // for want of their items (the held-item limit, or nothing else left
     // to take), they are consumed (with kUntilTold, the caller is told).
-    while (!deferred_.empty() && !stage_->WaitReady(absl::ZeroDuration())) {
-      if (context_->Stalled(deferred_records_) != internal::StallReason::kNone) {
+    // The first look is a wait of one slice (WaitReady spins before it
+    // sleeps), not a bare poll: a poll takes the Prefetch's lock, and one
+    // per element made the reading thread and this one contend.
+    while (!deferred_.empty() &&
+           !stage_->WaitReady(std::clamp(deadline - absl::Now(), absl::ZeroDuration(),
+                                         kDeferredPoll))) {
+      // (Stalled takes the ledger's lock, which the reading thread takes
+      // per record: asked only while that thread is idle.)
+      if (context_->ledger->reader_idle_hint() &&
+          context_->Stalled(deferred_records_) != internal::StallReason::kNone) {
         if (defer_ == kUntilTold) {
           stalled_ = true;
           return std::optional<T>();
@@ -127,9 +135,7 @@ absl::StatusOr<std::optional<T>> Iterator<T>::TryNext(absl::Duration timeout) {
         if (!ConsumeDeferred(0)) return status_;
         break;
       }
-      const absl::Time now = absl::Now();
-      if (now >= deadline) return std::optional<T>();
-      stage_->WaitReady(std::min(kDeferredPoll, deadline - now));
+      if (absl::Now() >= deadline) return std::optional<T>();
     }
     if (timeout != absl::InfiniteDuration() &&
         !stage_->WaitReady(std::max(absl::ZeroDuration(),
