@@ -6,6 +6,7 @@ import queue as _queue
 import random
 import threading
 import time
+import warnings
 
 import shardq
 from shardq import _shardq
@@ -95,12 +96,18 @@ def py_split(it, batch_size, replicas, remainder):
         yield out
 
 
+# How long a stopping consumer waits for its Python prefetch thread before
+# it says so and goes on without it.
+_JOIN_WARN = 30.0
+
+
 def _py_prefetch(it, buffer_size, cancel=None):
     """``it``'s elements, read ahead by a thread of its own. ``cancel`` (a
     native iterator's, under ``it``): when the consumer stops, it ends a
     wait of that thread in the native next(), and the stop waits for the
-    thread, which closes ``it`` (so a pipeline's items are back in the
-    queue once close() returns). Without it the thread finishes on its own."""
+    thread (up to _JOIN_WARN seconds, then warns), which closes ``it`` (so
+    a pipeline's items are back in the queue once close() returns). Without
+    it the thread finishes on its own."""
     q = _queue.Queue(maxsize=buffer_size)
     stop = threading.Event()
     done = object()
@@ -142,7 +149,12 @@ def _py_prefetch(it, buffer_size, cancel=None):
         if cancel is not None:
             cancel()
             if threading.current_thread() is not t:  # (finalized there by the GC)
-                t.join()
+                t.join(_JOIN_WARN)
+                if t.is_alive():  # a map that does not return, say
+                    warnings.warn(
+                        f"shardq.data: the prefetch thread is still busy {_JOIN_WARN:.0f} s "
+                        "after its consumer stopped (in a Python map?); the items it reads "
+                        "go back to the queue once it returns", RuntimeWarning, stacklevel=2)
 
 
 PY_STAGES = {"map": _py_map, "parse_example": _py_parse_example, "shuffle": _py_shuffle,

@@ -106,3 +106,16 @@ def test_python_stages_holding_more_items_than_allowed_drain_and_read_all_once(
         got = [r for batch in ds for r in batch]
         assert collections.Counter(got) == all_lines(lines)
         assert queue.stats()["finished"]
+
+
+def test_closing_a_pass_with_a_python_prefetch_gives_its_items_back_at_once(lines):
+    # The prefetch thread closed the C++ iterator whenever it noticed the
+    # stop, after close() returned: a new pass right after found the items
+    # still held (the held-item limit) about half the time.
+    for _ in range(5):
+        queue = queue_of(lines, num_clients=8)
+        it = iter(shardq.data.from_queue(queue, reader="text").map(bytes).prefetch(4).batch(10))
+        next(it)
+        it.close()
+        assert queue.stats()["leased"] == 0
+        assert len(rest_of(queue)) >= 390  # the 10 delivered, at most, are not read again
