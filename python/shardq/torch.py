@@ -200,22 +200,27 @@ def _loader_prefetch_factor(dataset):
     over ``dataset``, or None where it cannot be found.
 
     torch passes a worker neither the DataLoader nor its prefetch_factor, so
-    it is read from torch's multiprocessing iterator in the calling frames:
+    it is read from torch's multiprocessing iterator in the calling frames
+    (the one over this dataset, else the nearest over another dataset with
+    workers: a dataset wrapping this one):
     a forked worker runs on a copy of the frames that started it (the
     iterator's __init__ among them), and the dataset of a spawned worker is
     pickled inside that __init__ (__getstate__ keeps what it finds)."""
     iterator_type = getattr(torch.utils.data.dataloader, "_BaseDataLoaderIter", None)
     if iterator_type is None:
         return None
+    other = None  # the nearest multiprocess loader of another dataset (one wrapping this one)
     frame = sys._getframe(1)
     while frame is not None:
         it = frame.f_locals.get("self")
-        if isinstance(it, iterator_type) and getattr(it, "_dataset", None) is dataset:
-            factor = getattr(it, "_prefetch_factor", None)
-            if isinstance(factor, int) and factor >= 1:
+        factor = getattr(it, "_prefetch_factor", None) if isinstance(it, iterator_type) else None
+        if isinstance(factor, int) and factor >= 1:
+            if getattr(it, "_dataset", None) is dataset:
                 return factor
+            if other is None and (getattr(it, "_num_workers", 0) or 0) > 0:
+                other = factor
         frame = frame.f_back
-    return None
+    return other
 
 
 class WorkQueueDataset(torch.utils.data.IterableDataset):

@@ -792,10 +792,16 @@ def test_a_worker_reads_prefetch_factor_from_its_dataloader_or_warns(tmp_path):
     assert mine._worker_defer() == 6  # kept for the worker's later passes
     one = dataset()
     assert Fetches(one, 1).start_worker(one) == 2
-    # Another dataset's loader in the frames is not this one's.
+    # A loader with workers over a dataset wrapping this one is this one's;
+    # one without workers (prefetch_factor None) is not.
+    wrapped = dataset()
+    wrapper = torch.utils.data.ChainDataset([wrapped])
+    loader = Fetches(wrapper, 7)
+    loader._num_workers = 2
+    assert loader.start_worker(wrapped) == 8
     lost = dataset()
     with pytest.warns(RuntimeWarning, match="prefetch_factor could not be found.*assuming 2"):
-        assert Fetches(dataset(), 7).start_worker(lost) == 3
+        assert Fetches(dataset(), None).start_worker(lost) == 3
     # Pickled inside the loader (for a spawned worker), the dataset carries
     # the factor to the worker.
     sent = dataset()
