@@ -183,49 +183,37 @@ _STALL_POLL = 0.005  # seconds between looks while a marker is on its way
 
 
 class Delivery:
-    """Which of the native iterator's elements reached the user since the
-    native iterator was last told, and the markers that did. Thread-safe:
-    with a Python prefetch the user's thread delivers while the prefetch
-    thread reads from (and tells) the native iterator."""
+    """Says to the native iterator which of its elements reached the user
+    (at once, or, while a Python prefetch thread waits in its next(), as
+    that next() returns: see _PipelineIterator.consume), and counts the
+    markers that did."""
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._untold = []  # delivered, not yet told
-        self.markers = 0   # DRAIN markers that reached the user
+    def __init__(self, native):
+        self._native = native
+        self.delivered = 0  # elements said delivered (some dropped: consumed too)
+        self.markers = 0    # DRAIN markers that reached the user
 
     def deliver(self, index):
         if index is DRAIN:
             self.markers += 1
             return
-        with self._lock:
-            if isinstance(index, int):
-                self._untold.append(index)
-            else:
-                self._untold.extend(index)
-
-    def tell(self, native):
-        """Tells ``native`` what was delivered since the last time (from
-        the thread that calls its next()); True when there was something."""
-        if not self._untold:  # (read without the lock: a hint, per record)
-            return False
-        with self._lock:
-            untold, self._untold = self._untold, []
-        native.consume(untold)
-        return True
+        indexes = [index] if type(index) is int else index
+        self._native.consume(indexes)
+        self.delivered += len(indexes)
 
 
 def tracked_source(native, delivery):
-    """(index, element) pairs of ``native`` (made with defer < 0), and a
-    DRAIN marker when it stalls; before each of its next() (in whichever
-    thread calls it), and when closed, tells it what was delivered, then
-    closes it."""
+    """(index, element) pairs of ``native`` (made with defer < 0, told by
+    ``delivery``), and a DRAIN marker when it stalls; closes it at the end."""
     returned = 0
     sent = 0           # markers sent up
     flushing = False   # a marker was sent since the last element
+    seen = delivery.delivered
     stalled = _shardq._STALLED
     try:
         while True:
-            if delivery.tell(native):
+            if delivery.delivered != seen:
+                seen = delivery.delivered
                 flushing = False  # consumed: the pipeline may go on now
             try:
                 x = next(native)
@@ -247,10 +235,6 @@ def tracked_source(native, delivery):
                 sent += 1
                 yield DRAIN, None
     finally:
-        try:
-            delivery.tell(native)
-        except shardq.Error:
-            pass  # the pipeline's error; next() raised it (or the stop is ours)
         native.close()
 
 

@@ -499,7 +499,7 @@ def _native_then_python(native, ops, batch_size, consumed):
     the user, so none waiting in a Python buffer is lost if the pass stops."""
     if not consumed:
         return _python_stages(_closing(native), ops, batch_size, cancel=native.cancel)
-    delivery = _py_stages.Delivery()
+    delivery = _py_stages.Delivery(native)
     return _python_stages(_py_stages.tracked_source(native, delivery), ops, batch_size,
                           delivery, native.cancel)
 

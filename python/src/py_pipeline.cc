@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -254,12 +255,19 @@ class PyPipelineIterator {
   py::object Next() {
     if (closed_ || cancelled_.load(std::memory_order_acquire)) throw py::stop_iteration();
     if (in_next_) throw std::runtime_error("a shardq.data iterator is used by two threads at once");
+    WaitForConsume();
     in_next_ = true;
-    struct Done {
-      bool* flag;
-      ~Done() { *flag = false; }
-    } done{&in_next_};
-    return std::visit([this](auto& it) { return NextOf(*it); }, iterator_);
+    py::object out;
+    try {
+      out = std::visit([this](auto& it) { return NextOf(*it); }, iterator_);
+    } catch (...) {
+      ApplyPending(/*release_gil=*/false);
+      in_next_ = false;
+      throw;
+    }
+    ApplyPending(/*release_gil=*/true);
+    in_next_ = false;
+    return out;
   }
 
   // From any thread: next() ends (StopIteration) within kSignalCheck,
@@ -269,21 +277,20 @@ class PyPipelineIterator {
   void Cancel() { cancelled_.store(true, std::memory_order_release); }
 
   // Iterator::Consume, and Iterator::ConsumeAll for `all` (for an
-  // iterator made with defer < 0).
+  // iterator made with defer < 0), from any thread: now, or, while another
+  // thread is in next() (a Python prefetch's), as that next() returns. A
+  // failure to consume ends the pipeline: next() raises it.
   void Consume(const std::vector<int64_t>& elements, bool all) {
     if (closed_) return;
-    if (in_next_) throw std::runtime_error("consume() while another thread waits in next()");
-    absl::Status status;
-    {
-      py::gil_scoped_release release;
-      status = std::visit(
-          [&](auto& it) { return all ? it->ConsumeAll() : it->Consume(elements); }, iterator_);
-    }
-    if (!status.ok()) ThrowStatus(status);
+    pending_.insert(pending_.end(), elements.begin(), elements.end());
+    pending_all_ = pending_all_ || all;
+    if (in_next_ || in_consume_) return;  // that thread applies them
+    ApplyPending(/*release_gil=*/true);
   }
 
   void Close() {
     if (in_next_) throw std::runtime_error("close() while another thread waits in next()");
+    WaitForConsume();
     py::gil_scoped_release release;
     Reset();
   }
@@ -294,6 +301,34 @@ class PyPipelineIterator {
   }
 
  private:
+  // With the GIL: applies what Consume collected (and what other threads
+  // add meanwhile). Errors stay in the iterator (next() returns them).
+  void ApplyPending(bool release_gil) {
+    while (!closed_ && (!pending_.empty() || pending_all_)) {
+      std::vector<int64_t> elements;
+      elements.swap(pending_);
+      const bool all = std::exchange(pending_all_, false);
+      in_consume_ = true;
+      {
+        std::optional<py::gil_scoped_release> release;
+        if (release_gil) release.emplace();
+        std::visit(
+            [&](auto& it) { (all ? it->ConsumeAll() : it->Consume(elements)).IgnoreError(); },
+            iterator_);
+      }
+      in_consume_ = false;
+    }
+  }
+
+  // With the GIL: until no other thread applies consumption (it has
+  // released the GIL for a short ledger call).
+  void WaitForConsume() {
+    while (in_consume_) {
+      py::gil_scoped_release release;
+      std::this_thread::yield();
+    }
+  }
+
   template <typename T>
   py::object NextOf(pipeline::Iterator<T>& it) {
     while (true) {
@@ -317,6 +352,9 @@ class PyPipelineIterator {
       }
       // (Made with defer < 0 only: the caller flushes its own stages.)
       if (it.stalled()) return py::module_::import("shardq._shardq").attr("_STALLED");
+      // What another thread said consumed meanwhile (a Python prefetch's
+      // consumer): applied between slices, not only when an element comes.
+      ApplyPending(/*release_gil=*/true);
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
       if (cancelled_.load(std::memory_order_acquire)) throw py::stop_iteration();
       MaybeEndPass(it.stats());
@@ -363,6 +401,9 @@ class PyPipelineIterator {
   const bool with_mask_;
   bool closed_ = false;
   bool in_next_ = false;  // guarded by the GIL
+  bool in_consume_ = false;  // guarded by the GIL: ApplyPending is under way
+  std::vector<int64_t> pending_;  // guarded by the GIL: Consume's, not applied yet
+  bool pending_all_ = false;      // guarded by the GIL
   std::atomic<bool> cancelled_{false};  // Cancel()
   pipeline::PipelineStats last_stats_;
   const std::string siblings_;  // the worker-id prefix of the pass's workers
