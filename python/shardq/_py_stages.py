@@ -1,7 +1,6 @@
 """The Python stages of shardq.data: generators with the same semantics as
 the C++ stages they stand for (a Python ``map``, and whatever follows it,
 runs here; data.py chains them)."""
-import collections
 import queue as _queue
 import random
 import threading

@@ -255,8 +255,8 @@ class PyPipelineIterator {
   py::object Next() {
     if (closed_ || cancelled_.load(std::memory_order_acquire)) throw py::stop_iteration();
     if (in_next_) throw std::runtime_error("a shardq.data iterator is used by two threads at once");
+    in_next_ = true;   // (before the wait, which lets other threads run)
     WaitForConsume();
-    in_next_ = true;
     py::object out;
     try {
       out = std::visit([this](auto& it) { return NextOf(*it); }, iterator_);
@@ -290,9 +290,14 @@ class PyPipelineIterator {
 
   void Close() {
     if (in_next_) throw std::runtime_error("close() while another thread waits in next()");
+    in_next_ = true;  // no next() from another thread meanwhile
     WaitForConsume();
-    py::gil_scoped_release release;
-    Reset();
+    ApplyPending(/*release_gil=*/true);  // delivered before the close
+    {
+      py::gil_scoped_release release;
+      Reset();
+    }
+    in_next_ = false;
   }
 
   py::dict Stats() {
