@@ -38,10 +38,19 @@ def _py_parse_example(it, parser, _threads, _slots):
         yield out
 
 
-def _py_shuffle(it, buffer_size, seed):
+def _py_shuffle(it, buffer_size, seed, drains=None):
+    """The C++ shuffle's buffer. ``drains(x)`` (the tracked stages', see
+    below): x is a marker that empties the buffer first (in random order)
+    and is passed on."""
     rng = random.Random(seed)
     buf = []
     for x in it:
+        if drains is not None and drains(x):
+            rng.shuffle(buf)
+            yield from buf
+            buf = []
+            yield x
+            continue
         if len(buf) < buffer_size:
             buf.append(x)
             continue
@@ -248,28 +257,6 @@ def _t_parse_example(it, parser, threads, slots):
             (index, next(_py_parse_example(iter([x]), parser, threads, slots)))
 
 
-def _t_shuffle(it, buffer_size, seed):
-    """_py_shuffle's draws over (index, element) pairs; a DRAIN marker
-    empties the buffer first (in random order)."""
-    rng = random.Random(seed)
-    buf = []
-    for pair in it:
-        if pair[0] is DRAIN:
-            rng.shuffle(buf)
-            yield from buf
-            buf = []
-            yield pair
-            continue
-        if len(buf) < buffer_size:
-            buf.append(pair)
-            continue
-        i = rng.randrange(buffer_size)
-        yield buf[i]
-        buf[i] = pair
-    rng.shuffle(buf)
-    yield from buf
-
-
 def _t_batch(it, batch_size, drop_remainder, delivery):
     indexes, values = [], []
     for index, x in it:
@@ -312,7 +299,7 @@ def tracked_stage(name, it, args, batch_size, delivery, cancel):
     if name == "parse_example":
         return _t_parse_example(it, *args)
     if name == "shuffle":
-        return _t_shuffle(it, *args)
+        return _py_shuffle(it, *args, drains=lambda pair: pair[0] is DRAIN)
     if name == "batch":
         return _t_batch(it, *args, delivery)
     if name == "split":

@@ -28,18 +28,14 @@ def hang_guard():
 
 
 @pytest.fixture
-def lines(tmp_path):
+def lines(text_files):
     """4 files of 100 lines; the queue cuts them in 16 items of about 25."""
-    paths = []
-    for i in range(4):
-        p = tmp_path / f"part-{i}.txt"
-        p.write_text("".join(f"f{i}-{j}\n" for j in range(100)))
-        paths.append(str(p))
-    return paths
+    return text_files(4, 100)
 
 
 def all_lines(paths):
-    return collections.Counter(line.encode() for p in paths for line in open(p).read().split())
+    return collections.Counter(line.encode() for p in paths for line in
+                               open(p).read().splitlines())
 
 
 def queue_of(paths, num_clients):

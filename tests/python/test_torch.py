@@ -695,28 +695,10 @@ def test_ranks_without_a_seed_share_one_queue(tmp_path):
         serve.wait(timeout=30)
 
 
+# The DataLoader's prefetch_factor and start method as given. The queue
+# lets a worker hold enough items (num_clients) that none completes early
+# for want of room, so only the counting of consumed batches decides.
 DIES_MID_PASS = """
-import sys, json, os
-sys.path.insert(0, {pkg!r})
-import torch, shardq, shardq.torch
-files, address, name, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-dataset = shardq.torch.WorkQueueDataset(
-    files, reader="tfrecord", batch_size=4, num_slices=30, seed=2, name=name, address=address,
-    lease_timeout=2.0, features={{"y": shardq.FixedLen((), "int64")}})
-loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
-with open(out, "w") as f:
-    for step, batch in enumerate(loader):
-        if step == 5:
-            os._exit(9)  # the training process dies, its workers with it
-        f.write(json.dumps(batch["y"].tolist()) + "\\n")  # trained on
-        f.flush()
-"""
-
-# The same with the DataLoader's prefetch_factor and start method as given:
-# more batches fetched ahead of the loop than the default 2 a worker. The
-# queue lets a worker hold enough items (num_clients) that none completes
-# early for want of room, so only the counting of consumed batches decides.
-DIES_WITH_PREFETCH = """
 import sys, json, os
 sys.path.insert(0, {pkg!r})
 import torch, shardq, shardq.torch
@@ -735,43 +717,6 @@ if __name__ == "__main__":
             f.write(json.dumps(batch["y"].tolist()) + "\\n")  # trained on
             f.flush()
 """
-
-
-@pytest.mark.parametrize("prefetch,context", [(6, "fork"), (4, "spawn")])
-def test_a_training_process_that_dies_loses_no_record_of_a_deeper_prefetch(
-        tmp_path, prefetch, context):
-    # With prefetch_factor P a worker is asked for its batch k once the loop
-    # has taken its batch k - P; counting a batch consumed three batches
-    # later (right for the default P = 2 only) completed the items of
-    # batches the loop had not taken yet, so a training process that died
-    # lost them: 7 of 12 fetched batches here. The worker now counts P + 1
-    # batches, P read from the DataLoader that runs it (in the worker's
-    # frames when forked, when the dataset is pickled for a spawned one).
-    files = write_files(tmp_path, 3, 40, width=2)  # 120 records, 30 items
-    serve, address = _serve(tmp_path)
-    try:
-        name = f"dies-p{prefetch}-{os.getpid()}"
-        trained_file = tmp_path / "trained.jsonl"
-        package_dir = os.environ.get("SHARDQ_PYTHONPATH", str(REPO / "build" / "python"))
-        script = tmp_path / "dies.py"  # a file: a spawned worker imports the main module
-        script.write_text(DIES_WITH_PREFETCH.format(pkg=package_dir, prefetch=prefetch,
-                                                    context=context))
-        child = subprocess.run(
-            [sys.executable, str(script), json.dumps(files), address, name, str(trained_file)],
-            capture_output=True, text=True, timeout=300)
-        assert child.returncode == 9, child.stderr[-3000:]
-        trained = [y for line in trained_file.read_text().splitlines() for y in json.loads(line)]
-        assert len(trained) == 5 * 4
-        rest = shardq.torch.WorkQueueDataset(
-            files, reader="tfrecord", batch_size=4, num_slices=30, seed=2, name=name,
-            address=address, lease_timeout=2.0, num_clients=64,
-            features={"y": shardq.FixedLen((), "int64")})
-        again = [y for batch in rest for y in batch["y"].tolist()]
-        assert set(trained) | set(again) == set(range(120)), \
-            f"lost: {sorted(set(range(120)) - set(trained) - set(again))}"
-    finally:
-        serve.terminate()
-        serve.wait(timeout=30)
 
 
 def test_a_worker_reads_prefetch_factor_from_its_dataloader_or_warns(tmp_path):
@@ -814,30 +759,41 @@ def test_a_worker_reads_prefetch_factor_from_its_dataloader_or_warns(tmp_path):
     assert copy._worker_defer() == 5
 
 
-def test_a_training_process_that_dies_loses_no_record(tmp_path):
+@pytest.mark.parametrize("prefetch,context", [(2, "fork"), (6, "fork"), (4, "spawn")])
+def test_a_training_process_that_dies_loses_no_record(tmp_path, prefetch, context):
     # The DataLoader fetches batches from its workers ahead of the loop
     # (prefetch_factor per worker). Their items were completed on hand-over,
     # so when the training process died, the records of the fetched but
     # untrained batches were lost. Now an item completes only once the loop
     # is done with its batches: what the dead process did not train on is
-    # read again after the lease timeout.
+    # read again after the lease timeout. A worker is asked for its batch k
+    # once the loop has taken its batch k - prefetch_factor; counting a batch
+    # consumed three batches later (right for the default 2 only) lost 7 of
+    # 12 fetched batches with 6. The worker counts prefetch_factor + 1, read
+    # from the DataLoader that runs it (in the worker's frames when forked,
+    # kept when the dataset is pickled for a spawned one).
     files = write_files(tmp_path, 3, 40, width=2)  # 120 records, 30 items
     serve, address = _serve(tmp_path)
     try:
-        name = f"dies-{os.getpid()}"
+        name = f"dies-p{prefetch}-{context}-{os.getpid()}"
         trained_file = tmp_path / "trained.jsonl"
         package_dir = os.environ.get("SHARDQ_PYTHONPATH", str(REPO / "build" / "python"))
+        script = tmp_path / "dies.py"  # a file: a spawned worker imports the main module
+        script.write_text(DIES_MID_PASS.format(pkg=package_dir, prefetch=prefetch,
+                                               context=context))
         child = subprocess.run(
-            [sys.executable, "-c", DIES_MID_PASS.format(pkg=package_dir), json.dumps(files),
-             address, name, str(trained_file)], capture_output=True, text=True, timeout=300)
+            [sys.executable, str(script), json.dumps(files), address, name, str(trained_file)],
+            capture_output=True, text=True, timeout=300)
         assert child.returncode == 9, child.stderr[-3000:]
         trained = [y for line in trained_file.read_text().splitlines() for y in json.loads(line)]
         assert len(trained) == 5 * 4
         rest = shardq.torch.WorkQueueDataset(
             files, reader="tfrecord", batch_size=4, num_slices=30, seed=2, name=name,
-            address=address, lease_timeout=2.0, features={"y": shardq.FixedLen((), "int64")})
+            address=address, lease_timeout=2.0, num_clients=64,
+            features={"y": shardq.FixedLen((), "int64")})
         again = [y for batch in rest for y in batch["y"].tolist()]
-        assert set(trained) | set(again) == set(range(120))
+        assert set(trained) | set(again) == set(range(120)), \
+            f"lost: {sorted(set(range(120)) - set(trained) - set(again))}"
     finally:
         serve.terminate()
         serve.wait(timeout=30)
