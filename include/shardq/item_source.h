@@ -54,8 +54,8 @@ class ItemSource {
   // Called by a reader that stops for good while it still holds `records`
   // records of `item` that it will never return, after it already passed
   // the item to ItemDone (a pipeline that completes items when they are
-  // read, destroyed with records in its buffers): they are lost. Default:
-  // ignored.
+  // read, or that counted records consumed early at a stall, destroyed
+  // with them in its buffers): they are lost. Default: ignored.
   virtual void NoteLost(const WorkItem& item, int64_t records) {}
 
   // OK while the source is open; once it is closed (WorkQueue::Close),

@@ -167,8 +167,9 @@ class WorkQueue final : public LeaseSource {
   // reads the rest, since this worker started.
   int64_t records_read_again() const;
   // Records of items completed when read (a pipeline's complete_when_read)
-  // that a destroyed pipeline still held, never returned to anyone, since
-  // this worker started; each such loss is also logged (NoteLost).
+  // or counted consumed early (pipeline::PipelineStats) that a destroyed
+  // pipeline still held, never returned to anyone, since this worker
+  // started; each such loss is also logged (NoteLost).
   int64_t records_lost() const;
 
   absl::StatusOr<QueueStats> Stats();

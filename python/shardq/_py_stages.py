@@ -181,10 +181,12 @@ PY_STAGES = {"map": _py_map, "parse_example": _py_parse_example, "shuffle": _py_
 # When the native pipeline cannot go on without the items of elements the
 # Python stages still hold (the queue's held-item limit, or nothing else
 # left to take), a DRAIN marker goes up the stages: a shuffle empties its
-# buffer (as the C++ one does when its input stalls), the rest pass it on.
-# Once it has reached the user, whatever is still held is stuck (a batch
-# being filled): then, and only then, its records count as consumed before
-# they reach the user, so that the pipeline goes on.
+# buffer and a batch being filled is handed on short (as the C++ stages do
+# when their input stalls), the rest pass it on. Once it has reached the
+# user, whatever is still held is stuck (a batch that may not be short:
+# drop_remainder, or a split that drops short batches): then, and only
+# then, its records count as consumed before they reach the user, so that
+# the pipeline goes on.
 
 DRAIN = object()  # an index: the pair (DRAIN, None) is the marker
 _STALL_POLL = 0.005  # seconds between looks while a marker is on its way
@@ -257,11 +259,16 @@ def _t_parse_example(it, parser, threads, slots):
             (index, next(_py_parse_example(iter([x]), parser, threads, slots)))
 
 
-def _t_batch(it, batch_size, drop_remainder, delivery):
+def _t_batch(it, batch_size, drop_remainder, delivery, short_ok):
+    """``short_ok``: a batch being filled at a stall is handed on short
+    (neither drop_remainder nor a split that drops short batches)."""
     indexes, values = [], []
     for index, x in it:
         if index is DRAIN:
-            yield index, x  # a batch being filled stays (see tracked_source)
+            if values and short_ok:
+                yield indexes, values
+                indexes, values = [], []
+            yield index, x  # one that may not be short stays (see tracked_source)
             continue
         if type(index) is int:
             indexes.append(index)
@@ -290,10 +297,11 @@ def _t_split(it, batch_size, replicas, remainder, delivery):
             delivery.deliver(index)  # a short batch dropped: consumed, as in C++
 
 
-def tracked_stage(name, it, args, batch_size, delivery, cancel):
+def tracked_stage(name, it, args, batch_size, delivery, cancel, short_ok=True):
     """The Python stage ``name`` over (index, element) pairs and markers;
     ``batch_size``: that of its input's batches, for split; ``cancel``:
-    the native iterator's, for prefetch."""
+    the native iterator's, for prefetch; ``short_ok``: for batch, whether
+    no later split drops short batches."""
     if name == "map":
         return _t_map(it, *args)
     if name == "parse_example":
@@ -301,7 +309,9 @@ def tracked_stage(name, it, args, batch_size, delivery, cancel):
     if name == "shuffle":
         return _py_shuffle(it, *args, drains=lambda pair: pair[0] is DRAIN)
     if name == "batch":
-        return _t_batch(it, *args, delivery)
+        batch_size, drop_remainder = args
+        return _t_batch(it, batch_size, drop_remainder, delivery,
+                        short_ok and not drop_remainder)
     if name == "split":
         return _t_split(it, batch_size, *args, delivery)
     if name == "prefetch":

@@ -25,9 +25,17 @@ unfinished items back to the queue: of an item whose first records were
 returned, only the rest (the item is split after them; records that a
 shuffle returned out of order beyond that point are read again and counted
 in the queue's ``records_read_again``). The pipeline then holds items whose
-records wait in its buffers: the queue needs a ``num_clients`` large enough
-for the items one batch spans (at most the batch size), otherwise ``batch``
-fails with FailedPreconditionError saying so. With ``complete="read"`` an
+records wait in its buffers, at most ``num_clients``. When all of them are
+read and no batch can be filled from them, the pipeline stalls: a shuffle
+hands on what it holds and the batch being filled is handed on short
+(``stats()["short_batches"]``). Where a short batch would be dropped
+(``drop_remainder``, ``split(..., remainder="drop")``) its records count
+as consumed at once instead (``stats()["records_consumed_early"]``, logged
+once) and it is filled as usual; a pass that stops before that batch
+reaches you loses them (logged, counted in the queue's ``records_lost``).
+Give the queue a ``num_clients`` above ``cycle_length`` (or a smaller
+``cycle_length``) so that stalls are rare; none happens with ``num_clients``
+at least the batch size. With ``complete="read"`` an
 item is completed once all its records are read into the pipeline, as the
 readers do; a crash may then lose what its buffers held, and so does
 dropping the iterator (those are logged and counted in the queue's
@@ -44,9 +52,10 @@ or one waiting in a Python shuffle or batch when the pass stops, is read
 again, not lost (records a Python shuffle returned ahead of the rest of
 their item are read again too, and counted in ``records_read_again``).
 When those buffers hold records of more items than the queue lets the
-worker hold, the Python shuffle is drained (as the C++ one is), and what a
-batch being filled still holds then counts as consumed before it reaches
-you, so that the pass goes on. Put the map last. A
+worker hold, the Python shuffle is drained and a Python batch being filled
+is handed on short, as the C++ ones are (one that may not be short counts
+what it holds as consumed before it reaches you, so that the pass goes
+on). Put the map last. A
 ``Dataset(make_iter)`` over a Python iterable runs its stages in Python.
 
 One pass (one ``for`` over the dataset) reads every epoch of the queue.
@@ -479,9 +488,10 @@ def _python_stages(it, ops, batch_size=None, delivery=None, cancel=None):
     delivered as it is yielded (see _py_stages.Delivery). ``cancel``: the
     native iterator's under ``it``, for a Python prefetch."""
     _check_splits([("batch", batch_size, False)] if batch_size else [], ops)
-    for name, *args in ops:
+    for i, (name, *args) in enumerate(ops):
         if delivery is not None:
-            it = _py_stages.tracked_stage(name, it, args, batch_size, delivery, cancel)
+            it = _py_stages.tracked_stage(name, it, args, batch_size, delivery, cancel,
+                                          short_ok=not _drops_short_batches(ops[i + 1:]))
         elif name == "split":
             it = _py_split(it, batch_size, *args)
         elif name == "prefetch":
@@ -490,6 +500,17 @@ def _python_stages(it, ops, batch_size=None, delivery=None, cancel=None):
             it = _PY_STAGES[name](it, *args)
         batch_size = _batch_size_at_end([(name, *args)], batch_size)
     return it if delivery is None else _py_stages.delivered(it, delivery)
+
+
+def _drops_short_batches(ops):
+    """Whether a split that drops short batches takes the batches made
+    before ``ops`` (no other batch in between)."""
+    for name, *args in ops:
+        if name == "batch":
+            return False
+        if name == "split" and args[1] == "drop":
+            return True
+    return False
 
 
 def _native_then_python(native, ops, batch_size, consumed):

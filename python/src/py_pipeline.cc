@@ -221,6 +221,7 @@ py::dict StatsToDict(const pipeline::PipelineStats& s) {
   d["corrupt_regions"] = s.corrupt_regions;
   d["skipped_bytes"] = s.skipped_bytes;
   d["short_batches"] = s.short_batches;
+  d["records_consumed_early"] = s.records_consumed_early;
   return d;
 }
 

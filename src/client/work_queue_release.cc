@@ -62,10 +62,11 @@ void WorkQueue::Impl::NoteLost(const WorkItem& item, int64_t records) {
   }
   SHARDQ_LOG_WARN(
       "queue '{}', worker '{}': {} records of '{}' (epoch {}) are lost: the item was completed "
-      "when it was read, and the pipeline holding them stopped before it returned them "
-      "(complete when read: shardq.data's complete=\"read\", the default for num_clients=1; "
-      "with num_clients >= 2 items complete when their records are consumed and nothing is "
-      "lost)",
+      "before they were returned, and the pipeline holding them stopped before it returned "
+      "them (items complete when read with shardq.data's complete=\"read\", the default for "
+      "num_clients=1; with complete=\"consumed\" only the records a batch that may not be "
+      "short held when every item the pipeline may hold was read, counted consumed early "
+      "then: raise num_clients above cycle_length)",
       name_, worker_id_, records, item.item, item.epoch);
 }
 

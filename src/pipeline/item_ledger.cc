@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardq/item_source.h"
+#include "src/log/log.h"
 
 namespace shardq::pipeline::internal {
 
@@ -163,7 +164,9 @@ void ItemLedger::Emit(const std::vector<EmitRun>& runs,
 
 std::shared_ptr<ItemTicket> ItemLedger::RetireIfSettledLocked(
     ItemTicket& ticket) {
-  if (!ticket.done_ || ticket.consumed_ != ticket.emitted_) return nullptr;
+  if (!ticket.done_ || ticket.consumed_ != ticket.emitted_ || ticket.early_ != 0) {
+    return nullptr;
+  }
   auto it = live_.find(&ticket);
   if (it == live_.end()) return nullptr;
   std::shared_ptr<ItemTicket> retired = std::move(it->second);
@@ -252,6 +255,38 @@ bool ItemLedger::ConsumeLocked(ItemTicket& ticket, int64_t seq,
 }
 
 absl::Status ItemLedger::Consume(const RecordTags& tags) {
+  return ConsumeTags(tags, /*early=*/false);
+}
+
+absl::Status ItemLedger::ConsumeEarly(RecordTags* tags) {
+  int64_t records = 0;
+  tags->ForEach([&](const RecordTag& tag) { records += tag.consumed_early() ? 0 : 1; });
+  if (records == 0) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.records_consumed_early += records;
+  }
+  absl::Status s = ConsumeTags(*tags, /*early=*/true);
+  tags->MarkConsumedEarly();
+  return s;
+}
+
+void ItemLedger::NoteEarlyHandedOn(int64_t records) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::exchange(warned_early_, true)) return;
+  }
+  SHARDQ_LOG_WARN(
+      "{}: every item this pipeline may hold (max_items_held {}) was read, and a batch that "
+      "may not be handed on short (drop_remainder, or a split that drops short batches) "
+      "needed more rows: {} of its records counted as consumed before they were returned, "
+      "so that more items could be taken (a stop or crash in between loses such records; a "
+      "stop logs them). Raise the queue's num_clients above cycle_length to avoid it; this "
+      "is said once per pipeline, stats() counts them (records_consumed_early)",
+      options_.name, options_.max_items_held, records);
+}
+
+absl::Status ItemLedger::ConsumeTags(const RecordTags& tags, bool early) {
   if (tags.empty()) return absl::OkStatus();
   std::vector<std::shared_ptr<ItemTicket>> done;
   // Tickets the ledger let go of here, alive until this call returns.
@@ -271,12 +306,22 @@ absl::Status ItemLedger::Consume(const RecordTags& tags) {
     tags.ForEach([&](const RecordTag& tag) {
       int64_t offset = -1;
       ItemTicket& ticket = *tag.ticket;
+      if (tag.consumed_early()) {
+        if (early) return;  // counted already
+        // Returned at last: only the early count settles.
+        --ticket.early_;
+        std::shared_ptr<ItemTicket> settled = RetireIfSettledLocked(ticket);
+        if (settled != nullptr) retired.push_back(std::move(settled));
+        return;
+      }
+      if (early) ++ticket.early_;
       const bool was_done = ticket.done_;  // completed when read
       const bool now_done = ConsumeLocked(ticket, tag.seq, &offset);
       // Settled when done now (this was its last record), or done earlier
       // (complete_when_read) and this was its last record in flight.
       std::shared_ptr<ItemTicket> settled = RetireIfSettledLocked(ticket);
-      if (now_done) done.push_back(settled);
+      // (Done with records counted early still out: the ledger keeps it.)
+      if (now_done) done.push_back(settled != nullptr ? settled : live_.at(&ticket));
       if (settled != nullptr) retired.push_back(std::move(settled));
       if (!now_done && !was_done) {
         // Few items are in flight at once: a linear search.
@@ -363,10 +408,12 @@ void ItemLedger::ReleaseHeld() {
     absl::MutexLock lock(&mu_);
     held.swap(held_items_);
     for (const auto& [raw, ticket] : live_) {
-      if (ticket->done_ && ticket->consumed_ + ticket->deferred_ < ticket->emitted_) {
-        lost.emplace_back(ticket->item(),
-                          ticket->emitted_ - ticket->consumed_ - ticket->deferred_);
-      }
+      // Completed when read, or records counted consumed early (both are
+      // counted in consumed_), and never returned.
+      const int64_t never_returned =
+          (ticket->done_ ? ticket->emitted_ - ticket->consumed_ - ticket->deferred_ : 0) +
+          ticket->early_;
+      if (never_returned > 0) lost.emplace_back(ticket->item(), never_returned);
       const int64_t got = ticket->consumed_ + ticket->deferred_;
       if (ticket->done_ || got == 0) continue;
       returned.push_back(Returned{ticket->item(), ticket->resume_offset_,
@@ -394,7 +441,13 @@ void ItemLedger::ReleaseHeld() {
 
 void ItemLedger::NoteDeferred(const RecordTags& tags) {
   absl::MutexLock lock(&mu_);
-  tags.ForEach([](const RecordTag& tag) { ++tag.ticket->deferred_; });
+  tags.ForEach([](const RecordTag& tag) {
+    if (tag.consumed_early()) {
+      --tag.ticket->early_;  // returned: not lost
+    } else {
+      ++tag.ticket->deferred_;
+    }
+  });
 }
 
 LedgerStats ItemLedger::stats() const {

@@ -92,12 +92,26 @@ def test_items_complete_only_when_their_records_are_consumed(text_files):
     assert queue.stats()["completed"] == 4
 
 
-def test_too_few_held_items_for_a_batch_fail_clearly(tmp_path):
+def test_a_batch_too_few_held_items_cannot_fill_goes_on_short_or_counts_them_early(tmp_path):
+    # One item may be held, a batch needs two: it is handed on short at the
+    # stall, or (drop_remainder) its records count as consumed early and it
+    # is filled; either way the pass reads on to the end.
     files = write_files(tmp_path, 2, 10, width=1)
-    ds = shardq.data.from_queue(queue_of(files, num_clients=1), reader="tfrecord",
-                                complete="consumed").batch(16)
-    with pytest.raises(shardq.FailedPreconditionError, match="num_clients"):
-        list(ds)
+    queue = queue_of(files, num_clients=1)
+    it = iter(shardq.data.from_queue(queue, reader="tfrecord", complete="consumed").batch(16))
+    assert [len(b) for b in it] == [10, 10]
+    assert it.stats()["short_batches"] == 2 and it.stats()["records_consumed_early"] == 0
+    assert queue.stats()["finished"]
+
+    queue = queue_of(files, num_clients=1)
+    it = iter(shardq.data.from_queue(queue, reader="tfrecord", complete="consumed")
+              .batch(16, drop_remainder=True))
+    batches = list(it)
+    assert [len(b) for b in batches] == [16] and len(set(batches[0])) == 16
+    # (The second item's last 4 too: at the limit again, the queue's end is
+    # not seen until that item completes; then they are the dropped rest.)
+    assert it.stats()["records_consumed_early"] == 14 and it.stats()["records_dropped"] == 4
+    assert queue.stats()["finished"] and queue.records_lost == 0
 
 
 def test_a_million_threads_are_refused_at_once_not_started(tmp_path):

@@ -99,15 +99,37 @@ def test_python_stages_holding_more_items_than_allowed_drain_and_read_all_once(
         lines, hang_guard):
     # A Python shuffle of 200 holds records of up to 8 items, 2 may be
     # held: the pipeline stalls, the shuffle is told to drain (as the C++
-    # one drains), and the pass goes on. A batch of 120 spans 5 items: what
-    # it holds counts consumed once it is all that is left to flush.
+    # one drains), and the pass goes on. A batch of 120 spans 5 items: it
+    # is handed on short at each stall, as the C++ batch is.
     for build in (lambda ds: ds.shuffle(200, seed=1).batch(30),
                   lambda ds: ds.batch(120),
                   lambda ds: ds.shuffle(200, seed=1).prefetch(2).batch(30)):
         queue = queue_of(lines, num_clients=2)
         ds = build(shardq.data.from_queue(queue, reader="text", cycle_length=1).map(bytes))
-        got = [r for batch in ds for r in batch]
+        batches = list(ds)
+        got = [r for batch in batches for r in batch]
         assert collections.Counter(got) == all_lines(lines)
+        assert queue.stats()["finished"]
+        if len(batches[0]) != 30:
+            assert len(batches) > 4 and min(len(b) for b in batches[:-1]) < 120
+
+
+def test_a_batch_that_may_not_be_short_counts_what_it_holds_consumed_at_a_stall(
+        lines, hang_guard):
+    # drop_remainder, or a split that drops short batches: no short batch
+    # mid-pass; what the batch holds at a stall counts consumed so that the
+    # pass goes on, and only the last remainder is dropped.
+    for build, width in ((lambda ds: ds.batch(120, drop_remainder=True), 120),
+                         (lambda ds: ds.batch(120).split(2, remainder="drop"), 60)):
+        queue = queue_of(lines, num_clients=2)
+        ds = build(shardq.data.from_queue(queue, reader="text", cycle_length=1).map(bytes))
+        got = []
+        for element in ds:
+            for rows in (element if width == 60 else [element]):
+                assert len(rows) == width
+                got.extend(rows)
+        assert len(got) == 360 and len(set(got)) == 360
+        assert set(got) <= set(all_lines(lines))
         assert queue.stats()["finished"]
 
 

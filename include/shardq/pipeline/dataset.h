@@ -26,12 +26,19 @@
 //    say how many), so memory stays flat whatever the size of the data.
 //  * Held items: the pipeline holds at most max_items_held items not yet
 //    completed (a WorkQueue's num_clients). When all of them are read and
-//    their records wait in later stages, reading pauses; a shuffle buffer
-//    then hands on what it holds, and a Batch that still cannot be filled
-//    fails with FAILED_PRECONDITION rather than hang (never when
-//    max_items_held >= batch_size). When the source has nothing more to
-//    hand out until held items complete (the end of the data), a partial
-//    batch is handed on short (or dropped with drop_remainder).
+//    their records wait in later stages, reading pauses (stats().stalls);
+//    a shuffle buffer then hands on what it holds, and a Batch that still
+//    cannot be filled hands on what it has as a short batch
+//    (stats().short_batches). With drop_remainder, or a Distribute that
+//    drops short batches, it keeps its rows and counts their records
+//    consumed now (stats().records_consumed_early; logged once) so that
+//    their items complete and the batch can fill: a stop before that batch
+//    is returned loses them (logged, WorkQueue::records_lost), so give
+//    such pipelines a max_items_held above cycle_length. None of this
+//    happens with max_items_held >= batch_size. When the source has
+//    nothing more to hand out until held items complete (the end of the
+//    data), a partial batch is handed on short (or dropped with
+//    drop_remainder).
 //  * Exactly-once accounting: a work item is completed (WorkQueue::Complete)
 //    only once every one of its records has left the pipeline (returned by
 //    Next, or dropped on purpose by Batch / Distribute; with
@@ -126,6 +133,9 @@ struct PipelineStats {
   int64_t stalls = 0;
   int64_t shuffle_drains = 0;   // shuffle buffers emptied early by a stall
   int64_t short_batches = 0;    // batches with fewer than batch_size rows
+  // Counted consumed before they were returned, at stalls at the held-item
+  // limit of a Batch that may not hand on a short batch (see the contract).
+  int64_t records_consumed_early = 0;
   // Passed over by the readers of items read to their end (TFRecord with
   // on_corrupt = kSkip): corrupt regions, and their bytes.
   int64_t corrupt_regions = 0;

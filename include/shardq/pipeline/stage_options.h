@@ -62,7 +62,8 @@ struct InterleaveOptions {
   // comfortably larger than cycle_length: when every held item is fully
   // read and waiting in buffers, reading pauses (stats().stalls), a
   // shuffle buffer drains early, and a batch that cannot be filled from
-  // the held items fails with FAILED_PRECONDITION rather than hang. That
+  // the held items is handed on short, or (where short batches are
+  // dropped) has its records counted consumed early (see dataset.h). That
   // never happens with max_items_held >= the batch size (each held item
   // would have a record in the batch); with items much larger than a
   // batch, a few more than cycle_length is plenty.

@@ -34,7 +34,7 @@ inline absl::Status EndOfData() { return absl::OutOfRangeError("end of data"); }
 // Records of dropped elements count as consumed (their items complete).
 inline absl::Status ConsumeDropped(PipelineContext* context,
                                    const RecordTags& tags) {
-  context->records_dropped += NumRecords(tags);
+  context->records_dropped += static_cast<int64_t>(tags.size());
   if (context->ledger == nullptr) return absl::OkStatus();
   return context->ledger->Consume(tags);
 }
@@ -220,7 +220,18 @@ class BatchStage final : public Stage<Batch<T>> {
               if (absl::Status s = DropPartial(); !s.ok()) return s;
               break;
             case StallReason::kLimit:
-              return LimitError();
+              // Every item the pipeline may hold is read, and these
+              // records must leave before another can be taken: handed on
+              // as a short batch. Where a short batch would be dropped,
+              // they count as consumed now instead and stay to fill this
+              // batch (ItemLedger::ConsumeEarly).
+              if (!options_.drop_remainder && !context_->short_batches_dropped) {
+                return TakePartial();
+              }
+              early_records_ += held_records_;
+              held_records_ = 0;
+              if (absl::Status s = context_->ledger->ConsumeEarly(&tags_); !s.ok()) return s;
+              break;
             case StallReason::kNone:
               break;
           }
@@ -246,6 +257,12 @@ class BatchStage final : public Stage<Batch<T>> {
  private:
   Tracked<Batch<T>> TakePartial() {
     if (partial_.size() < options_.batch_size) ++context_->short_batches;
+    if (early_records_ > 0) {
+      if (partial_.size() == options_.batch_size) {
+        context_->ledger->NoteEarlyHandedOn(early_records_);
+      }
+      early_records_ = 0;
+    }
     Tracked<Batch<T>> out;
     out.value = std::move(partial_);
     out.tags = std::move(tags_);
@@ -267,18 +284,6 @@ class BatchStage final : public Stage<Batch<T>> {
     return ConsumeDropped(context_, dropped.tags);
   }
 
-  absl::Status LimitError() const {
-    const int64_t held_items =
-        context_->ledger == nullptr ? 0 : context_->ledger->max_items_held();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "batch: cannot fill a batch of ", options_.batch_size, " rows: the ",
-        held_items, " items this pipeline may hold (max_items_held, by "
-        "default the WorkQueue's num_clients) are all read, and their ",
-        held_records_, " remaining records are waiting here; no item is "
-        "completed before its records leave the pipeline. Raise the "
-        "queue's num_clients, or lower the batch size or the buffers"));
-  }
-
   PipelineContext* const context_;
   const std::unique_ptr<Stage<T>> input_;
   const BatchOptions options_;
@@ -288,6 +293,8 @@ class BatchStage final : public Stage<Batch<T>> {
   std::vector<Tracked<T>> staged_;
   size_t staged_next_ = 0;
   int64_t held_records_ = 0;
+  // Records of partial_ counted consumed early (ItemLedger::ConsumeEarly).
+  int64_t early_records_ = 0;
   bool input_ended_ = false;
 };
 
@@ -303,7 +310,12 @@ class DistributeStage final : public Stage<PerReplicaBatches<T>> {
       : context_(context),
         input_(std::move(input)),
         batch_size_(batch_size),
-        options_(options) {}
+        options_(options) {
+    // (Stages are built before any thread starts.)
+    if (options.remainder == DistributeOptions::Remainder::kDrop) {
+      context->short_batches_dropped = true;
+    }
+  }
 
   Envelope<PerReplicaBatches<T>> Next() override {
     while (true) {

@@ -270,6 +270,7 @@ PipelineStats Iterator<T>::stats() const {
     stats.records_read = ledger.records_read;
     stats.records_consumed = ledger.records_consumed;
     stats.stalls = ledger.stalls;
+    stats.records_consumed_early = ledger.records_consumed_early;
   }
   stats.records_dropped = context_->records_dropped.load();
   stats.shuffle_drains = context_->shuffle_drains.load();

@@ -128,14 +128,20 @@ class ItemTicket {
   // Records handed to the consumer whose consumption was deferred
   // (Iterator::DeferConsumption) when the pipeline stopped.
   int64_t deferred_ = 0;
+  // Records counted consumed early (ItemLedger::ConsumeEarly) and not yet
+  // returned: the ticket stays alive until they are, or until the pipeline
+  // stops (then they are lost, and reported with ItemSource::NoteLost).
+  int64_t early_ = 0;
 };
 
 // Which record of which item an element carries. A plain value: the
 // ticket is kept alive by the ledger (see ItemTicket), which outlives every
-// stage of its pipeline.
+// stage of its pipeline. A record counted consumed early (ConsumeEarly)
+// carries ~seq (negative): its return then only settles the early count.
 struct RecordTag {
   ItemTicket* ticket = nullptr;
   int64_t seq = 0;
+  bool consumed_early() const { return seq < 0; }
 };
 // The records an element is made of: one for a record, many for a batch.
 // The first is held inline and the rest on the heap, so that the many
@@ -168,6 +174,17 @@ class RecordTags {
     f(first_);
     if (rest_) {
       for (const RecordTag& tag : *rest_) f(tag);
+    }
+  }
+  // Marks every tag as consumed early (see RecordTag).
+  void MarkConsumedEarly() {
+    auto mark = [](RecordTag& tag) {
+      if (!tag.consumed_early()) tag.seq = ~tag.seq;
+    };
+    if (empty()) return;
+    mark(first_);
+    if (rest_) {
+      for (RecordTag& tag : *rest_) mark(tag);
     }
   }
   // Moves every tag of `other` to the end of this.
@@ -215,6 +232,7 @@ struct LedgerStats {
   int64_t records_read = 0;      // handed on by the reading stage
   int64_t records_consumed = 0;  // left the pipeline (including dropped)
   int64_t stalls = 0;            // times the reading stage went idle
+  int64_t records_consumed_early = 0;  // see ItemLedger::ConsumeEarly
 };
 
 class ItemLedger {
@@ -277,6 +295,18 @@ class ItemLedger {
   // and notes the progress of the others. Returns the first error of
   // ItemDone; the accounting is updated regardless.
   absl::Status Consume(const RecordTags& tags);
+
+  // At a stall at the held-item limit, a stage that may neither hand on
+  // nor drop the records it holds (a Batch that drops short batches)
+  // counts them consumed now, so that their items complete and others can
+  // be taken; the records stay where they are and are returned later.
+  // Marks `tags` (see RecordTag); tags marked already are skipped. A stop
+  // before they are returned loses them: ReleaseHeld reports them with
+  // ItemSource::NoteLost. Errors are Consume's.
+  absl::Status ConsumeEarly(RecordTags* tags);
+  // A batch with `records` records counted consumed early is handed on
+  // (not dropped at the end of the data): the first call logs a warning.
+  void NoteEarlyHandedOn(int64_t records);
 
   // Whether the pipeline is stalled: the reading stage is idle (for the
   // reason returned), no item is being completed, and every record in the
@@ -343,6 +373,8 @@ class ItemLedger {
   // Calls ItemDone for `done` items (no lock held), then un-holds them.
   absl::Status CompleteItems(const std::vector<std::shared_ptr<ItemTicket>>& done)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Consume, and with `early` ConsumeEarly's counting (tags not marked).
+  absl::Status ConsumeTags(const RecordTags& tags, bool early);
   void ChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddWaitingHold(int64_t records) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -379,6 +411,7 @@ class ItemLedger {
       ABSL_GUARDED_BY(mu_);
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   LedgerStats stats_ ABSL_GUARDED_BY(mu_);
+  bool warned_early_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shardq::pipeline::internal

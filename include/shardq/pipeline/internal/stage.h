@@ -65,9 +65,12 @@ struct Tracked {
 template <typename T>
 using Envelope = absl::StatusOr<Tracked<T>>;
 
-// Records carried by `tags`.
+// Records carried by `tags` that the ledger counts in flight: all but those
+// counted consumed early (see ItemLedger::ConsumeEarly).
 inline int64_t NumRecords(const RecordTags& tags) {
-  return static_cast<int64_t>(tags.size());
+  int64_t n = 0;
+  tags.ForEach([&n](const RecordTag& tag) { n += tag.consumed_early() ? 0 : 1; });
+  return n;
 }
 
 // A built stage. Next() is called by one thread at a time (the stage
@@ -231,6 +234,9 @@ struct PipelineContext {
   std::atomic<int64_t> shuffle_drains{0};
   std::atomic<int64_t> corrupt_regions{0};  // skipped by the readers
   std::atomic<int64_t> skipped_bytes{0};
+  // Set while the stages are built: a Distribute drops short batches, so
+  // a Batch must not make one when the held-item limit stalls it.
+  bool short_batches_dropped = false;
   // Strings of recycled elements, for the reading stage to reuse. On a
   // cache line of its own: its mutex is locked by the reading thread, and
   // the consumer reads the fields around it on every element.
