@@ -271,6 +271,21 @@ absl::Status ItemLedger::ConsumeEarly(RecordTags* tags) {
   return s;
 }
 
+void ItemLedger::NoteLimitStall() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::exchange(warned_limit_, true)) return;
+  }
+  SHARDQ_LOG_WARN(
+      "{}: reading paused: every item this pipeline may hold (max_items_held {}, by default "
+      "the queue's num_clients) is read, and their records wait in later stages, which hand "
+      "them on early so that more items can be taken: a shuffle buffer empties (its records "
+      "then mix fewer items), a batch goes on short. Give the queue a num_clients above "
+      "cycle_length to avoid it; stats() counts these pauses (stalls, shuffle_drains, "
+      "short_batches). Said once per pipeline",
+      options_.name, options_.max_items_held);
+}
+
 void ItemLedger::NoteEarlyHandedOn(int64_t records) {
   {
     absl::MutexLock lock(&mu_);

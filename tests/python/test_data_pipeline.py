@@ -92,16 +92,19 @@ def test_items_complete_only_when_their_records_are_consumed(text_files):
     assert queue.stats()["completed"] == 4
 
 
-def test_a_batch_too_few_held_items_cannot_fill_goes_on_short_or_counts_them_early(tmp_path):
+def test_a_batch_too_few_held_items_cannot_fill_goes_on_short_or_counts_them_early(
+        tmp_path, capfd):
     # One item may be held, a batch needs two: it is handed on short at the
     # stall, or (drop_remainder) its records count as consumed early and it
-    # is filled; either way the pass reads on to the end.
+    # is filled; either way the pass reads on to the end, and says once why
+    # it paused.
     files = write_files(tmp_path, 2, 10, width=1)
     queue = queue_of(files, num_clients=1)
     it = iter(shardq.data.from_queue(queue, reader="tfrecord", complete="consumed").batch(16))
     assert [len(b) for b in it] == [10, 10]
     assert it.stats()["short_batches"] == 2 and it.stats()["records_consumed_early"] == 0
     assert queue.stats()["finished"]
+    assert capfd.readouterr().err.count("reading paused: every item this pipeline may hold") == 1
 
     queue = queue_of(files, num_clients=1)
     it = iter(shardq.data.from_queue(queue, reader="tfrecord", complete="consumed")
@@ -112,6 +115,13 @@ def test_a_batch_too_few_held_items_cannot_fill_goes_on_short_or_counts_them_ear
     # not seen until that item completes; then they are the dropped rest.)
     assert it.stats()["records_consumed_early"] == 14 and it.stats()["records_dropped"] == 4
     assert queue.stats()["finished"] and queue.records_lost == 0
+    err = capfd.readouterr().err
+    assert err.count("reading paused") == 1 and err.count("counted as consumed before") == 1
+
+    # Room for both items: no pause, nothing said.
+    queue = queue_of(files, num_clients=4)
+    assert [len(b) for b in shardq.data.from_queue(queue, reader="tfrecord").batch(16)] == [16, 4]
+    assert "reading paused" not in capfd.readouterr().err
 
 
 def test_a_million_threads_are_refused_at_once_not_started(tmp_path):

@@ -92,12 +92,14 @@ class ShuffleStage final : public Stage<T> {
           // would: the stages after this one hold all it handed on.
           if (produced() > 0) return absl::OkStatus();
           ++staged_next_;
-          if (buffer_.empty() ||
-              context_->Stalled(held_records_) == StallReason::kNone) {
+          const StallReason why =
+              buffer_.empty() ? StallReason::kNone : context_->Stalled(held_records_);
+          if (why == StallReason::kNone) {
             out->push_back(std::move(in));
             return absl::OkStatus();
           }
           // Nothing more comes in until records leave: hand them all on.
+          if (why == StallReason::kLimit) context_->ledger->NoteLimitStall();
           draining_ = true;
           ++context_->shuffle_drains;
           break;
@@ -225,6 +227,7 @@ class BatchStage final : public Stage<Batch<T>> {
               // as a short batch. Where a short batch would be dropped,
               // they count as consumed now instead and stay to fill this
               // batch (ItemLedger::ConsumeEarly).
+              context_->ledger->NoteLimitStall();
               if (!options_.drop_remainder && !context_->short_batches_dropped) {
                 return TakePartial();
               }

@@ -304,6 +304,10 @@ class ItemLedger {
   // before they are returned loses them: ReleaseHeld reports them with
   // ItemSource::NoteLost. Errors are Consume's.
   absl::Status ConsumeEarly(RecordTags* tags);
+  // A stage acted on a stall at the held-item limit (a shuffle buffer
+  // emptied early, a batch handed on short or counted early): the first
+  // call logs a warning that says how to avoid it.
+  void NoteLimitStall();
   // A batch with `records` records counted consumed early is handed on
   // (not dropped at the end of the data): the first call logs a warning.
   void NoteEarlyHandedOn(int64_t records);
@@ -412,6 +416,7 @@ class ItemLedger {
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   LedgerStats stats_ ABSL_GUARDED_BY(mu_);
   bool warned_early_ ABSL_GUARDED_BY(mu_) = false;
+  bool warned_limit_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shardq::pipeline::internal
