@@ -42,6 +42,7 @@
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/src/errors.h"
+#include "python/src/py_elements.h"
 #include "python/src/py_example.h"
 #include "python/src/py_slots.h"
 #include "python/src/py_sources.h"
@@ -77,20 +78,6 @@ constexpr absl::Duration kPassCheck = absl::Milliseconds(50);
 // way, which the loop waits out too.
 constexpr absl::Duration kPassTakePoll = absl::Milliseconds(10);
 
-// A batch of tf.Examples parsed into one buffer per feature. `padded` has
-// one flag per row (1: a padding row of a split) or is empty (no padding).
-struct ParsedBatch {
-  std::vector<ParsedFeature> features;
-  // Set when the batch was parsed into a worker's shared-memory slot.
-  std::shared_ptr<SlotClaim> claim;
-  std::vector<uint8_t> padded;
-};
-
-// One step of a split, parsed: one ParsedBatch per replica.
-struct ParsedReplicas {
-  std::vector<ParsedBatch> replicas;
-};
-
 // The element types a bound pipeline can hand out, in chain order.
 template <typename... Ts>
 struct ElementTypes {
@@ -100,130 +87,6 @@ struct ElementTypes {
 using Elements = ElementTypes<Record, Batch<Record>, PerReplicaBatches<Record>,
                               ParsedBatch, ParsedReplicas, Row, Batch<Row>,
                               PerReplicaBatches<Row>>;
-
-// Parses the rows of `batch`. A padding row (empty) is parsed as a copy of
-// `filler` (a real row of the same step), so every row of the buffers is a
-// valid example and the mask says which to ignore. With `slots`, the
-// fixed-width features go straight into a free slot when one is large
-// enough (else into buffers of their own, as without).
-absl::StatusOr<ParsedBatch> ParseRows(const ExampleParser& parser,
-                                      const Batch<Record>& batch,
-                                      const Record* filler,
-                                      const std::shared_ptr<SlotPool>& slots = nullptr) {
-  std::vector<absl::string_view> views;
-  views.reserve(batch.rows.size());
-  bool any_padding = false;
-  for (size_t i = 0; i < batch.rows.size(); ++i) {
-    const bool pad = i < batch.padded.size() && batch.padded[i] != 0;
-    any_padding |= pad;
-    views.emplace_back(pad && filler != nullptr ? filler->value : batch.rows[i].value);
-  }
-  ParsedBatch out;
-  const int64_t placed = slots != nullptr ? parser.PlacedBytes(static_cast<int64_t>(views.size())) : 0;
-  if (placed > 0) out.claim = SlotClaim::Make(slots, placed);
-  // A failed parse drops the claim: the slot is free again.
-  absl::StatusOr<std::vector<ParsedFeature>> features =
-      parser.Parse(views, out.claim != nullptr ? out.claim->data() : nullptr);
-  if (!features.ok()) return features.status();
-  out.features = *std::move(features);
-  for (ParsedFeature& f : out.features) {
-    if (f.placed != nullptr) f.keep = out.claim;
-  }
-  if (any_padding) out.padded = batch.padded;
-  return out;
-}
-
-// --- Elements to Python (GIL held) ---
-
-py::object RowObject(const Record& record) { return py::bytes(record.value); }
-py::object RowObject(const Row& row) { return RowToPython(row); }
-
-template <typename R>
-py::list RowsToList(const std::vector<R>& rows) {
-  py::list out;
-  for (const R& r : rows) out.append(RowObject(r));
-  return out;
-}
-
-// True for a real row, as data.py's masks.
-py::list MaskList(const std::vector<uint8_t>& padded) {
-  py::list mask;
-  for (uint8_t p : padded) mask.append(py::bool_(p == 0));
-  return mask;
-}
-
-py::object ToPython(const Record& record, bool) { return RowObject(record); }
-py::object ToPython(const Row& row, bool) { return RowObject(row); }
-
-template <typename R>
-py::object ToPython(const Batch<R>& batch, bool) {
-  return RowsToList(batch.rows);
-}
-
-template <typename R>
-py::object ToPython(const PerReplicaBatches<R>& step, bool with_mask) {
-  py::list out;
-  for (const Batch<R>& b : step.replicas) {
-    py::list rows = RowsToList(b.rows);
-    out.append(with_mask ? py::object(py::make_tuple(rows, MaskList(b.padded)))
-                         : py::object(rows));
-  }
-  return out;
-}
-
-py::dict FeaturesToDict(const ParsedBatch& batch) {
-  py::dict out;
-  for (const ParsedFeature& f : batch.features) out[py::str(f.name)] = FeatureToNumpy(f);
-  return out;
-}
-
-// A numpy bool array, True for a real row.
-py::array MaskArray(const ParsedBatch& batch, int64_t rows) {
-  py::array_t<bool> mask(rows);
-  bool* m = mask.mutable_data();
-  for (int64_t i = 0; i < rows; ++i) {
-    m[i] = batch.padded.empty() || batch.padded[static_cast<size_t>(i)] == 0;
-  }
-  return std::move(mask);
-}
-
-py::object ToPython(const ParsedBatch& batch, bool) {
-  py::dict out = FeaturesToDict(batch);
-  // In Python's hands now: the slot is freed by the process that reads it.
-  if (batch.claim != nullptr) batch.claim->Handed();
-  return std::move(out);
-}
-
-py::object ToPython(const ParsedReplicas& step, bool with_mask) {
-  py::list out;
-  for (const ParsedBatch& b : step.replicas) {
-    py::dict features = FeaturesToDict(b);
-    if (!with_mask) {
-      out.append(features);
-      continue;
-    }
-    const int64_t rows = b.features.empty() ? 0 : b.features[0].shape[0];
-    out.append(py::make_tuple(features, MaskArray(b, rows)));
-  }
-  return out;
-}
-
-py::dict StatsToDict(const pipeline::PipelineStats& s) {
-  py::dict d;
-  d["items_taken"] = s.items_taken;
-  d["items_completed"] = s.items_completed;
-  d["items_held"] = s.items_held;
-  d["records_read"] = s.records_read;
-  d["records_consumed"] = s.records_consumed;
-  d["records_dropped"] = s.records_dropped;
-  d["stalls"] = s.stalls;
-  d["shuffle_drains"] = s.shuffle_drains;
-  d["corrupt_regions"] = s.corrupt_regions;
-  d["skipped_bytes"] = s.skipped_bytes;
-  d["short_batches"] = s.short_batches;
-  d["records_consumed_early"] = s.records_consumed_early;
-  return d;
-}
 
 [[noreturn]] void Refuse(absl::string_view stage, absl::string_view needs) {
   ThrowStatus(absl::InvalidArgumentError(
