@@ -55,7 +55,8 @@ When those buffers hold records of more items than the queue lets the
 worker hold, the Python shuffle is drained and a Python batch being filled
 is handed on short, as the C++ ones are (one that may not be short counts
 what it holds as consumed before it reaches you, so that the pass goes
-on). Put the map last. A
+on; if the pass ends before they reach you, a failing map say, they are
+logged and counted in ``records_lost``). Put the map last. A
 ``Dataset(make_iter)`` over a Python iterable runs its stages in Python.
 
 One pass (one ``for`` over the dataset) reads every epoch of the queue.

@@ -248,6 +248,28 @@ TEST(ReadItems, AStalledPipelineTellsAConsumerThatSaysWhatWasConsumed) {
   ASSERT_TRUE(it->ConsumeAll().ok());
   EXPECT_TRUE(absl::IsOutOfRange(it->Next().status()));
   EXPECT_TRUE(ValueOrDie(queue->Stats()).finished);
+  // Forced, the 3 batches not named counted early; the end of the data
+  // settled them (a destroyed iterator would have reported them lost).
+  EXPECT_EQ(it->stats().records_consumed_early, 15);
+  it.reset();
+  EXPECT_EQ(queue->records_lost(), 0);
+}
+
+TEST(ReadItems, ElementsForcedConsumedAndNeverNamedAreReportedLost) {
+  // As above, but the consumer stops after forcing: what it never named
+  // did not reach its user, and its items are complete: lost, and counted.
+  const std::string tag = UniqueName("told-lost");
+  std::unique_ptr<WorkQueue> queue = MakeQueue(WriteTextFiles(tag, 4, 5), 0, 2);
+  {
+    auto it = ValueOrDie(OneItemABatch(queue.get()).MakeIterator());
+    ASSERT_TRUE(it->DeferConsumption(Iterator<Batch<Record>>::kUntilTold).ok());
+    ASSERT_TRUE(it->Next().ok());
+    ASSERT_TRUE(it->Next().ok());
+    ASSERT_TRUE(it->Consume({0}).ok());
+    ASSERT_TRUE(it->ConsumeAll().ok());  // element 1
+    EXPECT_EQ(ValueOrDie(queue->Stats()).completed, 2);
+  }
+  EXPECT_EQ(queue->records_lost(), 5);
 }
 
 TEST(ReadItems, ADestroyedIteratorGivesBackOnlyTheRestOfTheItemItStoppedIn) {

@@ -133,6 +133,31 @@ def test_a_batch_that_may_not_be_short_counts_what_it_holds_consumed_at_a_stall(
         assert queue.stats()["finished"]
 
 
+def test_records_a_python_batch_counted_early_and_never_returned_are_reported_lost(
+        lines, hang_guard):
+    # A Python batch that may not be short (drop_remainder) holds the
+    # records of both items the pipeline may hold: at the stall they count
+    # as consumed early, so that it can fill. A map that fails before it is
+    # full ends the pass: those records are lost, and reported as such
+    # (records_lost, logged); the record it failed on is read again.
+    queue = queue_of(lines, num_clients=2)
+    calls = []
+
+    def fail_on_55th(x):
+        calls.append(x)
+        if len(calls) == 55:
+            raise ValueError("bad record")
+        return x
+    ds = shardq.data.from_queue(queue, reader="text", cycle_length=1).map(fail_on_55th)
+    with pytest.raises(ValueError, match="bad record"):
+        list(ds.batch(60, drop_remainder=True))
+    rest = rest_of(queue)
+    missing = set(all_lines(lines)) - set(rest)
+    assert len(missing) >= 25 and len(missing) == queue.records_lost
+    assert calls[54] not in missing
+    assert queue.stats()["finished"]
+
+
 def test_closing_a_pass_with_a_python_prefetch_gives_its_items_back_at_once(lines):
     # The prefetch thread closed the C++ iterator whenever it noticed the
     # stop, after close() returned: a new pass right after found the items

@@ -228,7 +228,12 @@ class Iterator {
   // returns it too).
   absl::Status Consume(const std::vector<int64_t>& elements);
 
-  // Every element returned so far counts as consumed.
+  // Every element returned so far counts as consumed. With kUntilTold, the
+  // elements not named yet count as consumed early (PipelineStats::
+  // records_consumed_early): their items complete now, a later Consume
+  // naming them only settles them, and the records of those never named
+  // before the iterator is destroyed are lost, and reported as such
+  // (ItemSource::NoteLost).
   absl::Status ConsumeAll();
 
  private:

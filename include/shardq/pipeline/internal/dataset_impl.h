@@ -233,7 +233,22 @@ absl::Status Iterator<T>::Consume(const std::vector<int64_t>& elements) {
 template <typename T>
 absl::Status Iterator<T>::ConsumeAll() {
   if (!status_.ok() && !absl::IsOutOfRange(status_)) return status_;
-  if (!ConsumeDeferred(0)) return status_;
+  if (defer_ != kUntilTold || context_->ledger == nullptr) {
+    if (!ConsumeDeferred(0)) return status_;
+    return absl::OkStatus();
+  }
+  // Not named yet: they may not have reached the user. Counted consumed
+  // early, settled when named; lost (and reported) if never named.
+  for (size_t i = 0; i < deferred_.size(); ++i) {
+    if (deferred_done_[i]) continue;
+    deferred_records_ -= internal::NumRecords(deferred_[i]);
+    absl::Status s = context_->ledger->ConsumeEarly(&deferred_[i]);
+    if (!s.ok()) {
+      status_ = std::move(s);
+      context_->coordinator.RequestStop();
+      return status_;
+    }
+  }
   return absl::OkStatus();
 }
 
