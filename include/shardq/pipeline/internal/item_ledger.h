@@ -297,7 +297,8 @@ class ItemLedger {
   absl::Status Consume(const RecordTags& tags);
 
   // At a stall at the held-item limit, a stage that may neither hand on
-  // nor drop the records it holds (a Batch that drops short batches)
+  // nor drop the records it holds (a Batch that drops short batches), or a
+  // consumer forcing the elements it has not named (Iterator::ConsumeAll),
   // counts them consumed now, so that their items complete and others can
   // be taken; the records stay where they are and are returned later.
   // Marks `tags` (see RecordTag); tags marked already are skipped. A stop
