@@ -311,6 +311,9 @@ absl::Status ItemLedger::ConsumeTags(const RecordTags& tags, bool early) {
   // beyond it (a shuffle), for ItemSource::NoteReturned.
   struct Got {
     ItemTicket* ticket;
+    // Keeps it alive past the lock: another thread consuming its last
+    // records (a stage dropping a remainder) retires it meanwhile.
+    std::shared_ptr<ItemTicket> keep;
     int64_t offset = -1;
     int64_t in_order = 0;
     int64_t returned = 0;
@@ -342,7 +345,7 @@ absl::Status ItemLedger::ConsumeTags(const RecordTags& tags, bool early) {
         // Few items are in flight at once: a linear search.
         auto it = std::find_if(got.begin(), got.end(),
                                [&](const Got& g) { return g.ticket == tag.ticket; });
-        if (it == got.end()) got.push_back(Got{tag.ticket});
+        if (it == got.end()) got.push_back(Got{tag.ticket, live_.at(tag.ticket)});
       }
     });
     for (Got& g : got) {
@@ -352,7 +355,7 @@ absl::Status ItemLedger::ConsumeTags(const RecordTags& tags, bool early) {
     }
     ChangedLocked();
   }
-  // Tickets stay alive: the ledger or `retired` holds them.
+  // Tickets stay alive: `retired`, `done` and `got` hold them.
   for (const Got& g : got) {
     bool finished = false;
     for (const auto& d : done) finished = finished || d.get() == g.ticket;
