@@ -32,9 +32,10 @@
 //    (stats().short_batches). With drop_remainder, or a Distribute that
 //    drops short batches, it keeps its rows and counts their records
 //    consumed now (stats().records_consumed_early; logged once) so that
-//    their items complete and the batch can fill: a stop before that batch
-//    is returned loses them (logged, WorkQueue::records_lost), so give
-//    such pipelines a max_items_held above cycle_length. None of this
+//    their items complete and the batch can fill: a stop or a crash before
+//    that batch is returned loses them (a stop logs them,
+//    WorkQueue::records_lost), so give such pipelines a max_items_held
+//    above cycle_length. None of this
 //    happens with max_items_held >= batch_size. When the source has
 //    nothing more to hand out until held items complete (the end of the
 //    data), a partial batch is handed on short (or dropped with
@@ -133,8 +134,9 @@ struct PipelineStats {
   int64_t stalls = 0;
   int64_t shuffle_drains = 0;   // shuffle buffers emptied early by a stall
   int64_t short_batches = 0;    // batches with fewer than batch_size rows
-  // Counted consumed before they were returned, at stalls at the held-item
-  // limit of a Batch that may not hand on a short batch (see the contract).
+  // Counted consumed before they were returned: at stalls at the held-item
+  // limit of a Batch that may not hand on a short batch (see the contract),
+  // and by ConsumeAll with kUntilTold.
   int64_t records_consumed_early = 0;
   // Passed over by the readers of items read to their end (TFRecord with
   // on_corrupt = kSkip): corrupt regions, and their bytes.
