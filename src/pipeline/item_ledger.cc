@@ -271,11 +271,13 @@ absl::Status ItemLedger::ConsumeEarly(RecordTags* tags) {
   return s;
 }
 
+bool ItemLedger::FirstTime(bool ItemLedger::*said) {
+  absl::MutexLock lock(&mu_);
+  return !std::exchange(this->*said, true);
+}
+
 void ItemLedger::NoteLimitStall() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (std::exchange(warned_limit_, true)) return;
-  }
+  if (!FirstTime(&ItemLedger::warned_limit_)) return;
   SHARDQ_LOG_WARN(
       "{}: reading paused: every item this pipeline may hold (max_items_held {}, by default "
       "the queue's num_clients) is read, and their records wait in later stages, which hand "
@@ -287,10 +289,7 @@ void ItemLedger::NoteLimitStall() {
 }
 
 void ItemLedger::NoteEarlyHandedOn(int64_t records) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (std::exchange(warned_early_, true)) return;
-  }
+  if (!FirstTime(&ItemLedger::warned_early_)) return;
   SHARDQ_LOG_WARN(
       "{}: every item this pipeline may hold (max_items_held {}) was read, and a batch that "
       "may not be handed on short (drop_remainder, or a split that drops short batches) "

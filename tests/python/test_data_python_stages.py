@@ -43,6 +43,18 @@ def queue_of(paths, num_clients):
                             name=f"pystages-{uuid.uuid4().hex[:8]}")
 
 
+def failing_on(n):
+    """A map function that raises ValueError("bad record") on its n-th call;
+    its ``calls`` lists what it was called with."""
+    def fn(x):
+        fn.calls.append(x)
+        if len(fn.calls) == n:
+            raise ValueError("bad record")
+        return x
+    fn.calls = []
+    return fn
+
+
 def rest_of(queue):
     return [bytes(r) for r in shardq.data.from_queue(queue, reader="text")]
 
@@ -52,16 +64,9 @@ def test_the_record_a_python_map_failed_on_and_those_batched_with_it_are_read_ag
     # map raised on, and the 5 already mapped into the batch being filled,
     # were lost (their items completed). Now they are read again.
     queue = queue_of(lines, num_clients=8)
-    calls = []
-
-    def fail_on_156th(x):
-        calls.append(x)
-        if len(calls) == 156:
-            raise ValueError("bad record")
-        return x
     got = []
     with pytest.raises(ValueError, match="bad record"):
-        for batch in shardq.data.from_queue(queue, reader="text").map(fail_on_156th).batch(10):
+        for batch in shardq.data.from_queue(queue, reader="text").map(failing_on(156)).batch(10):
             got += [bytes(r) for r in batch]
     assert len(got) == 150
     rest = rest_of(queue)
@@ -141,20 +146,14 @@ def test_records_a_python_batch_counted_early_and_never_returned_are_reported_lo
     # full ends the pass: those records are lost, and reported as such
     # (records_lost, logged); the record it failed on is read again.
     queue = queue_of(lines, num_clients=2)
-    calls = []
-
-    def fail_on_55th(x):
-        calls.append(x)
-        if len(calls) == 55:
-            raise ValueError("bad record")
-        return x
-    ds = shardq.data.from_queue(queue, reader="text", cycle_length=1).map(fail_on_55th)
+    fail = failing_on(55)
+    ds = shardq.data.from_queue(queue, reader="text", cycle_length=1).map(fail)
     with pytest.raises(ValueError, match="bad record"):
         list(ds.batch(60, drop_remainder=True))
     rest = rest_of(queue)
     missing = set(all_lines(lines)) - set(rest)
     assert len(missing) >= 25 and len(missing) == queue.records_lost
-    assert calls[54] not in missing
+    assert fail.calls[54] not in missing
     assert queue.stats()["finished"]
 
 

@@ -378,6 +378,8 @@ class ItemLedger {
   // Calls ItemDone for `done` items (no lock held), then un-holds them.
   absl::Status CompleteItems(const std::vector<std::shared_ptr<ItemTicket>>& done)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets this->*said; true the first time (a warning said once a pipeline).
+  bool FirstTime(bool ItemLedger::*said) ABSL_LOCKS_EXCLUDED(mu_);
   // Consume, and with `early` ConsumeEarly's counting (tags not marked).
   absl::Status ConsumeTags(const RecordTags& tags, bool early);
   void ChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
