@@ -1,7 +1,9 @@
 // Test helpers: the format 1 forms that shardq wrote before compact queue
 // state (creation updates and snapshots holding the plan as item strings),
-// made from today's forms, to test that they are still read. They write
-// what QueueState::CreationUpdate and ToSnapshot wrote at 8e58587.
+// and the format 2 snapshots it wrote before compact ended leases, made
+// from today's forms, to test that they are still read. They write what
+// QueueState::CreationUpdate and ToSnapshot wrote at 8e58587 (format 1)
+// and ff37fc7 (format 2).
 #ifndef SHARDQ_CORE_LEGACY_FORMAT_TESTING_H_
 #define SHARDQ_CORE_LEGACY_FORMAT_TESTING_H_
 
@@ -37,9 +39,27 @@ inline journal::Update CreationUpdate(const QueueConfig& config, absl::Time now)
   return update;
 }
 
-// The format 1 form of a format 2 snapshot.
+// The format 2 form of a format 3 snapshot: the ended leases as
+// LeaseRecords in `expired`.
+inline journal::QueueSnapshot SnapshotFormat2(const journal::QueueSnapshot& current) {
+  journal::QueueSnapshot out = current;
+  out.clear_ended_leases();
+  out.set_format(2);
+  const journal::EndedLeases& e = current.ended_leases();
+  for (int i = 0; i < e.lease_id_size(); ++i) {
+    journal::LeaseRecord* l = out.add_expired();
+    l->set_lease_id(e.lease_id(i));
+    l->mutable_ref()->set_epoch(e.epoch(i));
+    l->mutable_ref()->set_index(e.index(i));
+    if (e.worker(i) > 0) l->set_worker(e.workers(static_cast<int>(e.worker(i)) - 1));
+    l->set_ended(static_cast<unsigned char>(e.ended()[static_cast<size_t>(i)]));
+  }
+  return out;
+}
+
+// The format 1 form of a format 3 (or 2) snapshot.
 inline journal::QueueSnapshot Snapshot(const journal::QueueSnapshot& compact) {
-  journal::QueueSnapshot out = compact;
+  journal::QueueSnapshot out = SnapshotFormat2(compact);
   auto table = ItemTable::FromProto(compact.items(), "legacy");
   const int64_t n = (*table)->size();
   const int64_t total = n * compact.config().num_epochs();

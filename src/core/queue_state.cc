@@ -310,10 +310,11 @@ absl::StatusOr<CompleteOutcome> QueueState::ApplyComplete(
     }
     return CompleteOutcome::kCompleted;
   }
-  if (auto it = ended_.find(lease_id); it != ended_.end()) {
-    EndedLease& ended = it->second;
+  if (EndedLeases::Lease* ended_lease = ended_.Find(lease_id); ended_lease != nullptr) {
+    EndedLeases::Lease& ended = *ended_lease;
+    const Ref ref{ended.epoch, ended.index};
     if (ended.how == LeaseEnd::kCompleted || ended.how == LeaseEnd::kDuplicate ||
-        IsCompleted(ended.ref)) {
+        IsCompleted(ref)) {
       // Completed by another lease since (or, in a journal of an older
       // version, the same lease completed twice): a real re-run.
       ended.how = LeaseEnd::kDuplicate;
@@ -323,7 +324,7 @@ absl::StatusOr<CompleteOutcome> QueueState::ApplyComplete(
     // Late, but first: it counts. If the item was handed out again, that
     // holder's completion will be the duplicate.
     ended.how = LeaseEnd::kCompleted;
-    MarkCompleted(ended.ref, complete.worker(), now);
+    MarkCompleted(ref, complete.worker(), now);
     return CompleteOutcome::kCompleted;
   }
   // Journals of older versions accepted a completion of any lease id whose
@@ -433,20 +434,21 @@ absl::StatusOr<CompleteOutcome> QueueState::Complete(absl::string_view worker,
         ", which is held by worker '", it->second.worker, "'"));
   }
   if (it == leases_.end()) {
-    auto ended = ended_.find(lease_id);
-    if (ended == ended_.end()) {
+    const EndedLeases::Lease* ended = ended_.Find(lease_id);
+    if (ended == nullptr) {
       ++refused_completions_;
       return absl::NotFoundError(absl::StrCat(
           "queue '", config_.name, "': worker '", worker, "' completes lease ", lease_id,
           ", which this queue never handed out (or which ended more than ",
           kEndedLeasesKept, " leases ago)"));
     }
-    const EndedLease& e = ended->second;
-    if (!e.worker.empty() && e.worker != worker) {
+    const EndedLeases::Lease& e = *ended;
+    const std::string& holder = ended_.worker(e);
+    if (!holder.empty() && holder != worker) {
       ++refused_completions_;
       return absl::PermissionDeniedError(absl::StrCat(
           "queue '", config_.name, "': worker '", worker, "' completes lease ", lease_id,
-          ", which was handed out to worker '", e.worker, "'"));
+          ", which was handed out to worker '", holder, "'"));
     }
     // The holder repeating its completion (its answer was lost): "already
     // completed, this changed nothing", and nothing is counted or journaled.

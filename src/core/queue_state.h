@@ -71,6 +71,7 @@
 #include "absl/time/time.h"
 #include "proto/shardq/journal.pb.h"
 #include "shardq/work_item.h"
+#include "src/core/ended_leases.h"
 #include "src/core/item_table.h"
 #include "src/types/queue_types.h"
 
@@ -153,10 +154,11 @@ class QueueState {
   // creation format kCreationFormat: the plan as an ItemTable.
   static journal::Update CreationUpdate(const QueueConfig& config, absl::Time now);
   // The formats this version writes (and the newest it reads; it also
-  // reads format 1, the plan as item strings): journal::CreateQueue.format
-  // and journal::QueueSnapshot.format. A newer one is FAILED_PRECONDITION.
+  // reads format 1, the plan as item strings, and snapshot format 2, the
+  // ended leases as LeaseRecords): journal::CreateQueue.format and
+  // journal::QueueSnapshot.format. A newer one is FAILED_PRECONDITION.
   static constexpr uint32_t kCreationFormat = 2;
-  static constexpr uint32_t kSnapshotFormat = 2;
+  static constexpr uint32_t kSnapshotFormat = 3;
   // The update that creates a queue from a checkpoint (INVALID_ARGUMENT if
   // the checkpoint does not fit its own config). `name` overrides the
   // checkpoint's queue name when non-empty.
@@ -164,8 +166,8 @@ class QueueState {
                                                        const std::string& name,
                                                        absl::Time now);
 
-  // Rebuilds a state from ToSnapshot() (format kSnapshotFormat, or format
-  // 1 of earlier versions); every lease gets deadline now + lease_timeout.
+  // Rebuilds a state from ToSnapshot() (format kSnapshotFormat, or formats
+  // 1 and 2 of earlier versions); every lease gets deadline now + lease_timeout.
   // DATA_LOSS when the snapshot is inconsistent; FAILED_PRECONDITION
   // naming the format when it is newer than kSnapshotFormat.
   static absl::StatusOr<std::unique_ptr<QueueState>> FromSnapshot(
@@ -403,14 +405,6 @@ class QueueState {
     int64_t leased = 0;
     int64_t failed = 0;
   };
-  // How a remembered lease ended (the values of LeaseRecord.ended).
-  enum class LeaseEnd : int { kExpired = 0, kReleased = 1, kCompleted = 2,
-                              kDuplicate = 3, kFailed = 4 };
-  struct EndedLease {
-    Ref ref;
-    std::string worker;  // empty (snapshots of older versions): anyone
-    LeaseEnd how = LeaseEnd::kExpired;
-  };
   // Failed attempts at an item (by slot).
   struct Failure {
     Ref ref;
@@ -514,11 +508,9 @@ class QueueState {
   std::map<int64_t, EpochRecord> epochs_;  // epochs in progress
   absl::flat_hash_map<uint64_t, Lease> leases_;
   std::set<std::pair<absl::Time, uint64_t>> deadlines_;
-  // Leases that ended, oldest first in ended_order_ (at most
-  // kEndedLeasesKept): a late completion counts, a repeated one is told
-  // apart from a bogus one.
-  absl::flat_hash_map<uint64_t, EndedLease> ended_;
-  std::deque<uint64_t> ended_order_;
+  // Leases that ended (at most kEndedLeasesKept): a late completion
+  // counts, a repeated one is told apart from a bogus one.
+  EndedLeases ended_{kEndedLeasesKept};
   // Items with failed attempts and not yet done; items set aside as failed.
   absl::flat_hash_map<int64_t, Failure> attempts_;
   std::map<int64_t, Failure> failed_;

@@ -21,14 +21,7 @@ void QueueState::MaybeRetire(int64_t epoch) {
 
 void QueueState::RememberEnded(uint64_t lease_id, Ref ref, const std::string& worker,
                                LeaseEnd how) {
-  auto [it, inserted] = ended_.insert_or_assign(lease_id, EndedLease{ref, worker, how});
-  (void)it;
-  if (!inserted) return;
-  ended_order_.push_back(lease_id);
-  while (ended_order_.size() > kEndedLeasesKept) {
-    ended_.erase(ended_order_.front());
-    ended_order_.pop_front();
-  }
+  ended_.Remember(lease_id, ref.epoch, ref.index, worker, how);
 }
 
 void QueueState::MarkFailed(const Failure& failure) {

@@ -1,7 +1,7 @@
-// Compact queue state (issue 17): snapshots and creation updates of format
-// 2 round-trip and replay into the same state as the format 1 forms that
-// earlier versions wrote, hand out byte-identical item strings, and a
-// format newer than this version is refused naming it.
+// Compact queue state (issue 17): snapshots (format 3) and creation
+// updates (format 2) round-trip and replay into the same state as the
+// format 1 and 2 forms that earlier versions wrote, hand out byte-identical
+// item strings, and a format newer than this version is refused naming it.
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,6 +115,39 @@ TEST(CompactFormat, Format1CreationsAndSnapshotsAreReadIntoTheSameState) {
   auto upgraded = QueueState::FromSnapshot(old, kT0);
   ASSERT_TRUE(upgraded.ok()) << upgraded.status();
   EXPECT_TRUE(Same((*upgraded)->ToSnapshot(), live->ToSnapshot()));
+  EXPECT_EQ(Drain(**upgraded), Drain(*live));
+}
+
+TEST(CompactFormat, Format2SnapshotsAreReadWithTheirEndedLeases) {
+  auto live = *QueueState::Create(Config());
+  History(*live);
+  // Leases of a second worker that ended: one released, one expired.
+  absl::StatusOr<TakeResult> taken = live->Take("w2", kT0);
+  ASSERT_TRUE(taken.ok() && taken->outcome == TakeOutcome::kItem);
+  const WorkItem released = taken->item;
+  ASSERT_TRUE(live->Release("w2", released.lease_id, kT0).ok());
+  const journal::QueueSnapshot current = live->ToSnapshot();
+  EXPECT_EQ(current.expired_size(), 0);
+  EXPECT_EQ(current.ended_leases().workers_size(), 2);  // w1 and w2, once each
+  EXPECT_GE(current.ended_leases().lease_id_size(), 4);
+
+  // What the last version wrote: the ended leases as LeaseRecords.
+  const journal::QueueSnapshot old = testing_legacy::SnapshotFormat2(current);
+  ASSERT_EQ(old.format(), 2u);
+  ASSERT_EQ(old.expired_size(), current.ended_leases().lease_id_size());
+  auto upgraded = QueueState::FromSnapshot(old, kT0);
+  ASSERT_TRUE(upgraded.ok()) << upgraded.status();
+  EXPECT_TRUE(Same((*upgraded)->ToSnapshot(), current));
+  // The ended leases still decide: the late completion of the released
+  // lease counts for its worker, and is refused for another.
+  EXPECT_EQ((*upgraded)->Complete("w1", released.lease_id, kT0).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  const int64_t completed = (*upgraded)->Stats(kT0).completed;
+  absl::StatusOr<CompleteOutcome> late = (*upgraded)->Complete("w2", released.lease_id, kT0);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(*late, CompleteOutcome::kCompleted);
+  EXPECT_EQ((*upgraded)->Stats(kT0).completed, completed + 1);
+  ASSERT_TRUE(live->Complete("w2", released.lease_id, kT0).ok());
   EXPECT_EQ(Drain(**upgraded), Drain(*live));
 }
 

@@ -227,15 +227,7 @@ journal::QueueSnapshot QueueState::ToSnapshot() const {
     l->set_worker(lease.worker);
     if (lease.ahead) l->set_ahead(true);
   }
-  for (uint64_t id : ended_order_) {
-    const EndedLease& e = ended_.at(id);
-    journal::LeaseRecord* l = out.add_expired();
-    l->set_lease_id(id);
-    l->mutable_ref()->set_epoch(e.ref.epoch);
-    l->mutable_ref()->set_index(e.ref.index);
-    l->set_worker(e.worker);
-    l->set_ended(static_cast<int>(e.how));
-  }
+  ended_.ToProto(out.mutable_ended_leases());
   for (const auto& [name, w] : workers_) {
     journal::WorkerRecord* r = out.add_workers();
     r->set_worker(name);
@@ -295,7 +287,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshotItems(
   absl::StatusOr<std::unique_ptr<QueueState>> created;
   if (snapshot.format() == 0) {  // format 1: the plan as item strings
     created = Create(ConfigFromProto(snapshot.config()));
-  } else if (snapshot.format() == kSnapshotFormat) {
+  } else if (snapshot.format() == 2 || snapshot.format() == kSnapshotFormat) {
     absl::StatusOr<std::shared_ptr<const ItemTable>> items =
         ItemTable::FromProto(snapshot.items(), what);
     if (!items.ok()) return items.status();
@@ -316,7 +308,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   absl::StatusOr<std::unique_ptr<QueueState>> created = FromSnapshotItems(snapshot);
   if (!created.ok()) return created.status();
   QueueState& s = **created;
-  const bool compact = snapshot.format() == kSnapshotFormat;
+  const bool compact = snapshot.format() != 0;  // formats 2 and 3
   const std::string what = absl::StrCat("snapshot of queue '", s.config_.name, "'");
   const int64_t epochs = s.config_.num_epochs;
   for (const journal::ExtraItem& x : snapshot.extras()) {
@@ -332,12 +324,13 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   }
   s.splits_ = snapshot.splits();
   const int64_t refs = s.num_items() + static_cast<int64_t>(s.extras_.size());
-  auto valid = [&](const journal::Ref& r) {
-    if (r.epoch() < 0 || r.epoch() >= epochs || r.index() < 0 || r.index() >= refs) return false;
+  auto valid_ref = [&](int64_t epoch, int64_t index) {
+    if (epoch < 0 || epoch >= epochs || index < 0 || index >= refs) return false;
     // A ref to an extra names the extra's own epoch.
-    return r.index() < s.num_items() ||
-           s.extras_[static_cast<size_t>(r.index() - s.num_items())].epoch == r.epoch();
+    return index < s.num_items() ||
+           s.extras_[static_cast<size_t>(index - s.num_items())].epoch == epoch;
   };
+  auto valid = [&](const journal::Ref& r) { return valid_ref(r.epoch(), r.index()); };
   if (snapshot.next_epoch() < 0 || snapshot.next_epoch() > epochs) {
     return absl::DataLossError(absl::StrCat(what, ": next epoch ", snapshot.next_epoch(),
                                             " is outside the ", epochs, " epochs"));
@@ -381,6 +374,9 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     }
     s.RememberEnded(l.lease_id(), Ref{l.ref().epoch(), l.ref().index()}, l.worker(),
                     static_cast<LeaseEnd>(l.ended()));
+  }
+  if (absl::Status st = s.ended_.AddFromProto(snapshot.ended_leases(), valid_ref, what); !st.ok()) {
+    return st;
   }
   for (const journal::FailureRecord& f : snapshot.attempts()) {
     if (!valid(f.ref())) return absl::DataLossError(absl::StrCat(what, ": attempts out of range"));
