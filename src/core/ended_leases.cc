@@ -8,23 +8,46 @@ namespace shardq {
 
 uint32_t EndedLeases::Intern(absl::string_view worker) {
   if (worker.empty()) return 0;
-  auto it = ids_.find(worker);
-  if (it != ids_.end()) return it->second;
-  const uint32_t id = static_cast<uint32_t>(names_.size());
-  names_.emplace_back(worker);
-  ids_.emplace(names_.back(), id);
+  uint32_t id;
+  if (auto it = ids_.find(worker); it != ids_.end()) {
+    id = it->second;
+  } else {
+    if (free_.empty()) {
+      id = static_cast<uint32_t>(names_.size());
+      names_.emplace_back(worker);
+      uses_.push_back(0);
+    } else {
+      id = free_.back();
+      free_.pop_back();
+      names_[id].assign(worker.data(), worker.size());
+    }
+    ids_.emplace(names_[id], id);
+  }
+  ++uses_[id];
   return id;
+}
+
+void EndedLeases::Release(uint32_t id) {
+  if (id == 0 || --uses_[id] > 0) return;
+  ids_.erase(names_[id]);
+  std::string().swap(names_[id]);
+  free_.push_back(id);
 }
 
 void EndedLeases::Remember(uint64_t lease_id, int64_t epoch, int64_t index,
                            absl::string_view worker, LeaseEnd how) {
   const Lease lease{epoch, index, Intern(worker), how};
-  auto [it, inserted] = leases_.insert_or_assign(lease_id, lease);
-  (void)it;
-  if (!inserted) return;
+  auto [it, inserted] = leases_.try_emplace(lease_id, lease);
+  if (!inserted) {
+    Release(it->second.worker);
+    it->second = lease;
+    return;
+  }
   order_.push_back(lease_id);
   while (order_.size() > kept_) {
-    leases_.erase(order_.front());
+    auto oldest = leases_.find(order_.front());
+    Release(oldest->second.worker);
+    leases_.erase(oldest);
     order_.pop_front();
   }
 }

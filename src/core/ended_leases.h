@@ -77,16 +77,26 @@ class EndedLeases {
                             const std::function<bool(int64_t, int64_t)>& valid_ref,
                             absl::string_view what);
 
+  // How many worker names are kept (those of remembered leases), for tests
+  // of bounded memory.
+  size_t names() const { return ids_.size(); }
+
  private:
+  // The index of `worker`'s name, counting one more lease that uses it.
   uint32_t Intern(absl::string_view worker);
+  // One lease fewer uses name `id`; the last one frees it for reuse.
+  void Release(uint32_t id);
 
   size_t kept_;
   absl::flat_hash_map<uint64_t, Lease> leases_;
   std::deque<uint64_t> order_;  // oldest first
-  // Worker names by index, index 0 being "" (any worker), and their
-  // indexes. Names are never dropped: a queue's workers are few next to
-  // its ended leases (QueueState keeps a record per worker anyway).
+  // Worker names by index (index 0 is "": any worker), how many remembered
+  // leases use each, the indexes free for reuse, and each name's index. A
+  // name no remembered lease uses is dropped, so a job whose workers come
+  // and go under new names keeps at most `kept` names.
   std::vector<std::string> names_{std::string()};
+  std::vector<uint32_t> uses_{0};
+  std::vector<uint32_t> free_;
   absl::flat_hash_map<std::string, uint32_t> ids_;
 };
 

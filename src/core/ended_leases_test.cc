@@ -82,6 +82,28 @@ TEST(EndedLeases, ASnapshotLeavesOutNamesNoRememberedLeaseUses) {
   EXPECT_EQ(proto.workers(0), "kept");
 }
 
+TEST(EndedLeases, NamesNoRememberedLeaseUsesAreDropped) {
+  // Workers that come and go under new names (a pod per restart).
+  EndedLeases t(8);
+  for (int i = 0; i < 1000; ++i) {
+    t.Remember(static_cast<uint64_t>(i + 1), 0, i, "worker-" + std::to_string(i),
+               LeaseEnd::kCompleted);
+    EXPECT_LE(t.names(), 8u);
+  }
+  for (int i = 992; i < 1000; ++i) {
+    const EndedLeases::Lease* l = t.Find(static_cast<uint64_t>(i + 1));
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(t.worker(*l), "worker-" + std::to_string(i));
+  }
+  // A lease remembered again under another worker lets go of the first.
+  t.Remember(1000, 0, 999, "other", LeaseEnd::kDuplicate);
+  EXPECT_EQ(t.worker(*t.Find(1000)), "other");
+  EXPECT_EQ(t.names(), 8u);
+  t.Remember(1001, 0, 1, "other", LeaseEnd::kExpired);
+  EXPECT_EQ(t.names(), 7u);  // worker-992 forgotten with its lease; "other" twice
+  EXPECT_EQ(t.worker(*t.Find(1001)), "other");
+}
+
 TEST(EndedLeases, DamagedColumnsAreDataLossNamingTheSnapshot) {
   EndedLeases t(10);
   t.Remember(5, 0, 1, "a", LeaseEnd::kCompleted);
