@@ -7,9 +7,16 @@ Inputs that fuzzing found interesting are copied into fuzz/corpus/<target>/
 by hand (named for what they show), not written by this script:
   example_parser/spec0-wrong-wire-type-in-bytes-list: a BytesList value with
   wire type 5; protobuf keeps it as an unknown field, the parser rejects the
-  record (it made the first differential oracle misfire)."""
+  record (it made the first differential oracle misfire).
+  queue_snapshot/found-*: edits of the target's snapshot that random
+  mutation found (fuzz/queue_snapshot_fuzzer.cc): the unedited snapshot
+  itself (a late completion of an item another worker held made pending
+  -1), an epoch record removed under a lease, a pending item of an epoch
+  not begun, and a worker record whose held count disagrees with its
+  leases."""
 import gzip
 import os
+import random
 import struct
 import zlib
 
@@ -138,7 +145,25 @@ def example_seeds():
     write("example_parser", "spec4-truncated", batch(4, [good[:-3]]))
 
 
+def queue_snapshot_seeds():
+    # The target edits a snapshot it makes itself: an input is (offset low,
+    # offset high, XOR byte) triples, or 0xFF and a whole snapshot.
+    write("queue_snapshot", "unchanged", b"")
+    rng = random.Random(17)
+    for k in range(48):
+        edits = bytes(rng.randrange(256) for _ in range(3 * (1 + k % 6)))
+        write("queue_snapshot", "edits-%02d" % k, edits)
+    write("queue_snapshot", "raw-empty", b"\xff")
+    write("queue_snapshot", "raw-format-3-only", b"\xff" + field_varint(20, 3))
+    write("queue_snapshot", "raw-format-9", b"\xff" + field_varint(20, 9))
+
+
+def field_varint(num, value):
+    return varint(num << 3) + varint(value)
+
+
 if __name__ == "__main__":
     tfrecord_seeds()
     item_seeds()
     example_seeds()
+    queue_snapshot_seeds()

@@ -81,7 +81,11 @@ struct StepTally {
 
 struct EpochStats {
   int64_t pending = 0;    // not handed out, or returned by expiry/release
-  int64_t leased = 0;     // held by a worker right now
+  // Held by a worker right now and not done. An item a worker holds after
+  // an earlier holder's late completion completed it (its run will be a
+  // duplicate) counts as completed: pending + leased + completed + failed
+  // is every item.
+  int64_t leased = 0;
   int64_t completed = 0;  // completed exactly once
   int64_t epoch = 0;      // which epoch (0-based)
   int64_t failed = 0;     // set aside after max_attempts failed attempts
@@ -112,7 +116,7 @@ struct QueueStats {
   int64_t num_items = 0;   // items per epoch (the slice plan's size)
   int64_t num_epochs = 0;
   int64_t pending = 0;     // summed over epochs
-  int64_t leased = 0;
+  int64_t leased = 0;      // summed over epochs (see EpochStats::leased)
   int64_t completed = 0;
   int64_t taken = 0;       // hand-outs, including repeats after expiry
   int64_t expired = 0;     // leases that timed out

@@ -541,8 +541,14 @@ class QueueState {
   // Keeps sessionless_holders_ for `worker` after its held count or its
   // sessions changed.
   void NoteHolder(const std::string& worker);
-  // Leased items of the epochs in progress (what Stats() calls leased).
-  int64_t LeasedInEpochs() const;
+  // Leased items of the epochs in progress that are not done (what
+  // Stats() calls leased), and per epoch in *per_epoch when not null. An
+  // item is leased at most once at a time, but it can be done while
+  // leased: an earlier holder's late completion (its lease had expired and
+  // the item was handed out again) completes it. Such an item counts as
+  // completed, not leased, so that pending + leased + completed + failed
+  // is every item. O(leases).
+  int64_t LeasedInEpochs(std::map<int64_t, int64_t>* per_epoch = nullptr) const;
   // For ExpireLeases: when lease `lease_id` (due by `now`) belongs to a
   // worker with a session open, or closed less than lease_timeout ago,
   // moves its deadline past `now` and returns true.

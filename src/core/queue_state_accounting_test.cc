@@ -177,6 +177,84 @@ TEST(Accounting, LateCompletionsOfExpiredAndReleasedLeasesAreRealDuplicates) {
   j.ExpectReplayAndSnapshotAgree();
 }
 
+TEST(Accounting, AnItemCompletedLateWhileAnotherHoldsItCountsCompletedNotLeased) {
+  // Found by fuzz/queue_snapshot_fuzzer.cc: the epoch counted the second
+  // holder's lease as leased and the item as completed, so pending went
+  // to -1 once every other item was done.
+  Journaled j(Config(3, 1, 2));
+  QueueState& s = *j.live;
+  const WorkItem slow = MustTake(s, "slow", kT0);
+  const WorkItem redo = MustTake(s, "fast", kT0 + absl::Seconds(11));  // slow's, expired
+  ASSERT_EQ(redo.item, slow.item);
+  ASSERT_EQ(*s.Complete("slow", slow.lease_id, kT0 + absl::Seconds(12)),
+            CompleteOutcome::kCompleted);  // late, but first
+  auto expect = [&](int64_t pending, int64_t leased, int64_t completed) {
+    const QueueStats st = s.Stats(kT0 + absl::Seconds(12));
+    EXPECT_EQ(st.pending, pending);
+    EXPECT_EQ(st.leased, leased);
+    EXPECT_EQ(st.completed, completed);
+    ASSERT_EQ(st.epochs.size(), 1u);
+    EXPECT_EQ(st.epochs[0].pending, pending);
+    EXPECT_EQ(st.epochs[0].leased, leased);
+    EXPECT_EQ(st.epochs[0].completed, completed);
+  };
+  expect(2, 0, 1);  // fast still holds the completed item
+  for (int i = 0; i < 2; ++i) {
+    const WorkItem next = MustTake(s, "other", kT0 + absl::Seconds(12));
+    ASSERT_EQ(*s.Complete("other", next.lease_id, kT0 + absl::Seconds(12)),
+              CompleteOutcome::kCompleted);
+  }
+  expect(0, 0, 3);  // was pending -1, leased 1
+  EXPECT_TRUE(s.Stats(kT0 + absl::Seconds(12)).finished);
+  // Recovered from a snapshot while fast still holds it: the same.
+  auto rebuilt = *QueueState::FromSnapshot(s.ToSnapshot(), kT0 + absl::Seconds(12));
+  EXPECT_EQ(rebuilt->Stats(kT0 + absl::Seconds(12)).pending, 0);
+  EXPECT_EQ(rebuilt->Stats(kT0 + absl::Seconds(12)).leased, 0);
+  EXPECT_EQ(*s.Complete("fast", redo.lease_id, kT0 + absl::Seconds(13)),
+            CompleteOutcome::kDuplicate);
+  expect(0, 0, 3);
+  j.ExpectReplayAndSnapshotAgree();
+}
+
+TEST(Accounting, ASnapshotWithItemsOfAnEpochNotBegunOrARepeatedLeaseIsDataLoss) {
+  // Each would hand an item out twice: once from the snapshot, once when
+  // its epoch begins (or from both lease records).
+  auto s = *QueueState::Create(Config(3, 2, 2));
+  const WorkItem held = MustTake(*s, "w", kT0);
+  const journal::QueueSnapshot good = s->ToSnapshot();
+  ASSERT_EQ(good.next_epoch(), 1);
+  ASSERT_TRUE(QueueState::FromSnapshot(good, kT0).ok());
+
+  journal::QueueSnapshot pending = good;
+  pending.add_pending_slots(4);  // epoch 1, item 1
+  journal::QueueSnapshot leased = good;
+  leased.mutable_leases(0)->mutable_ref()->set_epoch(1);
+  for (const journal::QueueSnapshot* bad : {&pending, &leased}) {
+    absl::Status st = QueueState::FromSnapshot(*bad, kT0).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    EXPECT_NE(st.message().find("epoch not begun"), std::string::npos) << st;
+  }
+  journal::QueueSnapshot repeated = good;
+  *repeated.add_leases() = good.leases(0);
+  absl::Status st = QueueState::FromSnapshot(repeated, kT0).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find(absl::StrCat("lease ", held.lease_id, " is repeated")),
+            std::string::npos)
+      << st;
+}
+
+TEST(Accounting, AWorkerHoldsWhatItsLeasesSayWhateverItsSnapshotRecordSays) {
+  auto s = *QueueState::Create(Config(6, 1, 2));
+  MustTake(*s, "w", kT0);
+  journal::QueueSnapshot snapshot = s->ToSnapshot();
+  ASSERT_EQ(snapshot.workers_size(), 1);
+  snapshot.mutable_workers(0)->set_held(40);  // would refuse every take
+  auto rebuilt = *QueueState::FromSnapshot(snapshot, kT0);
+  EXPECT_EQ(rebuilt->Stats(kT0).workers.at("w").held, 1);
+  MustTake(*rebuilt, "w", kT0);  // its second of num_clients = 2
+  EXPECT_EQ(rebuilt->Take("w", kT0).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(Accounting, EndedLeasesAreRememberedUpToTheBound) {
   QueueConfig c = Config(1, 1);
   auto s = *QueueState::Create(c);

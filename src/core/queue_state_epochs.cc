@@ -89,9 +89,23 @@ std::vector<bool> QueueState::CompletedBits(int64_t epoch) const {
   return bits;
 }
 
-int64_t QueueState::LeasedInEpochs() const {
+int64_t QueueState::LeasedInEpochs(std::map<int64_t, int64_t>* per_epoch) const {
   int64_t leased = 0;
-  for (const auto& [e, r] : epochs_) leased += r.leased;
+  for (const auto& [e, r] : epochs_) {
+    leased += r.leased;
+    if (per_epoch != nullptr) (*per_epoch)[e] = r.leased;
+  }
+  for (const auto& [id, lease] : leases_) {
+    // A lease counts in its epoch's record, which it keeps; only a
+    // snapshot of an older version (one entry per epoch, none kept for an
+    // epoch every item of which is completed) leaves a lease of a done
+    // item without one, and so uncounted.
+    if (IsExtra(lease.ref) || !IsDone(lease.ref) || epochs_.count(lease.ref.epoch) == 0) {
+      continue;
+    }
+    --leased;
+    if (per_epoch != nullptr) --(*per_epoch)[lease.ref.epoch];
+  }
   return leased;
 }
 
@@ -120,13 +134,15 @@ QueueStats QueueState::Stats(absl::Time now) const {
         ItemString(f.ref), f.ref.epoch, IsExtra(f.ref) ? ExtraOf(f.ref).parent : f.ref.index,
         f.attempts, f.reason});
   }
+  std::map<int64_t, int64_t> leased_per_epoch;
+  stats.leased = LeasedInEpochs(&leased_per_epoch);
   auto epoch_stats = [&](int64_t e) {
     EpochStats es;
     es.epoch = e;
     auto it = epochs_.find(e);
     if (it != epochs_.end()) {
       es.completed = it->second.completed;
-      es.leased = it->second.leased;
+      es.leased = leased_per_epoch[e];
       es.failed = it->second.failed;
     } else if (e < next_epoch_) {
       // Done: completed, but for its failed items (slots e*n .. e*n+n-1).
@@ -140,7 +156,6 @@ QueueStats QueueState::Stats(absl::Time now) const {
   };
   int64_t records_done = 0;
   int64_t records_below_next = 0;
-  stats.leased = LeasedInEpochs();
   for (const auto& [e, r] : epochs_) {
     if (e < next_epoch_) ++records_below_next;
     if (r.completed + r.failed == num_items()) ++records_done;

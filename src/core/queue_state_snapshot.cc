@@ -337,9 +337,21 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   }
   s.next_epoch_ = snapshot.next_epoch();
   if (absl::Status st = s.LoadEpochs(snapshot, what); !st.ok()) return st;
+  // A planned item is pending or leased only in an epoch already begun
+  // (MaterializeNextEpoch lists its items); one of a later epoch would be
+  // handed out twice once that epoch begins.
+  auto not_begun = [&](const Ref& ref, absl::string_view kind) {
+    return absl::DataLossError(absl::StrCat(what, ": ", kind, " (epoch ", ref.epoch, ", item ",
+                                            ref.index, ") is of an epoch not begun (the next is ",
+                                            s.next_epoch_, ")"));
+  };
+  auto begun = [&](const Ref& ref) {
+    return ref.index >= s.num_items() || ref.epoch < s.next_epoch_;
+  };
   for (const journal::Ref& r : snapshot.pending()) {
     if (!valid(r)) return absl::DataLossError(absl::StrCat(what, ": pending item out of range"));
     s.pending_.push_back(Ref{r.epoch(), r.index()});
+    if (!begun(s.pending_.back())) return not_begun(s.pending_.back(), "pending item");
   }
   const int64_t slots = s.total_work() + static_cast<int64_t>(s.extras_.size());
   for (int64_t slot : snapshot.pending_slots()) {
@@ -348,6 +360,7 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     }
     if (slot < s.total_work()) {
       s.pending_.push_back(Ref{slot / s.num_items(), slot % s.num_items()});
+      if (!begun(s.pending_.back())) return not_begun(s.pending_.back(), "pending item");
     } else {
       const int64_t k = slot - s.total_work();
       s.pending_.push_back(Ref{s.extras_[static_cast<size_t>(k)].epoch, s.num_items() + k});
@@ -357,8 +370,12 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     if (!valid(l.ref())) return absl::DataLossError(absl::StrCat(what, ": lease out of range"));
     const absl::Time deadline = now + s.config_.lease_timeout;
     const Ref ref{l.ref().epoch(), l.ref().index()};
-    Lease& lease = s.leases_[l.lease_id()];
-    lease = Lease();
+    if (!begun(ref)) return not_begun(ref, absl::StrCat("lease ", l.lease_id()));
+    auto [slot, inserted] = s.leases_.try_emplace(l.lease_id());
+    if (!inserted) {
+      return absl::DataLossError(absl::StrCat(what, ": lease ", l.lease_id(), " is repeated"));
+    }
+    Lease& lease = slot->second;
     lease.ref = ref;
     lease.worker = l.worker();
     lease.deadline = deadline;
@@ -423,12 +440,15 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
     WorkerRecord& w = s.workers_[r.worker()];
     w.taken = r.taken();
     w.completed = r.completed();
-    w.held = r.held();
     w.records = r.records();
     w.first_take = absl::FromUnixMicros(r.first_take_us());
     w.last_completion = absl::FromUnixMicros(r.last_completion_us());
-    s.NoteHolder(r.worker());
   }
+  // What each worker holds is its leases (WorkerRecord.held is not read:
+  // a count that disagreed with them would refuse the worker's takes, or
+  // let it take past num_clients).
+  for (const auto& [id, lease] : s.leases_) ++s.Worker(lease.worker).held;
+  for (const auto& [name, w] : s.workers_) s.NoteHolder(name);
   s.lease_sequence_ = snapshot.lease_sequence();
   s.taken_ = snapshot.taken();
   s.expired_count_ = snapshot.expired_count();
@@ -440,26 +460,6 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   // Ranges of held items, now that overrides (split heads) are in place.
   for (auto& [id, lease] : s.leases_) s.ParseRange(lease);
   return created;
-}
-
-absl::Status QueueState::LoadRanges(const journal::QueueSnapshot& snapshot,
-                                    const std::string& what) {
-  for (const auto& [slot, item] : snapshot.overrides()) {  // format 1
-    if (slot < 0 || slot >= total_work()) {
-      return absl::DataLossError(absl::StrCat(what, ": override slot out of range"));
-    }
-    absl::StatusOr<ItemRange> range = RangeFromString(slot % num_items(), item);
-    if (!range.ok()) return absl::DataLossError(absl::StrCat(what, ": ", range.status().message()));
-    overrides_[slot] = *range;
-  }
-  for (const journal::RangeOverride& o : snapshot.range_overrides()) {
-    if (o.slot() < 0 || o.slot() >= total_work() || o.start() < -1 || o.end() < -1) {
-      return absl::DataLossError(absl::StrCat(what, ": range override of slot ", o.slot(),
-                                              " out of range"));
-    }
-    overrides_[o.slot()] = ItemRange{o.start(), o.end()};
-  }
-  return absl::OkStatus();
 }
 
 void QueueState::StoreEpochs(journal::QueueSnapshot* out) const {

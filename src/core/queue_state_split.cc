@@ -218,4 +218,25 @@ absl::Status QueueState::ApplySplit(const journal::Split& split) {
   return absl::OkStatus();
 }
 
+// Snapshots' ranges of planned items (split heads, restored residuals).
+absl::Status QueueState::LoadRanges(const journal::QueueSnapshot& snapshot,
+                                    const std::string& what) {
+  for (const auto& [slot, item] : snapshot.overrides()) {  // format 1
+    if (slot < 0 || slot >= total_work()) {
+      return absl::DataLossError(absl::StrCat(what, ": override slot out of range"));
+    }
+    absl::StatusOr<ItemRange> range = RangeFromString(slot % num_items(), item);
+    if (!range.ok()) return absl::DataLossError(absl::StrCat(what, ": ", range.status().message()));
+    overrides_[slot] = *range;
+  }
+  for (const journal::RangeOverride& o : snapshot.range_overrides()) {
+    if (o.slot() < 0 || o.slot() >= total_work() || o.start() < -1 || o.end() < -1) {
+      return absl::DataLossError(absl::StrCat(what, ": range override of slot ", o.slot(),
+                                              " out of range"));
+    }
+    overrides_[o.slot()] = ItemRange{o.start(), o.end()};
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace shardq
