@@ -158,6 +158,16 @@ def queue_snapshot_seeds():
     write("queue_snapshot", "raw-format-9", b"\xff" + field_varint(20, 9))
 
 
+def journal_replay_seeds():
+    # The target edits a journal it makes itself: (offset low, offset high,
+    # XOR byte) triples.
+    write("journal_replay", "unchanged", b"")
+    rng = random.Random(23)
+    for k in range(48):
+        edits = bytes(rng.randrange(256) for _ in range(3 * (1 + k % 6)))
+        write("journal_replay", "edits-%02d" % k, edits)
+
+
 def field_varint(num, value):
     return varint(num << 3) + varint(value)
 
@@ -167,3 +177,4 @@ if __name__ == "__main__":
     item_seeds()
     example_seeds()
     queue_snapshot_seeds()
+    journal_replay_seeds()
