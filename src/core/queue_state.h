@@ -339,6 +339,14 @@ class QueueState {
 
   // How many ended leases are remembered (see Complete).
   static constexpr size_t kEndedLeasesKept = size_t{1} << 16;
+  // How many workers' records (Stats().workers, snapshots) a queue keeps.
+  // Past it, the records of workers that hold nothing are dropped, the
+  // least recently active first, down to three quarters of it: a job whose
+  // workers come under new names (shardq.torch names each DataLoader
+  // worker per pass) would otherwise grow every snapshot and every Stats()
+  // for good. A worker that holds an item is never dropped; the queue's
+  // own counts (completed, records, ...) do not change.
+  static constexpr size_t kWorkersKept = size_t{1} << 14;
   // The most records one completion may report (keeps the sums far from
   // overflow).
   static constexpr int64_t kMaxRecordsPerItem = int64_t{1} << 40;
@@ -499,7 +507,12 @@ class QueueState {
   // front (release, expiry) or, for a failure, nowhere (ApplyFail decides);
   // DATA_LOSS naming `verb` when the journal names an unknown lease.
   absl::StatusOr<Ref> ReturnToFront(uint64_t lease_id, absl::string_view verb, LeaseEnd how);
+  // The record of `worker`, made if it has none (see kWorkersKept).
   WorkerRecord& Worker(absl::string_view worker);
+  // Drops the records of the longest idle workers that hold nothing (see
+  // kWorkersKept). Deterministic: from journaled state only, so that a
+  // replay drops the same records.
+  void ForgetIdleWorkers();
 
   QueueConfig config_;  // items moved to items_
   std::shared_ptr<const ItemTable> items_;

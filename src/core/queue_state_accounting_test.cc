@@ -255,6 +255,30 @@ TEST(Accounting, AWorkerHoldsWhatItsLeasesSayWhateverItsSnapshotRecordSays) {
   EXPECT_EQ(rebuilt->Take("w", kT0).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(Accounting, RecordsOfIdleWorkersAreBoundedAndHoldersAreKept) {
+  // Workers under new names, one item each (as shardq.torch names its
+  // DataLoader workers per pass), while one worker holds an item all along.
+  const int64_t n = static_cast<int64_t>(QueueState::kWorkersKept) + 1000;
+  Journaled j(Config(n + 1, 1, 1));
+  QueueState& s = *j.live;
+  MustTake(s, "holder", kT0);
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string worker = "pass" + std::to_string(i);
+    const absl::Time now = kT0 + absl::Microseconds(i + 1);
+    const WorkItem item = MustTake(s, worker, now);
+    ASSERT_TRUE(s.Complete(worker, item.lease_id, now).ok());
+  }
+  const QueueStats stats = s.Stats(kT0 + absl::Seconds(1));
+  EXPECT_LE(stats.workers.size(), QueueState::kWorkersKept);
+  EXPECT_EQ(stats.workers.count("pass0"), 0u);  // the longest idle went first
+  EXPECT_EQ(stats.workers.at("pass" + std::to_string(n - 1)).completed, 1);
+  EXPECT_EQ(stats.workers.at("holder").held, 1);  // never dropped while it holds
+  EXPECT_EQ(stats.completed, n);
+  EXPECT_EQ(stats.taken, n + 1);
+  EXPECT_EQ(s.ToSnapshot().workers_size(), static_cast<int>(stats.workers.size()));
+  j.ExpectReplayAndSnapshotAgree();
+}
+
 TEST(Accounting, EndedLeasesAreRememberedUpToTheBound) {
   QueueConfig c = Config(1, 1);
   auto s = *QueueState::Create(c);
