@@ -176,7 +176,12 @@ std::optional<QueueState::Ref> QueueState::PeekFront() const {
 QueueState::WorkerRecord& QueueState::Worker(absl::string_view worker) {
   auto it = workers_.find(worker);
   if (it == workers_.end()) {
-    if (workers_.size() >= kWorkersKept) ForgetIdleWorkers();
+    // Past the bound with enough idle records to be worth a scan (a queue
+    // whose records are mostly holders must not scan at every new name).
+    if (workers_.size() >= kWorkersKept &&
+        workers_.size() - static_cast<size_t>(holders_) >= kWorkersKept / 4) {
+      ForgetIdleWorkers();
+    }
     it = workers_.emplace(std::string(worker), WorkerRecord{}).first;
   }
   return it->second;
@@ -220,7 +225,7 @@ void QueueState::CountLease(Ref ref, int delta) {
 void QueueState::DropLease(uint64_t lease_id, const Lease& lease) {
   deadlines_.erase({lease.deadline, lease_id});
   CountLease(lease.ref, -1);
-  --Worker(lease.worker).held;
+  if (--Worker(lease.worker).held == 0) --holders_;
   NoteHolder(lease.worker);
 }
 
@@ -301,7 +306,7 @@ absl::Status QueueState::ApplyLease(const journal::Lease& lease, absl::Time now)
   ParseRange(held);
   deadlines_.insert({deadline, lease.lease_id()});
   CountLease(ref, +1);
-  ++w.held;
+  if (++w.held == 1) ++holders_;
   NoteHolder(lease.worker());
   ++w.taken;
   if (w.first_take == absl::InfinitePast()) w.first_take = now;

@@ -530,6 +530,7 @@ class QueueState {
   int64_t failed_planned_ = 0;
   int64_t extras_failed_ = 0;
   std::map<std::string, WorkerRecord, std::less<>> workers_;
+  int64_t holders_ = 0;  // workers_ whose held > 0
   // Ranges that replace planned items (by slot): split heads, residual
   // ranges after a restore.
   absl::flat_hash_map<int64_t, ItemRange> overrides_;

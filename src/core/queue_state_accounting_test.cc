@@ -279,6 +279,16 @@ TEST(Accounting, RecordsOfIdleWorkersAreBoundedAndHoldersAreKept) {
   j.ExpectReplayAndSnapshotAgree();
 }
 
+TEST(Accounting, WorkersHoldingItemsKeepTheirRecordsPastTheBound) {
+  const int64_t n = static_cast<int64_t>(QueueState::kWorkersKept) + 10;
+  auto s = *QueueState::Create(Config(n, 1, 1));
+  for (int64_t i = 0; i < n; ++i) MustTake(*s, "holder" + std::to_string(i), kT0);
+  const QueueStats stats = s->Stats(kT0);
+  EXPECT_EQ(static_cast<int64_t>(stats.workers.size()), n);
+  EXPECT_EQ(stats.workers.at("holder0").held, 1);
+  EXPECT_EQ(stats.leased, n);
+}
+
 TEST(Accounting, EndedLeasesAreRememberedUpToTheBound) {
   QueueConfig c = Config(1, 1);
   auto s = *QueueState::Create(c);

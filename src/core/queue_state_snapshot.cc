@@ -447,7 +447,9 @@ absl::StatusOr<std::unique_ptr<QueueState>> QueueState::FromSnapshot(
   // What each worker holds is its leases (WorkerRecord.held is not read:
   // a count that disagreed with them would refuse the worker's takes, or
   // let it take past num_clients).
-  for (const auto& [id, lease] : s.leases_) ++s.Worker(lease.worker).held;
+  for (const auto& [id, lease] : s.leases_) {
+    if (++s.workers_[lease.worker].held == 1) ++s.holders_;  // [], not Worker(): no drops here
+  }
   for (const auto& [name, w] : s.workers_) s.NoteHolder(name);
   s.lease_sequence_ = snapshot.lease_sequence();
   s.taken_ = snapshot.taken();
