@@ -187,22 +187,6 @@ QueueState::WorkerRecord& QueueState::Worker(absl::string_view worker) {
   return it->second;
 }
 
-void QueueState::ForgetIdleWorkers() {
-  using Record = std::map<std::string, WorkerRecord, std::less<>>::iterator;
-  std::vector<std::pair<absl::Time, Record>> idle;
-  for (Record it = workers_.begin(); it != workers_.end(); ++it) {
-    if (it->second.held > 0) continue;
-    idle.emplace_back(std::max(it->second.first_take, it->second.last_completion), it);
-  }
-  const size_t keep = kWorkersKept * 3 / 4;
-  const size_t drop = std::min(idle.size(), workers_.size() > keep ? workers_.size() - keep : 0);
-  // Oldest activity first; equal times by name (map order), so that every
-  // replay drops the same ones.
-  std::stable_sort(idle.begin(), idle.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 0; i < drop; ++i) workers_.erase(idle[i].second);
-}
-
 void QueueState::SetRange(Ref ref, ItemRange range) {
   if (IsExtra(ref)) {
     ExtraOf(ref).range = range;

@@ -1,10 +1,12 @@
 // QueueState's bounded bookkeeping: records of the epochs in progress,
-// remembered ended leases, failed attempts and items set aside as failed,
-// and the stats built from them (see the top of queue_state.h). Pure: no I/O.
+// remembered ended leases, idle workers' records dropped, failed attempts
+// and items set aside as failed, and the stats built from them (see the
+// top of queue_state.h). Pure: no I/O.
 #include <algorithm>
 #include <iterator>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,22 @@ void QueueState::MaybeRetire(int64_t epoch) {
 void QueueState::RememberEnded(uint64_t lease_id, Ref ref, const std::string& worker,
                                LeaseEnd how) {
   ended_.Remember(lease_id, ref.epoch, ref.index, worker, how);
+}
+
+void QueueState::ForgetIdleWorkers() {
+  using Record = std::map<std::string, WorkerRecord, std::less<>>::iterator;
+  std::vector<std::pair<absl::Time, Record>> idle;
+  for (Record it = workers_.begin(); it != workers_.end(); ++it) {
+    if (it->second.held > 0) continue;
+    idle.emplace_back(std::max(it->second.first_take, it->second.last_completion), it);
+  }
+  const size_t keep = kWorkersKept * 3 / 4;
+  const size_t drop = std::min(idle.size(), workers_.size() > keep ? workers_.size() - keep : 0);
+  // Oldest activity first; equal times by name (map order), so that every
+  // replay drops the same ones.
+  std::stable_sort(idle.begin(), idle.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < drop; ++i) workers_.erase(idle[i].second);
 }
 
 void QueueState::MarkFailed(const Failure& failure) {
