@@ -4,9 +4,8 @@
 // Journal entries carry a CRC, so what reaches replay is what some
 // coordinator wrote; this target asks what a wrong entry (a bug in the
 // version that wrote it) does. The input edits a real journal: the
-// creation of a queue of items of every shape (three epochs) and the
-// updates of leases taken, completed, split, failed, released, expired and
-// completed late. Triples of a 16-bit offset into the entries' serialised
+// creation of the queue of fuzz/queue_history.h and the updates of its
+// history. Triples of a 16-bit offset into the entries' serialised
 // bytes (laid end to end) and a byte XORed there.
 //
 // Properties, for every input whose entries all parse:
@@ -27,42 +26,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/queue_history.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/shardq/journal.pb.h"
-#include "src/core/legacy_format_testing.h"
 #include "src/core/queue_state.h"
 
 namespace shardq {
 namespace {
 
-const absl::Time kT0 = absl::FromUnixSeconds(1000);
+const absl::Time kT0 = fuzz_history::kT0;
 
 // The serialised journal the edits apply to: its creation first.
 std::vector<std::string> BaseJournal() {
-  QueueConfig c;
-  c.name = "fuzz";
-  c.items = testing_legacy::ItemsOfEveryShape();
-  c.num_epochs = 3;
-  c.seed = 7;
-  c.num_clients = 4;
-  c.max_attempts = 2;
-  c.lease_timeout = absl::Seconds(30);
-  std::vector<journal::Update> updates{QueueState::CreationUpdate(c, kT0)};
+  std::vector<journal::Update> updates{
+      QueueState::CreationUpdate(fuzz_history::Config(), kT0)};
   std::unique_ptr<QueueState> s = *QueueState::FromCreation(updates[0]);
   s->set_update_sink([&](const journal::Update& u) { updates.push_back(u); });
-  std::vector<WorkItem> held;
-  for (int i = 0; i < 8; ++i) {
-    absl::StatusOr<TakeResult> r = s->Take(i % 2 == 0 ? "w1" : "w2", kT0);
-    if (r.ok() && r->outcome == TakeOutcome::kItem) held.push_back(r->item);
-  }
-  FUZZ_CHECK(held.size() == 8, "the base queue hands out 8 items");
-  (void)s->Complete("w1", held[0].lease_id, kT0, 10);
-  (void)s->AcceptSplit("w2", held[1].lease_id, 500, kT0);
-  (void)s->Fail("w1", held[2].lease_id, "bad record", kT0);
-  (void)s->Release("w2", held[3].lease_id, kT0);
-  (void)s->Take("w1", kT0 + absl::Seconds(31));  // the others expire
-  (void)s->Complete("w2", held[5].lease_id, kT0 + absl::Seconds(31));
-  (void)s->Complete("w1", held[6].lease_id, kT0 + absl::Seconds(32));
+  fuzz_history::RunHistory(*s);
   s->set_update_sink(nullptr);
   std::vector<std::string> out;
   for (const journal::Update& u : updates) {

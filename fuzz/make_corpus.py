@@ -148,11 +148,7 @@ def example_seeds():
 def queue_snapshot_seeds():
     # The target edits a snapshot it makes itself: an input is (offset low,
     # offset high, XOR byte) triples, or 0xFF and a whole snapshot.
-    write("queue_snapshot", "unchanged", b"")
-    rng = random.Random(17)
-    for k in range(48):
-        edits = bytes(rng.randrange(256) for _ in range(3 * (1 + k % 6)))
-        write("queue_snapshot", "edits-%02d" % k, edits)
+    edit_seeds("queue_snapshot", 17)
     write("queue_snapshot", "raw-empty", b"\xff")
     write("queue_snapshot", "raw-format-3-only", b"\xff" + field_varint(20, 3))
     write("queue_snapshot", "raw-format-9", b"\xff" + field_varint(20, 9))
@@ -161,11 +157,16 @@ def queue_snapshot_seeds():
 def journal_replay_seeds():
     # The target edits a journal it makes itself: (offset low, offset high,
     # XOR byte) triples.
-    write("journal_replay", "unchanged", b"")
-    rng = random.Random(23)
+    edit_seeds("journal_replay", 23)
+
+
+def edit_seeds(target, seed):
+    """No edit, and 48 inputs of 1 to 6 random (offset, XOR byte) edits."""
+    write(target, "unchanged", b"")
+    rng = random.Random(seed)
     for k in range(48):
         edits = bytes(rng.randrange(256) for _ in range(3 * (1 + k % 6)))
-        write("journal_replay", "edits-%02d" % k, edits)
+        write(target, "edits-%02d" % k, edits)
 
 
 def field_varint(num, value):

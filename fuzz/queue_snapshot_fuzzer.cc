@@ -27,41 +27,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/queue_history.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/shardq/journal.pb.h"
-#include "src/core/legacy_format_testing.h"
 #include "src/core/queue_state.h"
 
 namespace shardq {
 namespace {
 
-const absl::Time kT0 = absl::FromUnixSeconds(1000);
+const absl::Time kT0 = fuzz_history::kT0;
 
 // The serialised snapshot the edits apply to.
 std::string BaseSnapshot() {
-  QueueConfig c;
-  c.name = "fuzz";
-  c.items = testing_legacy::ItemsOfEveryShape();
-  c.num_epochs = 3;
-  c.seed = 7;
-  c.num_clients = 4;
-  c.max_attempts = 2;
-  c.lease_timeout = absl::Seconds(30);
-  std::unique_ptr<QueueState> s = *QueueState::Create(c);
-  std::vector<WorkItem> held;
-  for (int i = 0; i < 8; ++i) {
-    absl::StatusOr<TakeResult> r = s->Take(i % 2 == 0 ? "w1" : "w2", kT0);
-    if (r.ok() && r->outcome == TakeOutcome::kItem) held.push_back(r->item);
-  }
-  FUZZ_CHECK(held.size() == 8, "the base queue hands out 8 items");
-  (void)s->Complete("w1", held[0].lease_id, kT0, 10);
-  (void)s->AcceptSplit("w2", held[1].lease_id, 500, kT0);
-  (void)s->Fail("w1", held[2].lease_id, "bad record", kT0);
-  (void)s->Release("w2", held[3].lease_id, kT0);
-  (void)s->ReportProgress("w1", held[4].lease_id, 100, kT0);
-  // w2's other leases expire; a late completion of one counts.
-  (void)s->Take("w1", kT0 + absl::Seconds(31));
-  (void)s->Complete("w2", held[5].lease_id, kT0 + absl::Seconds(31));
+  std::unique_ptr<QueueState> s = *QueueState::Create(fuzz_history::Config());
+  fuzz_history::RunHistory(*s);
   std::string out;
   FUZZ_CHECK(s->ToSnapshot().SerializeToString(&out), "the base snapshot serialises");
   return out;
